@@ -1,0 +1,37 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   installs what is needed, then runs the main job (ampkit bench) on the embedded default
+#   make test   installs what is needed, then runs the test suite
+# The virtual environment lives in .venv; a stamp file makes re-runs fast (no pip call at all
+# when pyproject.toml has not changed).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+
+# torch is pinned to the CPU build that lies on this machine's disk; an unpinned torch would
+# pull a multi-GB CUDA build.
+TORCH  := torch==2.13.0
+DEPS   := rich==15.0.0 matplotlib==3.11.2 numpy==2.4.6 pytest==9.2.0 hypothesis==6.155.2
+
+.PHONY: install test demo bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check "$(TORCH)" $(DEPS)
+	$(PIP) install -q --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+demo: $(STAMP)
+	$(VENV)/bin/ampkit bench
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

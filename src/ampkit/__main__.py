@@ -1,0 +1,3 @@
+from ampkit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""`ampkit hw`: what this device can do — native dtypes, TF32, FP8, measured matmul throughput.
+
+Measures an (n x n) matmul per dtype (smaller n for emulated dtypes, which can be 100x slower)
+and states, per dtype, whether it is native and how it compares with fp32 here.
+`--json` prints the same data as one JSON object and nothing else on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from ampkit.hardware import (
+    DeviceInfo,
+    MatmulThroughput,
+    describe_device,
+    format_ratio,
+    pick_device,
+    survey_matmul,
+    throughput_note,
+    throughput_verdict,
+)
+from ampkit.runs import create_run_dir, write_json_atomic
+
+SCHEMA = "ampkit.hw/1"
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "hw",
+        help="what this device can do: native dtypes, TF32, FP8, measured matmul FLOP/s",
+        description="Describe this device and measure matmul throughput per dtype (fp32, tf32, bf16, fp16).",
+    )
+    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
+    parser.add_argument("--quick", action="store_true", help="smaller matmuls and shorter timing (for tests)")
+    parser.add_argument("--out", default=None, help="also write the result to OUT/summary.json")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    device = pick_device(args.device)
+    info = describe_device(device)
+    out_dir = create_run_dir(args.out, "hw") if args.out else None  # refuse a bad --out before measuring
+    console = Console(stderr=True)
+    with _progress(console, "measuring matmul throughput per dtype"):
+        results = survey_matmul(info, device, quick=args.quick)
+    summary = build_summary(info, results, quick=args.quick)
+    if out_dir is not None:
+        write_json_atomic(out_dir / "summary.json", summary)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_tables(Console(), info, results)
+        if out_dir is not None:
+            console.print(f"wrote {out_dir / 'summary.json'}")
+    return 0
+
+
+def _progress(console: Console, message: str) -> AbstractContextManager:
+    """A spinner on stderr when it is a terminal; nothing otherwise (logs and tests stay clean)."""
+    if console.is_terminal:
+        return console.status(message)
+    return nullcontext()
+
+
+def build_summary(info: DeviceInfo, results: list[MatmulThroughput], *, quick: bool) -> dict[str, Any]:
+    """The JSON document of `ampkit hw` (schema "ampkit.hw/1"); FLOP/s fields are FLOP/s, not TFLOP/s."""
+    return {
+        "schema": SCHEMA,
+        "quick": quick,
+        "torch_version": torch.__version__,
+        "cpu_threads": torch.get_num_threads(),
+        "device": {
+            "type": info.type,
+            "name": info.name,
+            "index": info.index,
+            "compute_capability": list(info.compute_capability) if info.compute_capability else None,
+            "gpu_model": info.gpu_model,
+            "total_memory_bytes": info.total_memory_bytes,
+            "total_memory_gib": round(info.total_memory_gib, 2),
+            "native_bf16": info.native_bf16,
+            "native_fp16": info.native_fp16,
+            "has_tf32": info.has_tf32,
+            "has_fp8": info.has_fp8,
+            "cpu_flags": sorted(info.cpu_flags),
+        },
+        "dtypes": {entry.dtype_key: _entry_json(info, entry) for entry in results},
+    }
+
+
+def _mode(entry: MatmulThroughput) -> str:
+    if entry.measured_flops is None:
+        return "unsupported"
+    return "native" if entry.native else "emulated"
+
+
+def _entry_json(info: DeviceInfo, entry: MatmulThroughput) -> dict[str, Any]:
+    return {
+        "native": entry.native,
+        "mode": _mode(entry),
+        "matmul_size": entry.size,
+        "measured_flops": entry.measured_flops,
+        "ratio_vs_fp32": entry.ratio_vs_fp32,
+        "table_peak_flops": entry.table_peak_flops,
+        "note": throughput_note(info, entry),
+    }
+
+
+def _print_tables(console: Console, info: DeviceInfo, results: list[MatmulThroughput]) -> None:
+    console.print(_device_table(info))
+    console.print(_dtype_table(info, results))
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _device_table(info: DeviceInfo) -> Table:
+    table = Table(title="Device", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    cc = ".".join(map(str, info.compute_capability)) if info.compute_capability else "–"
+    rows = [
+        ("name", info.name + (f"  [{info.gpu_model}]" if info.gpu_model else "")),
+        ("type", info.type if info.index is None else f"{info.type}:{info.index}"),
+        ("compute capability", cc),
+        ("memory", f"{info.total_memory_gib:.1f} GiB"),
+        ("TF32", _yes_no(info.has_tf32)),
+        ("FP8", _yes_no(info.has_fp8)),
+        ("CPU flags", " ".join(sorted(info.cpu_flags)) or "(unreadable)"),
+    ]
+    if info.type == "cpu":
+        rows.append(("torch threads", str(torch.get_num_threads())))
+    for field, value in rows:
+        table.add_row(field, value)
+    return table
+
+
+def _dtype_table(info: DeviceInfo, results: list[MatmulThroughput]) -> Table:
+    # CPUs are reported in GFLOP/s (1e9), GPUs in TFLOP/s (1e12)
+    unit, scale = ("TFLOP/s", 1e12) if info.type == "cuda" else ("GFLOP/s", 1e9)
+    table = Table(title="Matmul throughput, (n x n) @ (n x n), best repeat")
+    for column in ("dtype", "mode", "n", f"measured {unit}", "vs fp32"):
+        table.add_column(column, justify="right" if column not in ("dtype", "mode") else "left")
+    show_peak = any(entry.table_peak_flops for entry in results)
+    if show_peak:
+        table.add_column(f"table peak {unit}", justify="right")
+    table.add_column("note")
+    for entry in results:
+        row = [
+            entry.dtype_key,
+            _mode(entry),
+            str(entry.size) if entry.size else "–",
+            f"{entry.measured_flops / scale:,.1f}" if entry.measured_flops else "–",
+            f"{format_ratio(entry.ratio_vs_fp32)}x" if entry.ratio_vs_fp32 else "–",
+        ]
+        if show_peak:
+            row.append(f"{entry.table_peak_flops / scale:,.1f}" if entry.table_peak_flops else "–")
+        table.add_row(*row, throughput_verdict(info, entry))
+    return table

@@ -1,0 +1,92 @@
+"""`ampkit train`: a real training run with a chosen precision; checkpoints, resumes, logs tokens/s."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ampkit.config import add_config_flags, given_flags, resolve_config
+from ampkit.errors import UsageError
+from ampkit.runs import create_run_dir
+from ampkit.train import TrainConfig, build_run, run_training
+from ampkit.train.checkpoint import load_latest
+from ampkit.train.config import RESUMABLE_OVERRIDES
+
+
+def register(sub) -> argparse.ArgumentParser:
+    parser = sub.add_parser("train", help="train a model under a chosen precision",
+                            description="Train with a chosen precision; checkpoints, resumes, logs tokens/s.")
+    add_config_flags(parser, TrainConfig)
+    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
+    parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-train); never overwritten")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    parser.add_argument("--json", action="store_true", help="print summary.json to stdout (no progress bar)")
+    return parser
+
+
+def _resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict, Path]:
+    run_dir = Path(args.resume)
+    saved = run_dir / "config.json"
+    if not saved.is_file():
+        raise UsageError(f"{run_dir} is not an ampkit train run (no config.json); pass the run directory to --resume")
+    if args.out or args.config:
+        raise UsageError("--resume continues in its own directory with its saved config; drop --out/--config")
+    ckpt = load_latest(run_dir)
+    base = json.loads(saved.read_text(encoding="utf-8"))
+    changed = {k: v for k, v in given_flags(TrainConfig, args).items()
+               if k not in RESUMABLE_OVERRIDES and v != base.get(k)}
+    if changed:
+        names = ", ".join(f"--{k.replace('_', '-')}" for k in changed)
+        raise UsageError(f"{names} cannot change when resuming (the checkpoint was made with "
+                         f"{', '.join(f'{k}={base.get(k)!r}' for k in changed)}); start a new run instead")
+    if ckpt.get("config", {}).get("model") != base.get("model"):
+        raise UsageError(f"the checkpoint in {run_dir} does not belong to its config.json; start a new run")
+    return resolve_config(TrainConfig, args, base=base), ckpt, run_dir
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    if args.resume:
+        config, ckpt, run_dir = _resume_config(args)
+    else:
+        config, ckpt = resolve_config(TrainConfig, args, toml_path=args.config), None
+        run_dir = None
+    objs = build_run(config)  # device check first, then data and model
+    for warning in objs.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    run_dir = run_dir or create_run_dir(args.out, "train")
+    if ckpt:
+        console.print(f"resuming {run_dir} at step {ckpt['step']}")
+    summary = run_training(objs, run_dir, ckpt=ckpt, console=console, show_progress=not args.json)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_summary(console, summary, run_dir)
+    return 0
+
+
+def _print_summary(console: Console, summary: dict, run_dir: Path) -> None:
+    table = Table(title=f"ampkit train · {summary['config']['precision']} · {summary['model']['preset']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("steps", f"{summary['steps']}"),
+        ("first / final train loss", f"{summary['first_loss']:.4f} / {summary['final_loss']:.4f}"),
+        ("held-out loss (start -> end)", _fmt_pair(summary['eval_loss_initial'], summary['eval_loss'])),
+        ("tokens/s (real tokens)", f"{summary['tokens_per_s']:,.0f}" if summary['tokens_per_s'] else "-"),
+        ("step time median", f"{summary['step_ms_median']:.1f} ms" if summary['step_ms_median'] else "-"),
+        ("skipped steps", f"{summary['skipped_steps']}"),
+        ("final loss scale", f"{summary['final_loss_scale']:g}" if summary['final_loss_scale'] else "-"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    console.print(f"run directory: {run_dir}")
+
+
+def _fmt_pair(first, last) -> str:
+    return " -> ".join("-" if v is None else f"{v:.4f}" for v in (first, last))

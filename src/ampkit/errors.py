@@ -1,0 +1,14 @@
+"""The one exception type for user mistakes.
+
+A `UsageError` is something the user can fix (bad flag, missing file, unsupported precision on
+this device). The CLI prints its message on one line and exits with code 2, no traceback.
+Messages name the problem *and* the fix.
+"""
+
+
+class UsageError(Exception):
+    """A user-fixable problem; the message names the problem and the fix."""
+
+
+class TrainingError(Exception):
+    """A run that cannot continue (e.g. the loss scale collapsed below its floor)."""

@@ -1,0 +1,60 @@
+"""Precision policies: one closed vocabulary, one object per regime, a device check before any model is built."""
+
+from __future__ import annotations
+
+from ampkit.errors import UsageError
+from ampkit.precision.amp import AutocastPrecision, LossScaleCollapse, ScalerConfig, TruePrecision
+from ampkit.precision.base import Precision
+from ampkit.precision.table import ALIASES, SPECS, PrecisionSpec, canonical_name, get_spec
+
+__all__ = [
+    "ALIASES", "AutocastPrecision", "LossScaleCollapse", "Precision", "PrecisionSpec", "SPECS",
+    "ScalerConfig", "TruePrecision", "build_precision", "canonical_name", "check_supported", "get_spec",
+]
+
+_LOW_PRECISION_DTYPE_KEY = {"bf16-mixed": "bf16", "bf16-true": "bf16", "fp16-mixed": "fp16", "fp16-true": "fp16"}
+
+
+def check_supported(name: str, info) -> list[str]:
+    """Refuse a precision this device cannot run (UsageError with the fix); return warnings for
+    precisions it runs only by emulation. `info` is a `hardware.DeviceInfo`."""
+    spec = get_spec(name)
+    if spec.tf32 and not info.has_tf32:
+        where = "this CPU" if info.type == "cpu" else f"{info.name} (sm_{_cc(info)})"
+        raise UsageError(
+            f"tf32 needs an NVIDIA GPU with compute capability >= 8.0 (Ampere or newer); {where} has none: "
+            "use fp32 (or fp16-mixed on a Volta/Turing GPU)"
+        )
+    key = _LOW_PRECISION_DTYPE_KEY.get(spec.name)
+    if key is None:
+        return []
+    native = info.native_bf16 if key == "bf16" else info.native_fp16
+    if info.type == "cuda":
+        if key == "bf16" and not native:
+            raise UsageError(
+                f"{spec.name} needs native bf16, which {info.name} (sm_{_cc(info)}) lacks: use fp16-mixed "
+                "(fp16 with loss scaling is the fast path on Volta/Turing)"
+            )
+        return []
+    if native:
+        return []
+    return [
+        f"{spec.name} is emulated on this CPU ({info.name}: no native {key} instructions), so it runs "
+        f"many times slower than fp32 here; mixed precision is a hardware feature: use fp32 on this "
+        "machine, or a GPU"
+    ]
+
+
+def build_precision(name: str, *, device_type: str, scaler: ScalerConfig | None = None) -> Precision:
+    """The policy object for a precision name or alias."""
+    spec = get_spec(name)
+    if spec.autocast:
+        return AutocastPrecision(spec, device_type=device_type, scaler=scaler)
+    if spec.param_dtype != SPECS["fp32"].param_dtype:
+        return TruePrecision(spec, device_type=device_type)
+    return Precision(spec, device_type=device_type)
+
+
+def _cc(info) -> str:
+    cc = info.compute_capability
+    return f"{cc[0]}{cc[1]}" if cc else "?"

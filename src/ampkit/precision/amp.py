@@ -1,0 +1,106 @@
+"""Mixed precision: fp32 weights, autocast for forward + loss, and (fp16) a dynamic loss scaler."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ampkit.errors import TrainingError, UsageError
+from ampkit.precision.base import Precision
+from ampkit.precision.table import PrecisionSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalerConfig:
+    """GradScaler knobs (torch.amp.GradScaler's own), plus a floor ampkit enforces."""
+
+    init_scale: float = field(default=65536.0, metadata={"help": "initial loss scale (2^16); 4096 tames early overflow"})
+    growth_factor: float = field(default=2.0, metadata={"help": "scale multiplier after growth_interval clean steps"})
+    backoff_factor: float = field(default=0.5, metadata={"help": "scale multiplier when a step overflows"})
+    growth_interval: int = field(default=2000, metadata={"help": "clean steps between scale growths"})
+    min_scale: float = field(default=1.0, metadata={"help": "floor: a scale below it stops the run (0 disables)"})
+
+    def __post_init__(self):
+        if self.init_scale <= 0:
+            raise UsageError(f"--init-scale must be positive, got {self.init_scale}")
+        if self.growth_factor <= 1.0:
+            raise UsageError(f"--growth-factor must be > 1, got {self.growth_factor}")
+        if not 0.0 < self.backoff_factor < 1.0:
+            raise UsageError(f"--backoff-factor must be in (0, 1), got {self.backoff_factor}")
+        if self.growth_interval < 1:
+            raise UsageError(f"--growth-interval must be >= 1, got {self.growth_interval}")
+        if self.min_scale < 0:
+            raise UsageError(f"--min-scale must be >= 0, got {self.min_scale}")
+
+
+class LossScaleCollapse(TrainingError):
+    """The dynamic loss scale fell below its floor: gradients are non-finite step after step."""
+
+
+class AutocastPrecision(Precision):
+    """fp16-mixed and bf16-mixed. The scaler exists for both; for bf16 it is disabled and every
+    call on it passes through (torch's own "off" object), so no hook branches on dtype."""
+
+    def __init__(self, spec: PrecisionSpec, *, device_type: str, scaler: ScalerConfig | None = None):
+        super().__init__(spec, device_type=device_type)
+        self.scaler_config = scaler or ScalerConfig()
+        cfg = self.scaler_config
+        self.scaler = torch.amp.GradScaler(
+            device_type,
+            init_scale=cfg.init_scale,
+            growth_factor=cfg.growth_factor,
+            backoff_factor=cfg.backoff_factor,
+            growth_interval=cfg.growth_interval,
+            enabled=spec.loss_scaling,
+        )
+        # Host copy of the scale, refreshed after each update; avoids an extra device sync
+        # to learn the scale *before* a step.
+        self._scale = cfg.init_scale if spec.loss_scaling else None
+
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        return torch.autocast(self.device_type, dtype=self.spec.compute_dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        self.scaler.unscale_(optimizer)  # divides grads by the scale, records inf/nan per device
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
+        self.scaler.step(optimizer)  # skips optimizer.step() when unscale found inf/nan (a sync point)
+        self.scaler.update()
+        if self._scale is None:
+            return True
+        old_scale, self._scale = self._scale, self.scaler.get_scale()  # .item(): sync point
+        # The scaler backs off iff it found inf/nan, and that is exactly when it skipped the step.
+        stepped = self._scale >= old_scale
+        if self._scale < self.scaler_config.min_scale:
+            raise LossScaleCollapse(
+                f"loss scale fell to {self._scale:g}, below min_scale {self.scaler_config.min_scale:g}: "
+                "gradients overflow on every step; run 'ampkit doctor' to find the layer, "
+                "or use bf16-mixed where the device supports it"
+            )
+        return stepped
+
+    def loss_scale(self) -> float | None:
+        return self._scale
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        scaler_state = state.get("scaler") or {}
+        if scaler_state:
+            self.scaler.load_state_dict(scaler_state)
+            self._scale = float(scaler_state["scale"])
+
+
+class TruePrecision(Precision):
+    """bf16-true and fp16-true: weights, gradients and optimizer states in the low-precision dtype.
+    The loss is still computed in fp32 (the loss function upcasts the logits)."""
+
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        return module.to(dtype=self.spec.param_dtype)

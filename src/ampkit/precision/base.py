@@ -1,0 +1,73 @@
+"""The precision interface. Every hook does the plain-fp32 thing by default; each regime overrides
+only what differs, so the training loop never asks "is this fp16?".
+
+Call order in a step (the loop's contract):
+    with policy.run_context():                       # once per run: backend flags (TF32)
+        with policy.forward_context():               # forward + loss only
+            loss = ...
+        policy.backward(loss)                        # scale (if any) then backward
+        policy.unscale_gradients(optimizer)          # before clipping: clip sees true gradients
+        clip_grad_norm_(...)
+        stepped = policy.optimizer_step(optimizer)   # False when the scaler skipped the step
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampkit.precision.table import PrecisionSpec
+
+
+class Precision:
+    """fp32 and tf32: no autocast, no scaling; TF32 flags set from the spec for the run's duration."""
+
+    def __init__(self, spec: PrecisionSpec, *, device_type: str):
+        self.spec = spec
+        self.device_type = device_type
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @contextlib.contextmanager
+    def run_context(self) -> Iterator[None]:
+        """Sets both TF32 switches (cuBLAS matmul *and* cuDNN) and restores them on exit, even on error."""
+        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = self.spec.tf32
+        torch.backends.cudnn.allow_tf32 = self.spec.tf32
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        return module
+
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Gradients are already true-scale unless a loss scaler multiplied them."""
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Step the optimizer; return whether it really stepped."""
+        optimizer.step()
+        return True
+
+    def loss_scale(self) -> float | None:
+        """Current loss scale, or None for regimes without loss scaling."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Nothing to restore for stateless regimes."""

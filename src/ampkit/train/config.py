@@ -1,0 +1,63 @@
+"""`ampkit train`'s typed config. Every field is also a flag (`--grad-accum`) and a TOML key (`grad_accum`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ampkit.errors import UsageError
+from ampkit.precision import ScalerConfig, canonical_name
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """A training run: what to train, on what, for how long, and under which precision."""
+
+    precision: str = field(default="fp32", metadata={"help": "fp32, tf32, fp16-mixed, bf16-mixed, bf16-true, fp16-true (or an alias)"})
+    model: str = field(default="tiny", metadata={"help": "model preset name"})
+    data: str = field(default="default", metadata={"help": "'default' (embedded corpus), a .txt/.md file, a folder, or a .jsonl file with a 'text' field"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    steps: int = field(default=300, metadata={"help": "optimizer steps (total, including resumed ones)"})
+    batch_size: int = field(default=8, metadata={"help": "sequences per micro-batch"})
+    seq_len: int = field(default=256, metadata={"help": "tokens per sequence (at most)"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    lr: float = field(default=3e-3, metadata={"help": "peak learning rate"})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "final LR as a fraction of the peak (cosine)"})
+    warmup_steps: int = field(default=20, metadata={"help": "linear warmup steps"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay on matrices (not norms)"})
+    clip_grad_norm: float = field(default=1.0, metadata={"help": "clip the global grad norm after unscaling (0 = off)"})
+    seed: int = field(default=0, metadata={"help": "seed for weights, data order and RNG"})
+    eval_every: int = field(default=0, metadata={"help": "held-out evaluation every N steps (0 = only at the end)"})
+    eval_batches: int = field(default=8, metadata={"help": "held-out batches per evaluation"})
+    checkpoint_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0 = only at the end)"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
+    log_every: int = field(default=0, metadata={"help": "log metrics every N steps (0 = auto: 1 on CPU, 10 on CUDA)"})
+    init_scale: float = field(default=65536.0, metadata={"help": "fp16 loss scaler: initial scale (4096 tames early overflow)"})
+    growth_interval: int = field(default=2000, metadata={"help": "fp16 loss scaler: clean steps between growths"})
+    growth_factor: float = field(default=2.0, metadata={"help": "fp16 loss scaler: growth multiplier"})
+    backoff_factor: float = field(default=0.5, metadata={"help": "fp16 loss scaler: backoff multiplier on overflow"})
+    min_scale: float = field(default=1.0, metadata={"help": "fp16 loss scaler: floor below which the run stops (0 = none)"})
+
+    def __post_init__(self):
+        object.__setattr__(self, "precision", canonical_name(self.precision))
+        positive = ("steps", "batch_size", "seq_len", "grad_accum", "eval_batches", "keep_checkpoints")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        non_negative = ("warmup_steps", "clip_grad_norm", "eval_every", "checkpoint_every", "log_every", "weight_decay")
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise UsageError(f"--lr must be positive, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise UsageError(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
+        self.scaler_config()  # validates the scaler knobs now, not mid-run
+
+    def scaler_config(self) -> ScalerConfig:
+        return ScalerConfig(init_scale=self.init_scale, growth_factor=self.growth_factor,
+                            backoff_factor=self.backoff_factor, growth_interval=self.growth_interval,
+                            min_scale=self.min_scale)
+
+
+# Settings that may change when resuming; everything else must match the checkpoint.
+RESUMABLE_OVERRIDES = frozenset({"steps", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints", "log_every", "device"})

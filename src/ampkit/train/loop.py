@@ -1,0 +1,94 @@
+"""One optimizer step, done right for every precision, and held-out evaluation.
+
+The step never branches on dtype: precision behaviour lives in the policy object.
+    forward + loss under policy.forward_context()   (autocast wraps nothing else)
+    policy.backward                                 (scales the loss when a scaler is active)
+    policy.unscale_gradients -> clip                (clipping sees true-scale gradients)
+    policy.optimizer_step -> bool                   (False when the scaler skipped the step)
+    scheduler.step() only if the optimizer stepped
+No `.item()` here: results stay on the device until the caller logs them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ampkit.models import causal_lm_loss
+from ampkit.precision import Precision
+
+
+@dataclass
+class StepResult:
+    loss: torch.Tensor
+    """token-weighted mean loss over the step's micro-batches (0-d, fp32, on device)"""
+    grad_norm: torch.Tensor
+    """global gradient norm after unscaling, before clipping (0-d, on device)"""
+    n_tokens: int
+    """real (non-padding) target tokens in the step"""
+    n_slots: int
+    """all target slots, padding included"""
+    stepped: bool
+    """False when the loss scaler skipped the optimizer step (inf/nan gradients)"""
+
+
+def clip_gradients(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Global L2 norm of the gradients; scales them down to `max_norm` when it is > 0."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, foreach=True)
+    if max_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+    return total
+
+
+class Trainer:
+    """Holds the run's objects; `train_step()` does one optimizer step of `grad_accum` micro-batches."""
+
+    def __init__(self, *, model: nn.Module, policy: Precision, optimizer: torch.optim.Optimizer,
+                 scheduler, sampler, device: torch.device, grad_accum: int, clip_grad_norm: float):
+        self.model, self.policy, self.optimizer, self.scheduler = model, policy, optimizer, scheduler
+        self.sampler, self.device = sampler, device
+        self.grad_accum, self.clip_grad_norm = grad_accum, clip_grad_norm
+        self.params = [p for p in model.parameters() if p.requires_grad]
+
+    def train_step(self) -> StepResult:
+        self.model.train()
+        batches = [self.sampler.next_batch().to(self.device) for _ in range(self.grad_accum)]
+        n_tokens = sum(b.n_tokens for b in batches)
+        total_loss = torch.zeros((), device=self.device)
+        for batch in batches:
+            with self.policy.forward_context():
+                logits = self.model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
+                loss = causal_lm_loss(logits, batch.targets)
+            # Weight each micro-batch by its share of real tokens, so the step's gradient is the
+            # per-token mean over the whole step whatever the padding of each micro-batch.
+            weight = batch.n_tokens / max(1, n_tokens)
+            self.policy.backward(loss * weight)
+            total_loss += loss.detach() * weight
+        self.policy.unscale_gradients(self.optimizer)
+        grad_norm = clip_gradients(self.params, self.clip_grad_norm)
+        stepped = self.policy.optimizer_step(self.optimizer)
+        if stepped:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepResult(loss=total_loss, grad_norm=grad_norm, n_tokens=n_tokens,
+                          n_slots=sum(b.n_padded for b in batches), stepped=stepped)
+
+    @torch.no_grad()
+    def evaluate(self, batches) -> float:
+        """Per-token mean loss over held-out batches (a host sync: call it at eval steps only)."""
+        self.model.eval()
+        total = torch.zeros((), device=self.device, dtype=torch.float64)
+        count = 0
+        for batch in batches:
+            batch = batch.to(self.device)
+            with self.policy.forward_context():
+                logits = self.model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
+                loss = causal_lm_loss(logits, batch.targets)
+            total += loss.double() * batch.n_tokens
+            count += batch.n_tokens
+        self.model.train()
+        return total.item() / count if count else math.nan
