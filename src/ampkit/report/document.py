@@ -1,0 +1,124 @@
+"""A report as a list of blocks, rendered to one self-contained HTML page and to Markdown.
+
+Figures are matplotlib figures embedded as base64 PNG (`data:` URIs), so `report.html` opens
+offline with nothing beside it; `report.md` references the same PNGs written next to it.
+matplotlib runs with the non-interactive Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+h1{border-bottom:2px solid #444;padding-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ccc}
+table{border-collapse:collapse;margin:1em 0;font-size:.92em}th,td{border:1px solid #ccc;padding:.3em .6em;text-align:right}
+th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
+.note{background:#f7f7ff;border-left:4px solid #66c;padding:.5em 1em}.warn{background:#fff7e6;border-left:4px solid #e90;padding:.5em 1em}
+figure{margin:1em 0}figcaption{color:#555;font-size:.9em}img{max-width:100%}
+"""
+
+
+@dataclass
+class _Block:
+    kind: str  # "heading" | "text" | "note" | "warn" | "table" | "figure"
+    payload: object
+
+
+@dataclass
+class Report:
+    """Build with add_* calls, then `write(run_dir)` -> report.html and report.md."""
+
+    title: str
+    blocks: list[_Block] = field(default_factory=list)
+
+    def heading(self, text: str) -> "Report":
+        self.blocks.append(_Block("heading", text))
+        return self
+
+    def text(self, text: str, *, kind: str = "text") -> "Report":
+        """A paragraph; kind "note" or "warn" renders it highlighted."""
+        self.blocks.append(_Block(kind, text))
+        return self
+
+    def table(self, headers: list[str], rows: list[list[object]]) -> "Report":
+        self.blocks.append(_Block("table", (headers, rows)))
+        return self
+
+    def figure(self, fig, caption: str = "") -> "Report":
+        """Takes ownership of a matplotlib figure (closed after rendering to PNG bytes)."""
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        self.blocks.append(_Block("figure", (buf.getvalue(), caption)))
+        return self
+
+    def to_html(self) -> str:
+        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
+                 f"<style>{_CSS}</style></head><body><h1>{html.escape(self.title)}</h1>"]
+        for block in self.blocks:
+            parts.append(_html_block(block))
+        parts.append("</body></html>")
+        return "\n".join(parts)
+
+    def to_markdown(self, figure_names: list[str]) -> str:
+        lines, figures = [f"# {self.title}", ""], iter(figure_names)
+        for block in self.blocks:
+            lines.extend(_md_block(block, figures))
+            lines.append("")
+        return "\n".join(lines)
+
+    def write(self, run_dir: str | Path, *, stem: str = "report") -> tuple[Path, Path]:
+        """Write `<stem>.html` (self-contained) and `<stem>.md` (+ its PNGs) into run_dir."""
+        run_dir = Path(run_dir)
+        names = []
+        for i, block in enumerate(b for b in self.blocks if b.kind == "figure"):
+            name = f"{stem}-fig{i + 1}.png"
+            (run_dir / name).write_bytes(block.payload[0])
+            names.append(name)
+        html_path, md_path = run_dir / f"{stem}.html", run_dir / f"{stem}.md"
+        html_path.write_text(self.to_html(), encoding="utf-8")
+        md_path.write_text(self.to_markdown(names), encoding="utf-8")
+        return html_path, md_path
+
+
+def _html_block(block: _Block) -> str:
+    if block.kind == "heading":
+        return f"<h2>{html.escape(block.payload)}</h2>"
+    if block.kind in ("text", "note", "warn"):
+        cls = "" if block.kind == "text" else f" class='{block.kind}'"
+        return f"<p{cls}>{html.escape(block.payload)}</p>"
+    if block.kind == "table":
+        headers, rows = block.payload
+        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    png, caption = block.payload
+    data = base64.b64encode(png).decode("ascii")
+    return (f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def _md_block(block: _Block, figures) -> list[str]:
+    if block.kind == "heading":
+        return [f"## {block.payload}"]
+    if block.kind in ("note", "warn"):
+        return [f"> {block.payload}"]
+    if block.kind == "text":
+        return [str(block.payload)]
+    if block.kind == "table":
+        headers, rows = block.payload
+        out = ["| " + " | ".join(map(str, headers)) + " |", "|" + "---|" * len(headers)]
+        out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+        return out
+    _, caption = block.payload
+    return [f"![{caption}]({next(figures)})"]
