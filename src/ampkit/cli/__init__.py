@@ -51,7 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad flag (already printed on one line)
+        return exc.code if isinstance(exc.code, int) else 0
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return EXIT_USAGE

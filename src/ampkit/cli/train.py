@@ -24,6 +24,8 @@ def register(sub) -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
     parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-train); never overwritten")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    parser.add_argument("--stop-after", type=int, default=0, metavar="N",
+                        help="stop with a checkpoint after N steps in this invocation (resume later)")
     parser.add_argument("--json", action="store_true", help="print summary.json to stdout (no progress bar)")
     return parser
 
@@ -61,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
     run_dir = run_dir or create_run_dir(args.out, "train")
     if ckpt:
         console.print(f"resuming {run_dir} at step {ckpt['step']}")
-    summary = run_training(objs, run_dir, ckpt=ckpt, console=console, show_progress=not args.json)
+    if args.stop_after < 0:
+        raise UsageError(f"--stop-after must be >= 0, got {args.stop_after}")
+    summary = run_training(objs, run_dir, ckpt=ckpt, console=console, show_progress=not args.json,
+                           stop_after=args.stop_after)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

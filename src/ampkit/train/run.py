@@ -97,8 +97,12 @@ def _progress_bar(console: Console, total: int, start: int) -> Progress:
 
 
 def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None = None,
-                 console: Console | None = None, show_progress: bool = True) -> dict[str, Any]:
-    """Train to `config.steps`, resuming from `ckpt` when given; returns the summary (also written)."""
+                 console: Console | None = None, show_progress: bool = True,
+                 stop_after: int = 0) -> dict[str, Any]:
+    """Train to `config.steps`, resuming from `ckpt` when given; returns the summary (also written).
+
+    `stop_after` > 0 ends this invocation (with a checkpoint) after that many steps, as a job with
+    a time limit would; `ampkit train --resume` continues it with the same schedule."""
     config, trainer = objs.config, objs.trainer
     console = console or Console(stderr=True)
     state = restore_from_checkpoint(objs, ckpt) if ckpt else Progress_()
@@ -108,6 +112,7 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
     timings: list[tuple[float, int]] = []  # (seconds per step, real tokens per step) at log steps
     eval_losses: list[tuple[int, float]] = []
     status, error = "completed", None
+    last_step = min(config.steps, state.step + stop_after) if stop_after else config.steps
     reset_peak_memory(objs.device)
     started = time.perf_counter()
     with objs.policy.run_context(), MetricsWriter(run_dir / METRICS_FILE, append=bool(ckpt)) as metrics, \
@@ -117,14 +122,14 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
             eval_losses.append((0, _evaluate(objs, metrics, 0)))
         clock, window_tokens, window_steps = StepClock(objs.device), 0, 0
         try:
-            while state.step < config.steps:
+            while state.step < last_step:
                 result = trainer.train_step()
                 state.step += 1
                 state.tokens += result.n_tokens
                 state.skipped += not result.stepped
                 window_tokens += result.n_tokens
                 window_steps += 1
-                if state.step % log_every == 0 or state.step == config.steps:
+                if state.step % log_every == 0 or state.step == last_step:
                     seconds = clock.lap()
                     record = _log_record(objs, state, result, seconds, window_steps, window_tokens)
                     metrics.write(record)

@@ -1,0 +1,106 @@
+"""Contract tests over every precision: what the policy promises, whatever the regime."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ampkit.models import build_model, causal_lm_loss, get_preset
+from ampkit.precision import SPECS, build_precision
+
+ALL = sorted(SPECS)
+CFG = get_preset("tiny", n_layers=1, d_model=32, n_heads=2, d_ff=64)
+
+
+def _policy(name):
+    return build_precision(name, device_type="cpu")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_dtypes_inside_forward_context(name):
+    spec, policy = SPECS[name], _policy(name)
+    model = policy.convert_module(build_model(CFG, seed=0))
+    assert {p.dtype for p in model.parameters()} == {spec.param_dtype}
+    ids = torch.randint(0, 256, (2, 8))
+    with policy.run_context(), policy.forward_context():
+        hidden = model.embed(ids)
+        matmul_out = model.blocks[0].attn.q_proj(hidden)
+        loss = causal_lm_loss(model(ids), ids)
+    assert matmul_out.dtype == spec.compute_dtype
+    assert loss.dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_state_restored_even_when_body_raises(name):
+    policy = _policy(name)
+    before = (torch.is_autocast_enabled("cpu"), torch.backends.cuda.matmul.allow_tf32,
+              torch.backends.cudnn.allow_tf32, torch.get_default_dtype())
+    with pytest.raises(RuntimeError, match="boom"):
+        with policy.run_context():
+            assert torch.backends.cuda.matmul.allow_tf32 == SPECS[name].tf32
+            assert torch.backends.cudnn.allow_tf32 == SPECS[name].tf32
+            with policy.forward_context():
+                assert torch.is_autocast_enabled("cpu") == SPECS[name].autocast
+                raise RuntimeError("boom")
+    after = (torch.is_autocast_enabled("cpu"), torch.backends.cuda.matmul.allow_tf32,
+             torch.backends.cudnn.allow_tf32, torch.get_default_dtype())
+    assert after == before
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_state_dict_round_trip(name):
+    policy = _policy(name)
+    model = policy.convert_module(nn.Linear(4, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        with policy.forward_context():
+            loss = model(torch.randn(2, 4, dtype=SPECS[name].param_dtype)).float().pow(2).mean()
+        policy.backward(loss)
+        policy.unscale_gradients(opt)
+        policy.optimizer_step(opt)
+        opt.zero_grad()
+    restored = _policy(name)
+    restored.load_state_dict(policy.state_dict())
+    assert restored.state_dict() == policy.state_dict()
+    assert restored.loss_scale() == policy.loss_scale()
+    assert (policy.loss_scale() is not None) == SPECS[name].loss_scaling
+
+
+def _fp16_step(policy, model, opt, *, poison: bool) -> bool:
+    with policy.forward_context():
+        loss = model(torch.randn(2, 4)).float().pow(2).mean()
+    if poison:
+        loss = loss * float("inf")
+    policy.backward(loss)
+    policy.unscale_gradients(opt)
+    stepped = policy.optimizer_step(opt)
+    opt.zero_grad()
+    return stepped
+
+
+def test_overflow_skips_step_backs_off_and_the_scale_survives_a_round_trip():
+    policy = build_precision("fp16-mixed", device_type="cpu")
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    assert _fp16_step(policy, model, opt, poison=True) is False
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the step was skipped
+    assert policy.loss_scale() == 32768.0
+    assert _fp16_step(policy, model, opt, poison=False) is True
+    restored = build_precision("fp16-mixed", device_type="cpu")
+    restored.load_state_dict(policy.state_dict())
+    assert restored.loss_scale() == 32768.0
+    assert restored.scaler.state_dict() == policy.scaler.state_dict()
+
+
+def test_scale_collapse_below_floor_is_an_error():
+    from ampkit.precision import LossScaleCollapse, ScalerConfig
+
+    policy = build_precision("fp16-mixed", device_type="cpu", scaler=ScalerConfig(init_scale=4.0, min_scale=1.0))
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert _fp16_step(policy, model, opt, poison=True) is False  # 4 -> 2
+    assert _fp16_step(policy, model, opt, poison=True) is False  # 2 -> 1, still at the floor
+    with pytest.raises(LossScaleCollapse, match="below min_scale"):
+        _fp16_step(policy, model, opt, poison=True)  # 1 -> 0.5
