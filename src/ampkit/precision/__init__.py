@@ -5,10 +5,11 @@ from __future__ import annotations
 from ampkit.errors import UsageError
 from ampkit.precision.amp import AutocastPrecision, LossScaleCollapse, ScalerConfig, TruePrecision
 from ampkit.precision.base import Precision
+from ampkit.precision.fp8 import Fp8Precision
 from ampkit.precision.table import ALIASES, SPECS, PrecisionSpec, canonical_name, get_spec
 
 __all__ = [
-    "ALIASES", "AutocastPrecision", "LossScaleCollapse", "Precision", "PrecisionSpec", "SPECS",
+    "ALIASES", "AutocastPrecision", "Fp8Precision", "LossScaleCollapse", "Precision", "PrecisionSpec", "SPECS",
     "ScalerConfig", "TruePrecision", "build_precision", "canonical_name", "check_supported", "get_spec",
 ]
 
@@ -25,7 +26,13 @@ def check_supported(name: str, info) -> list[str]:
             f"tf32 needs an NVIDIA GPU with compute capability >= 8.0 (Ampere or newer); {where} has none: "
             "use fp32 (or fp16-mixed on a Volta/Turing GPU)"
         )
-    key = _LOW_PRECISION_DTYPE_KEY.get(spec.name)
+    if spec.fp8 == "native" and not info.has_fp8:
+        where = "this CPU" if info.type == "cpu" else f"{info.name} (sm_{_cc(info)})"
+        raise UsageError(
+            f"fp8 needs an NVIDIA GPU with compute capability >= 8.9 (Ada or Hopper); {where} has none: "
+            "use bf16-mixed, or fp8-emulated to exercise the fp8 code path without a speedup"
+        )
+    key = _LOW_PRECISION_DTYPE_KEY.get(spec.name, "bf16" if spec.fp8 else None)
     if key is None:
         return []
     native = info.native_bf16 if key == "bf16" else info.native_fp16
@@ -48,6 +55,8 @@ def check_supported(name: str, info) -> list[str]:
 def build_precision(name: str, *, device_type: str, scaler: ScalerConfig | None = None) -> Precision:
     """The policy object for a precision name or alias."""
     spec = get_spec(name)
+    if spec.fp8:
+        return Fp8Precision(spec, device_type=device_type, scaler=scaler)
     if spec.autocast:
         return AutocastPrecision(spec, device_type=device_type, scaler=scaler)
     if spec.param_dtype != SPECS["fp32"].param_dtype:

@@ -24,6 +24,8 @@ class PrecisionSpec:
     """whether a dynamic GradScaler guards the backward pass."""
     tf32: bool
     """whether TF32 tensor-core matmuls (cuBLAS and cuDNN) are allowed."""
+    fp8: str | None = None
+    """float8 Linear layers: "native" (CUDA sm89+), "emulated" (software, any device), or None."""
     summary: str
     """one line for tables and help."""
 
@@ -45,6 +47,10 @@ SPECS: dict[str, PrecisionSpec] = {
                       tf32=False, summary="bf16 weights and compute: memory-lean, costs fidelity"),
         PrecisionSpec(name="fp16-true", param_dtype=_f16, compute_dtype=_f16, autocast=False, loss_scaling=False,
                       tf32=False, summary="model.half(): kept to show why it fails"),
+        PrecisionSpec(name="fp8", param_dtype=_f32, compute_dtype=_bf16, autocast=True, loss_scaling=False,
+                      tf32=False, fp8="native", summary="float8 Linear matmuls (torchao), bf16 elsewhere; CUDA sm89+"),
+        PrecisionSpec(name="fp8-emulated", param_dtype=_f32, compute_dtype=_bf16, autocast=True, loss_scaling=False,
+                      tf32=False, fp8="emulated", summary="fp8 with software emulation: tests the path, no speedup"),
     )
 }
 
@@ -53,6 +59,7 @@ ALIASES: dict[str, str] = {
     "16-mixed": "fp16-mixed", "fp16": "fp16-mixed", "16": "fp16-mixed", "amp": "fp16-mixed",
     "bf16": "bf16-mixed", "bf16-mixed": "bf16-mixed", "bfloat16": "bf16-mixed",
     "16-true": "fp16-true", "half": "fp16-true",
+    "float8": "fp8", "fp8-mixed": "fp8", "transformer-engine": "fp8",
 }
 
 

@@ -1,0 +1,133 @@
+"""`ampkit bench`'s typed config. Every field is also a flag (`--budget-s`) and a TOML key (`budget_s`).
+
+"auto" values (model "auto", seq_len/batch_size 0, precisions "") depend on the device and are
+filled in by `resolve_for_device` once the device is known, before any worker starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from ampkit.errors import UsageError
+from ampkit.precision import SPECS, canonical_name, check_supported
+
+REFERENCE = "fp32"
+"""Every bench measures fp32 first: the reference for speedups, memory ratios and fidelity."""
+
+# Device-dependent defaults. CPU: the tiny preset on byte-level sequences of 256 (most batches of 8
+# paragraphs are padded to the full 256, so step shapes are steady). CUDA: a GPT-2-small shape,
+# large enough that kernel launches do not dominate the step.
+CPU_DEFAULTS = {"model": "tiny", "seq_len": 256, "batch_size": 8}
+CUDA_DEFAULTS = {"model": "gpt2-124m", "seq_len": 512, "batch_size": 16}
+
+# The precisions a plain `ampkit bench` compares, in run order (fp32 first: the reference).
+CPU_PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
+CUDA_PRECISIONS = ("fp32", "tf32", "fp16-mixed", "bf16-mixed")
+FP8_PRECISION = "fp8"  # seam: joins the CUDA defaults once the fp8 regime exists in precision.SPECS
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    """A side-by-side benchmark: which precisions, on what model and data, for how long each."""
+
+    precisions: str = field(default="", metadata={"help": "comma-separated precisions to compare ('' = every "
+                                                           "one this device supports); fp32 is always added"})
+    model: str = field(default="auto", metadata={"help": "model preset ('auto' = tiny on CPU, gpt2-124m on CUDA)"})
+    data: str = field(default="default", metadata={"help": "'default' (embedded corpus), a .txt/.md file, a folder, "
+                                                           "or a .jsonl file"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    seq_len: int = field(default=0, metadata={"help": "tokens per sequence (0 = auto: 256 on CPU, 512 on CUDA)"})
+    batch_size: int = field(default=0, metadata={"help": "sequences per step (0 = auto: 8 on CPU, 16 on CUDA)"})
+    budget_s: float = field(default=12.0, metadata={"help": "wall seconds of measured steps per precision "
+                                                            "(min/max steps still apply)"})
+    min_steps: int = field(default=5, metadata={"help": "measured steps per precision at least, even past the budget"})
+    max_steps: int = field(default=1000, metadata={"help": "measured steps per precision at most"})
+    steps: int = field(default=0, metadata={"help": "exactly this many measured steps per precision (0 = by budget)"})
+    warmup_steps: int = field(default=3, metadata={"help": "untimed steps before measuring (allocation, kernel set-up)"})
+    lr: float = field(default=3e-3, metadata={"help": "peak learning rate (same schedule for every precision)"})
+    seed: int = field(default=0, metadata={"help": "seed for weights and data order (same for every precision)"})
+    fidelity_threshold: float = field(default=0.99, metadata={"help": "logits cosine vs fp32 a precision must reach "
+                                                                      "to be recommended"})
+    tie_tolerance: float = field(default=0.05, metadata={"help": "tokens/s within this fraction of the fastest count "
+                                                                 "as a tie; ties go to the simpler regime"})
+
+    def __post_init__(self):
+        if not (self.budget_s > 0 and math.isfinite(self.budget_s)):
+            raise UsageError(f"--budget-s must be a positive number of seconds, got {self.budget_s}; "
+                             "e.g. --budget-s 20")
+        for name in ("min_steps", "max_steps"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("steps", "warmup_steps", "seq_len", "batch_size"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        if self.min_steps > self.max_steps:
+            raise UsageError(f"--min-steps {self.min_steps} exceeds --max-steps {self.max_steps}; raise --max-steps")
+        if not self.lr > 0:
+            raise UsageError(f"--lr must be positive, got {self.lr}")
+        if not 0 < self.fidelity_threshold <= 1:
+            raise UsageError(f"--fidelity-threshold must be in (0, 1], got {self.fidelity_threshold}")
+        if not 0 <= self.tie_tolerance < 1:
+            raise UsageError(f"--tie-tolerance must be in [0, 1), got {self.tie_tolerance}")
+        parse_precisions(self.precisions)  # unknown names are refused now, before any device work
+
+    @property
+    def measured_steps_range(self) -> tuple[int, int]:
+        """(min, max) measured steps: `steps` pins both; else the min/max-steps pair."""
+        return (self.steps, self.steps) if self.steps else (self.min_steps, self.max_steps)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def parse_precisions(text: str) -> list[str]:
+    """'bf16, fp16-mixed' -> canonical names in the given order, fp32 first, no duplicates ([] = defaults)."""
+    names = [canonical_name(part) for part in text.split(",") if part.strip()]
+    if not names:
+        return []
+    ordered = [REFERENCE] + [n for n in names if n != REFERENCE]
+    return list(dict.fromkeys(ordered))
+
+
+def default_precisions(info) -> list[str]:
+    """Every precision this device runs by default (`info` is a hardware.DeviceInfo).
+
+    On CUDA the ones the card cannot run (tf32 before Ampere, bf16 on Volta/Turing) are dropped;
+    on CPU the emulated ones stay: measuring what emulation costs is the point there.
+    """
+    if info.type != "cuda":
+        return list(CPU_PRECISIONS)
+    candidates = list(CUDA_PRECISIONS)
+    if info.has_fp8 and FP8_PRECISION in SPECS:
+        candidates.append(FP8_PRECISION)
+    usable = []
+    for name in candidates:
+        try:
+            check_supported(name, info)
+        except UsageError:
+            continue
+        usable.append(name)
+    return usable
+
+
+def resolve_for_device(config: BenchConfig, info) -> tuple[BenchConfig, list[str], list[str]]:
+    """Fill the "auto" fields for `info`'s device and check every precision against it.
+
+    Returns (resolved config, precisions in run order, warnings). A precision the device cannot
+    run (tf32 on a CPU) raises UsageError with the fix, before any worker starts.
+    """
+    defaults = CUDA_DEFAULTS if info.type == "cuda" else CPU_DEFAULTS
+    names = parse_precisions(config.precisions) or default_precisions(info)
+    warnings: list[str] = []
+    for name in names:
+        warnings.extend(check_supported(name, info))
+    resolved = dataclasses.replace(
+        config,
+        precisions=",".join(names),
+        model=defaults["model"] if config.model == "auto" else config.model,
+        seq_len=config.seq_len or defaults["seq_len"],
+        batch_size=config.batch_size or defaults["batch_size"],
+    )
+    return resolved, names, warnings

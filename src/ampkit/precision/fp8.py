@@ -1,0 +1,54 @@
+"""fp8: torchao's float8 training conversion of the Linear layers, bf16 autocast for the rest.
+
+Only Linear layers whose in/out features are multiples of 16 and at least `min_features` are
+converted (float8 matmuls need 16-aligned shapes, and on small layers the casts cost more than they
+save); the output head stays in bf16, since the logits' precision drives the loss. torchao is an
+optional dependency loaded lazily (`pip install 'ampkit[fp8]'`). `fp8-emulated` runs the same
+conversion with torchao's emulation (fp8 rounding in software, no speedup): for tests and CPUs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from torch import nn
+
+from ampkit.errors import UsageError
+from ampkit.precision.amp import AutocastPrecision
+
+MIN_FEATURES = 16
+SKIP_MODULES = ("lm_head",)
+
+
+def _load_torchao_float8():
+    # torchao logs a warning per optional CUDA extension it cannot load; on a CPU build that is noise.
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        return importlib.import_module("torchao.float8")
+    except ImportError:
+        raise UsageError("fp8 needs torchao, which is not installed: pip install 'ampkit[fp8]'") from None
+
+
+def fp8_module_filter(module: nn.Module, fqn: str, *, min_features: int = MIN_FEATURES) -> bool:
+    """Which Linear layers become float8: 16-aligned, not tiny, not the output head."""
+    if not isinstance(module, nn.Linear) or any(fqn.endswith(s) for s in SKIP_MODULES):
+        return False
+    dims = (module.in_features, module.out_features)
+    return all(d % 16 == 0 and d >= min_features for d in dims)
+
+
+class Fp8Precision(AutocastPrecision):
+    """bf16-mixed plus float8 matmuls in the converted Linear layers (fp32 master weights)."""
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        float8 = _load_torchao_float8()
+        config = float8.Float8LinearConfig(emulate=self.spec.fp8 == "emulated")
+        float8.convert_to_float8_training(module, config=config, module_filter_fn=fp8_module_filter)
+        return module
+
+
+def converted_layers(module: nn.Module) -> list[str]:
+    """Names of the layers running float8 matmuls (for reports and tests)."""
+    return [name for name, m in module.named_modules() if type(m).__name__ == "Float8Linear"]
