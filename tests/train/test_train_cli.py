@@ -101,7 +101,7 @@ def _make_run(tmp_path, run_cli, name="run", model_args=()):
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
 def test_corrupt_checkpoint_is_refused(tmp_path, run_cli, damage):
     out = _make_run(tmp_path, run_cli)
-    ckpt = next((out / "checkpoints").iterdir())
+    ckpt = next((out / "checkpoints").glob("*.pt"))
     data = ckpt.read_bytes()
     ckpt.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"not a checkpoint" * 10)
     code, _, err = run_cli("train", "--resume", str(out), "--steps", "4")
@@ -121,11 +121,11 @@ def test_mismatched_checkpoint_is_refused(tmp_path, run_cli):
     other = _make_run(tmp_path, run_cli, name="other", model_args=("--model", "small"))
     for f in (out / "checkpoints").iterdir():
         f.unlink()
-    src = next((other / "checkpoints").iterdir())
-    (out / "checkpoints" / src.name).write_bytes(src.read_bytes())
+    for src in (other / "checkpoints").iterdir():
+        (out / "checkpoints" / src.name).write_bytes(src.read_bytes())
     code, _, err = run_cli("train", "--resume", str(out), "--steps", "4")
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "does not" in err
+    assert "does not match this run" in err and "model='small'" in err
 
 
 def test_unknown_flag_is_one_line(run_cli):

@@ -14,6 +14,7 @@ from ampkit.errors import UsageError
 from ampkit.runs import create_run_dir
 from ampkit.train import TrainConfig, build_run, run_training
 from ampkit.train.checkpoint import load_latest
+from ampkit.train.run import run_identity
 from ampkit.train.config import RESUMABLE_OVERRIDES
 
 
@@ -37,7 +38,6 @@ def _resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict, Path]:
         raise UsageError(f"{run_dir} is not an ampkit train run (no config.json); pass the run directory to --resume")
     if args.out or args.config:
         raise UsageError("--resume continues in its own directory with its saved config; drop --out/--config")
-    ckpt = load_latest(run_dir)
     base = json.loads(saved.read_text(encoding="utf-8"))
     changed = {k: v for k, v in given_flags(TrainConfig, args).items()
                if k not in RESUMABLE_OVERRIDES and v != base.get(k)}
@@ -45,9 +45,9 @@ def _resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict, Path]:
         names = ", ".join(f"--{k.replace('_', '-')}" for k in changed)
         raise UsageError(f"{names} cannot change when resuming (the checkpoint was made with "
                          f"{', '.join(f'{k}={base.get(k)!r}' for k in changed)}); start a new run instead")
-    if ckpt.get("config", {}).get("model") != base.get("model"):
-        raise UsageError(f"the checkpoint in {run_dir} does not belong to its config.json; start a new run")
-    return resolve_config(TrainConfig, args, base=base), ckpt, run_dir
+    config = resolve_config(TrainConfig, args, base=base)
+    ckpt = load_latest(run_dir, identity=run_identity(config))
+    return config, ckpt, run_dir
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,13 +1,18 @@
-"""Checkpoints: everything needed to continue a run exactly, written so a crash never leaves a
-half-written file under a checkpoint's name.
+"""Checkpoints: everything needed to continue a run exactly, written so that a crash or a damaged
+disk never gets a bad file loaded.
 
-Layout: RUN_DIR/checkpoints/step-00000010.pt. A write goes to a temporary name in the same
-directory, is fsync'ed, renamed into place (atomic on POSIX), and the directory is fsync'ed so
-the rename itself survives a power loss. The newest file that loads is the latest checkpoint.
+Layout: RUN_DIR/checkpoints/step-00000010.pt and its manifest step-00000010.json. The payload goes
+to a temporary name, is fsync'ed and renamed into place (atomic on POSIX); then the manifest (sha256
+of the payload, size, ampkit version, model/precision identity, step) is written the same way. A
+checkpoint counts as complete only when its manifest exists, so a kill at any moment leaves at most
+an ignored temporary file. Loading verifies the checksum: a truncated or bit-flipped file is refused
+with the reason, never loaded.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import re
@@ -22,19 +27,24 @@ from ampkit.errors import UsageError
 CHECKPOINT_DIR = "checkpoints"
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^step-(\d{8})\.pt$")
+_HASH_CHUNK_BYTES = 1 << 22  # 4 MiB reads while hashing
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR / f"step-{step:08d}.pt"
 
 
+def manifest_path(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoints (temporary files excluded), oldest first."""
+    """Complete checkpoints (payload and manifest both present), oldest first."""
     folder = Path(run_dir) / CHECKPOINT_DIR
     if not folder.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
-    return [p for _, p in sorted(found)]
+    return [p for _, p in sorted(found) if manifest_path(p).is_file()]
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -45,30 +55,55 @@ def capture_rng_state() -> dict[str, Any]:
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(_as_python_random_state(state["python"]))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _as_python_random_state(state):
-    version, internal, gauss = state
-    return version, tuple(internal), gauss
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
-def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any], *, keep: int) -> Path:
-    """Write `payload` atomically as the checkpoint for `step`; keep only the newest `keep`."""
-    path = checkpoint_path(run_dir, step)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_atomic(path: Path, write) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    full = {"format": FORMAT_VERSION, "ampkit_version": __version__, "step": step, **payload}
     with open(tmp, "wb") as fh:
-        torch.save(full, fh)
+        write(fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any], *, keep: int,
+                    identity: dict[str, Any] | None = None) -> Path:
+    """Write `payload` atomically as the checkpoint for `step`, then its manifest; keep the newest `keep`.
+
+    `identity` (e.g. model preset and precision) goes into the manifest and is checked on load.
+    An OSError (disk full, read-only directory) propagates after removing the partial file; the
+    previous checkpoint stays the latest.
+    """
+    path = checkpoint_path(run_dir, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    full = {"format": FORMAT_VERSION, "ampkit_version": __version__, "step": step, **payload}
+    try:
+        _write_atomic(path, lambda fh: torch.save(full, fh))
+        manifest = {"format": FORMAT_VERSION, "ampkit_version": __version__, "step": step,
+                    "sha256": file_sha256(path), "bytes": path.stat().st_size, "identity": identity or {}}
+        _write_atomic(manifest_path(path), lambda fh: fh.write(json.dumps(manifest, indent=2).encode()))
+    except BaseException:
+        for leftover in (path.with_name(path.name + ".tmp"), manifest_path(path).with_name(manifest_path(path).name + ".tmp")):
+            leftover.unlink(missing_ok=True)
+        if not manifest_path(path).is_file():
+            path.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
     for old in list_checkpoints(run_dir)[:-keep]:
+        manifest_path(old).unlink(missing_ok=True)  # manifest first: a half-deleted checkpoint is incomplete
         old.unlink(missing_ok=True)
     return path
 
@@ -81,22 +116,42 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load one checkpoint file; refuse (UsageError) anything that is not a complete ampkit checkpoint."""
+def read_manifest(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(manifest_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UsageError(f"checkpoint manifest {manifest_path(path)} is missing or unreadable; delete "
+                         f"{path.name} to resume from an earlier checkpoint, or start a new run") from None
+
+
+def verify_checkpoint(path: Path, *, identity: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Check size, sha256 and identity against the manifest; return the manifest."""
+    manifest = read_manifest(path)
+    fix = f"delete {path.name} and its .json to resume from an earlier checkpoint, or start a new run"
+    if path.stat().st_size != manifest.get("bytes") or file_sha256(path) != manifest.get("sha256"):
+        raise UsageError(f"checkpoint {path} is corrupt or truncated (checksum mismatch); {fix}")
+    for key, expected in (identity or {}).items():
+        saved = manifest.get("identity", {}).get(key)
+        if saved != expected:
+            raise UsageError(f"checkpoint {path} does not match this run: it was made with {key}={saved!r}, "
+                             f"this run has {key}={expected!r}; resume with the same settings, or start a new run")
+    return manifest
+
+
+def load_checkpoint(path: Path, *, identity: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Verify, then load one checkpoint file (weights_only: no code runs from the file)."""
+    verify_checkpoint(path, identity=identity)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for truncated/corrupt archives
-        raise UsageError(
-            f"checkpoint {path} is corrupt or truncated ({type(err).__name__}); delete it to resume "
-            "from an earlier checkpoint, or start a new run"
-        ) from None
+    except Exception as err:  # a file that passed its checksum but was never a valid archive
+        raise UsageError(f"checkpoint {path} is corrupt ({type(err).__name__}); start a new run") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
         raise UsageError(f"{path} is not an ampkit checkpoint (format {FORMAT_VERSION}); start a new run")
     return state
 
 
-def load_latest(run_dir: Path) -> dict[str, Any]:
+def load_latest(run_dir: Path, *, identity: dict[str, Any] | None = None) -> dict[str, Any]:
     paths = list_checkpoints(run_dir)
     if not paths:
-        raise UsageError(f"{run_dir} has no checkpoint to resume from; start a new run with --out instead")
-    return load_checkpoint(paths[-1])
+        raise UsageError(f"{run_dir} has no complete checkpoint to resume from; start a new run with --out instead")
+    return load_checkpoint(paths[-1], identity=identity)

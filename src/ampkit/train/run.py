@@ -39,6 +39,11 @@ class Progress_:
     last_loss: float | None = None
 
 
+def run_identity(config) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed by this run (checked against its manifest)."""
+    return {"model": config.model, "precision": config.precision, "seq_len": config.seq_len, "seed": config.seed}
+
+
 def checkpoint_payload(objs: RunObjects, state: Progress_) -> dict[str, Any]:
     return {
         "config": dataclasses.asdict(objs.config),
@@ -51,6 +56,17 @@ def checkpoint_payload(objs: RunObjects, state: Progress_) -> dict[str, Any]:
         "rng": capture_rng_state(),
         "progress": dataclasses.asdict(state),
     }
+
+
+def write_checkpoint(objs: RunObjects, run_dir: Path, state: Progress_) -> None:
+    """Save a checkpoint; a failed write (disk full, read-only) stops the run cleanly: training on
+    without a safe checkpoint would risk losing everything since the last one."""
+    try:
+        save_checkpoint(run_dir, state.step, checkpoint_payload(objs, state), keep=objs.config.keep_checkpoints,
+                        identity=run_identity(objs.config))
+    except OSError as err:
+        raise TrainingError(f"checkpoint write at step {state.step} failed ({err.strerror or err}); the previous "
+                            "checkpoint stays the latest: free disk space or fix permissions, then --resume") from None
 
 
 def restore_from_checkpoint(objs: RunObjects, ckpt: dict[str, Any]) -> Progress_:
@@ -143,13 +159,16 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
                     eval_losses.append((state.step, _evaluate(objs, metrics, state.step)))
                     clock.lap()  # evaluation time is not step time
                 if config.checkpoint_every and state.step % config.checkpoint_every == 0:
-                    save_checkpoint(run_dir, state.step, checkpoint_payload(objs, state), keep=config.keep_checkpoints)
+                    write_checkpoint(objs, run_dir, state)
                     clock.lap()
         except TrainingError as err:
             status, error = "failed", str(err)
         eval_losses.append((state.step, _evaluate(objs, metrics, state.step)))
     if status == "completed" and not (config.checkpoint_every and state.step % config.checkpoint_every == 0):
-        save_checkpoint(run_dir, state.step, checkpoint_payload(objs, state), keep=config.keep_checkpoints)
+        try:
+            write_checkpoint(objs, run_dir, state)
+        except TrainingError as err:
+            status, error = "failed", str(err)
     summary = build_summary(objs, state, timings, eval_losses, wall_s=time.perf_counter() - started,
                             status=status, error=error)
     write_json_atomic(run_dir / SUMMARY_FILE, summary)

@@ -1,0 +1,180 @@
+"""Pick one precision from measurements, and say why in numbers.
+
+The rule: among the precisions that ran to the end, ran stably and whose fidelity against fp32
+passes, take the fastest by tokens/s; any within `tie_tolerance` of it counts as a tie, and a tie
+goes to the simpler regime (SIMPLICITY). fp32 is the reference: it passes fidelity by definition,
+so "nothing beats fp32" recommends fp32, with each other precision's measured slowdown and, where
+its dtype is emulated here, the missing hardware support named.
+Pure functions on plain data: the recommendation can be tested on synthetic measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ampkit.hardware.device import BF16_CPU_FLAGS, FP16_CPU_FLAGS
+
+REFERENCE = "fp32"
+
+SIMPLICITY = ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true", "fp16-true", "fp8")
+"""Simpler first: fewer moving parts (no scaler, fp32 master weights) and fewer ways to lose fidelity."""
+
+MEMORY_BOUND_FRACTION = 0.85  # a peak above this share of the device's memory earns memory advice
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """What the recommendation needs to know about one measured precision."""
+
+    name: str
+    ok: bool
+    """ran to the end (no crash, no out-of-memory)"""
+    error: str | None = None
+    stable: bool = True
+    instability: str | None = None
+    """why it is unstable, e.g. "3 non-finite losses" (None when stable)"""
+    tokens_per_s: float | None = None
+    peak_bytes: int | None = None
+    logits_cosine: float | None = None
+    fidelity_passed: bool = False
+    native: bool = True
+    """the device runs this precision's compute dtype in hardware (else: emulated)"""
+    native_note: str = ""
+    """e.g. "native: amx_bf16" or "emulated: no avx512_bf16/amx_bf16" """
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recommendation:
+    precision: str | None
+    """None when nothing can be recommended (the fp32 reference itself did not run)"""
+    reason: str
+    """one line, in numbers"""
+    disqualified: dict[str, str] = field(default_factory=dict)
+    """precision -> why it cannot be recommended"""
+    advice: list[str] = field(default_factory=list)
+    """further lines (memory-bound advice)"""
+
+    def to_dict(self) -> dict:
+        return {"precision": self.precision, "reason": self.reason, "disqualified": dict(self.disqualified),
+                "advice": list(self.advice)}
+
+
+def simplicity_rank(name: str) -> int:
+    return SIMPLICITY.index(name) if name in SIMPLICITY else len(SIMPLICITY)
+
+
+def native_support(info, precision_spec) -> tuple[bool, str]:
+    """(native?, note) for a precision's compute dtype on `info`'s device (a hardware.DeviceInfo)."""
+    if precision_spec.tf32:
+        key = "tf32"
+    else:
+        key = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(
+            str(precision_spec.compute_dtype).removeprefix("torch."), "fp32")
+    if key == "fp32":
+        return True, "native"
+    native = info.is_native(key)
+    if info.type == "cpu":
+        flags = BF16_CPU_FLAGS[:2] if key == "bf16" else FP16_CPU_FLAGS[:2]  # the x86 names
+        present = sorted(set(flags) & set(info.cpu_flags))
+        return native, (f"native: {'/'.join(present) or 'present'}" if native else f"emulated: no {'/'.join(flags)}")
+    cc = info.compute_capability or (0, 0)
+    return native, f"{'native' if native else 'emulated'} on sm_{cc[0]}{cc[1]}"
+
+
+def disqualification(c: Candidate, *, threshold: float) -> str | None:
+    """Why `c` cannot be recommended, or None."""
+    if not c.ok:
+        return f"failed: {c.error}"
+    if not c.stable:
+        return f"unstable: {c.instability}"
+    if c.tokens_per_s is None or not c.tokens_per_s > 0:
+        return "no throughput measured"
+    if c.name != REFERENCE and not c.fidelity_passed:
+        cos = "n/a" if c.logits_cosine is None or not math.isfinite(c.logits_cosine) else f"{c.logits_cosine:.4f}"
+        return f"fidelity: logits cos {cos} < {threshold}"
+    return None
+
+
+def recommend(candidates: list[Candidate], *, threshold: float = 0.99, tie_tolerance: float = 0.05,
+              capacity_bytes: int = 0) -> Recommendation:
+    """The fastest stable precision that passes fidelity; ties (within `tie_tolerance`) go to the simpler."""
+    by_name = {c.name: c for c in candidates}
+    disqualified = {c.name: why for c in candidates if (why := disqualification(c, threshold=threshold))}
+    ref = by_name.get(REFERENCE)
+    if ref is None or REFERENCE in disqualified:
+        why = disqualified.get(REFERENCE, "not measured")
+        return Recommendation(precision=None, reason=f"no recommendation: the fp32 reference {why}",
+                              disqualified=disqualified)
+    passing = [c for c in candidates if c.name not in disqualified]
+    fastest = max(passing, key=lambda c: c.tokens_per_s)
+    tied = [c for c in passing if c.tokens_per_s >= fastest.tokens_per_s * (1.0 - tie_tolerance)]
+    chosen = min(tied, key=lambda c: simplicity_rank(c.name))
+    if chosen.name == REFERENCE:
+        reason = _why_reference(candidates, ref, disqualified, tie_tolerance)
+    else:
+        reason = _why_faster(chosen, ref, fastest)
+    return Recommendation(precision=chosen.name, reason=reason, disqualified=disqualified,
+                          advice=_memory_advice(candidates, ref, passing, capacity_bytes))
+
+
+def format_speedup(ratio: float) -> str:
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
+
+
+def format_memory_change(ratio: float) -> str:
+    """0.62 -> "-38% memory"; 1.0 -> "same memory"."""
+    change = round((ratio - 1.0) * 100)
+    return "same memory" if change == 0 else f"{change:+d}% memory"
+
+
+def _why_faster(chosen: Candidate, ref: Candidate, fastest: Candidate) -> str:
+    parts = [f"{format_speedup(chosen.tokens_per_s / ref.tokens_per_s)} tokens/s"]
+    if chosen.peak_bytes and ref.peak_bytes:
+        parts.append(format_memory_change(chosen.peak_bytes / ref.peak_bytes))
+    parts.append(f"logits cos {chosen.logits_cosine:.4f} vs fp32")
+    reason = f"{chosen.name}: " + ", ".join(parts)
+    if fastest.name != chosen.name:
+        reason += (f" ({fastest.name} was {format_speedup(fastest.tokens_per_s / chosen.tokens_per_s)} as fast: "
+                   "a tie, which goes to the simpler regime)")
+    return reason
+
+
+def _why_reference(candidates: list[Candidate], ref: Candidate, disqualified: dict[str, str],
+                   tie_tolerance: float) -> str:
+    notes = []
+    for c in candidates:
+        if c.name == REFERENCE:
+            continue
+        if c.name in disqualified:
+            notes.append(f"{c.name} {disqualified[c.name]}")
+            continue
+        ratio = c.tokens_per_s / ref.tokens_per_s
+        if c.native:
+            verdict = f"within the {tie_tolerance:.0%} tie margin" if ratio >= 1 else "slower"
+            qualifier = f"{c.native_note or 'native'} here, yet {verdict}"
+        else:
+            qualifier = c.native_note or "emulated"
+        notes.append(f"{c.name} {format_speedup(ratio)} tokens/s ({qualifier})")
+    head = f"fp32: nothing measured here beats it by more than {tie_tolerance:.0%}"
+    return head + (": " + "; ".join(notes) if notes else "")
+
+
+def _memory_advice(candidates: list[Candidate], ref: Candidate, passing: list[Candidate],
+                   capacity_bytes: int) -> list[str]:
+    """When a precision's peak nears the device's memory, say which passing precision saves the most."""
+    if capacity_bytes <= 0:
+        return []
+    near = [c for c in candidates if c.peak_bytes and c.peak_bytes >= MEMORY_BOUND_FRACTION * capacity_bytes]
+    if not near:
+        return []
+    gib = 1024**3
+    worst = max(near, key=lambda c: c.peak_bytes)
+    advice = (f"memory-bound: {worst.name} peaks at {worst.peak_bytes / capacity_bytes:.0%} of the device's "
+              f"{capacity_bytes / gib:.1f} GiB")
+    leanest = min((c for c in passing if c.peak_bytes), key=lambda c: c.peak_bytes, default=None)
+    if leanest is not None and ref.peak_bytes and leanest.peak_bytes < ref.peak_bytes:
+        advice += (f"; {leanest.name} uses {format_memory_change(leanest.peak_bytes / ref.peak_bytes)} "
+                   "vs fp32 and passes fidelity")
+    advice += "; activation checkpointing or a smaller --batch-size frees more ('ampkit plan' shows the ledger)"
+    return [advice]

@@ -1,0 +1,207 @@
+"""`ampkit bench` end to end: check everything up front, run one worker process per precision
+(fp32 first), then compare, recommend, write summary.json and the reports.
+
+Everything a user can get wrong (unknown precision, a budget <= 0, tf32 on a CPU, a model too big
+for the device, an output directory that exists) is refused here before any worker starts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ampkit.bench.config import REFERENCE, BenchConfig, resolve_for_device
+from ampkit.bench.memory_check import check_model_fits
+from ampkit.bench.summary import build_summary
+from ampkit.data import DEFAULT_CORPUS_NAME, ByteTokenizer
+from ampkit.errors import TrainingError, UsageError
+from ampkit.hardware import DeviceInfo, describe_device, pick_device
+from ampkit.models import ModelConfig, get_preset
+from ampkit.models.flops import training_flops_per_token
+from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
+
+WORKERS_DIR = "workers"
+MIN_WORKER_TIMEOUT_S = 900.0  # hang protection only: a slow emulated precision still finishes within it
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchPlan:
+    """A checked bench: resolved config, device, model shape and precisions in run order."""
+
+    config: BenchConfig
+    info: DeviceInfo
+    precisions: list[str]
+    warnings: list[str]
+    model_config: ModelConfig
+    flops_per_token: float
+
+
+def plan_bench(config: BenchConfig) -> BenchPlan:
+    """Resolve "auto" settings for the device and refuse what cannot run, before any worker starts."""
+    info = describe_device(pick_device(config.device))
+    resolved, names, warnings = resolve_for_device(config, info)
+    model_config = get_preset(resolved.model, vocab_size=ByteTokenizer().vocab_size)
+    if resolved.seq_len > model_config.max_seq_len:
+        raise UsageError(f"--seq-len {resolved.seq_len} exceeds model '{model_config.name}' max_seq_len "
+                         f"{model_config.max_seq_len}; use a shorter --seq-len")
+    if resolved.data != "default" and not Path(resolved.data).exists():
+        raise UsageError(f"--data {resolved.data} does not exist; pass a .txt/.md/.jsonl file or a folder, "
+                         "or leave --data out for the embedded corpus")
+    label = f"{info.name} ({'GPU' if info.type == 'cuda' else 'host RAM'})"
+    check_model_fits(model_config, names, capacity_bytes=info.total_memory_bytes, device_label=label)
+    return BenchPlan(config=resolved, info=info, precisions=names, warnings=warnings, model_config=model_config,
+                     flops_per_token=training_flops_per_token(model_config, resolved.seq_len))
+
+
+def worker_timeout_s(config: BenchConfig) -> float:
+    return max(MIN_WORKER_TIMEOUT_S, 20.0 * config.budget_s)
+
+
+def run_worker(job_path: Path, log_path: Path, *, on_event: Callable[[dict], None], timeout_s: float) -> str | None:
+    """Run one worker process to completion; returns None, or why it died without a result."""
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ampkit.bench.worker", str(job_path)],
+                                stdout=subprocess.PIPE, stderr=log, text=True)
+        timed_out = threading.Event()
+
+        def kill():
+            timed_out.set()
+            proc.kill()
+
+        watchdog = threading.Timer(timeout_s, kill)
+        watchdog.start()
+        try:
+            for line in proc.stdout:  # progress events, one JSON object per line
+                try:
+                    on_event(json.loads(line))
+                except json.JSONDecodeError:
+                    log.write(line)  # stray prints land in the log, not on the console
+        finally:
+            watchdog.cancel()
+            code = proc.wait()
+    if timed_out.is_set():
+        return f"no result after {timeout_s:.0f} s; killed (lower --max-steps or --budget-s)"
+    if code < 0:
+        return f"worker killed by signal {-code} (signal 9 is usually the out-of-memory killer)"
+    return None
+
+
+def _last_log_line(log_path: Path) -> str:
+    lines = [line.strip() for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    return next((line for line in reversed(lines) if line), "no output")[:300]
+
+
+def measure_precision(name: str, plan: BenchPlan, run_dir: Path, progress) -> dict[str, Any]:
+    """One worker for `name`: writes workers/<name>.json (the job) and reads back <name>.result.json."""
+    workers = run_dir / WORKERS_DIR
+    paths = {key: workers / f"{name}.{suffix}" for key, suffix in
+             (("job", "job.json"), ("result", "result.json"), ("log", "log"), ("fidelity", "fidelity.pt"))}
+    write_json_atomic(paths["job"], {"config": plan.config.to_dict(), "precision": name,
+                                     "result_path": str(paths["result"]), "fidelity_path": str(paths["fidelity"])})
+    death = run_worker(paths["job"], paths["log"], on_event=lambda event: progress.update(name, event),
+                       timeout_s=worker_timeout_s(plan.config))
+    if paths["result"].is_file():
+        result = json.loads(paths["result"].read_text(encoding="utf-8"))
+    else:
+        why = death or f"worker exited without a result ({_last_log_line(paths['log'])})"
+        result = {"precision": name, "status": "failed", "error": why}
+    rel = {key: str(path.relative_to(run_dir)) for key, path in paths.items() if key != "job"}
+    rel["fidelity"] = rel["fidelity"] if paths["fidelity"].is_file() else None
+    result["files"] = rel
+    progress.finish(name, result)
+    return result
+
+
+def _refuse_without_reference(result: dict[str, Any]) -> None:
+    """fp32 is the yardstick: without it nothing can be compared, so the bench stops."""
+    error = result["error"]
+    message = f"{REFERENCE} (the reference) failed: {error}; see {result['files']['log']}"
+    if error.startswith("out of memory") or "killed by signal 9" in error:
+        raise UsageError(message)
+    raise TrainingError(message)
+
+
+def run_bench(config: BenchConfig, *, out: str | None = None, console: Console | None = None,
+              show_progress: bool = True) -> tuple[dict[str, Any], Path]:
+    """The whole bench; returns (summary, run directory). The reports are written too."""
+    from ampkit.bench.render import render_report  # matplotlib: loaded only once there is something to draw
+
+    console = console or Console(stderr=True)
+    started = time.perf_counter()
+    plan = plan_bench(config)
+    run_dir = create_run_dir(out, "bench")
+    (run_dir / WORKERS_DIR).mkdir()
+    write_json_atomic(run_dir / "config.json", plan.config.to_dict())
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    results = []
+    with BenchProgress(console, plan, enabled=show_progress) as progress:
+        for name in plan.precisions:
+            result = measure_precision(name, plan, run_dir, progress)
+            results.append(result)
+            if result["status"] != "ok":
+                if name == REFERENCE:
+                    _refuse_without_reference(result)
+                console.print(f"[red]{name} failed:[/] {result['error']}")
+    corpus = DEFAULT_CORPUS_NAME if plan.config.data == "default" else str(plan.config.data)
+    summary = build_summary(config=plan.config, info=plan.info, model_config=plan.model_config,
+                            flops_per_token=plan.flops_per_token, corpus=corpus, results=results,
+                            warnings=plan.warnings, run_dir=run_dir, wall_s=time.perf_counter() - started)
+    write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    render_report(summary, run_dir)
+    return summary, run_dir
+
+
+class BenchProgress:
+    """One bar per precision on stderr, fed by the workers' progress events; `enabled=False` is silent."""
+
+    _PHASES = {"build": "building", "fidelity": "fidelity capture", "warmup": "warmup (untimed)",
+               "peak": "measuring matmul peak"}
+
+    def __init__(self, console: Console, plan: BenchPlan, *, enabled: bool):
+        self.plan = plan
+        self.progress = Progress(TextColumn("[bold]{task.description:<11}"), BarColumn(),
+                                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                                 console=console, disable=not enabled)
+        self.tasks = {name: self.progress.add_task(name, total=1.0, status="waiting") for name in plan.precisions}
+        self._context = self.progress if enabled else nullcontext()
+
+    def __enter__(self) -> "BenchProgress":
+        self._context.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._context.__exit__(*exc)
+
+    def update(self, name: str, event: dict) -> None:
+        task = self.tasks[name]
+        if event.get("event") == "phase":
+            self.progress.update(task, status=self._PHASES.get(event.get("phase"), "measuring"))
+        elif event.get("event") == "step":
+            self.progress.update(task, completed=self._fraction(event), status=self._step_text(event))
+
+    def _fraction(self, event: dict) -> float:
+        config = self.plan.config
+        _, most = config.measured_steps_range
+        if config.steps:
+            return event["measured"] / most
+        return min(0.99, max(event["elapsed_s"] / config.budget_s, event["measured"] / most))
+
+    @staticmethod
+    def _step_text(event: dict) -> str:
+        rate = event.get("tokens", 0) / event["elapsed_s"] if event.get("elapsed_s") else 0.0
+        return f"{event['measured']} steps · {rate:,.0f} tok/s"
+
+    def finish(self, name: str, result: dict) -> None:
+        status = "done" if result["status"] == "ok" else "[red]failed[/]"
+        self.progress.update(self.tasks[name], completed=1.0, status=status)

@@ -1,0 +1,309 @@
+"""Non-finite locator: which module, in which phase, first produced an inf or a nan.
+
+Hooks on every module record, per call, |x| statistics of the module's weights and inputs (a
+forward pre-hook), its outputs (a forward hook), the gradients flowing in and out of it (a full
+backward hook) and its parameters' accumulated gradients (a post-accumulate-grad hook). Each
+record is a `Frame`, kept in a bounded ring; the first frame holding a non-finite value is the
+finding, reported with the frames that led to it. Because children finish before their parents
+(forward) and a module's backward runs only after its consumers' (backward), the first
+non-finite frame in time is the innermost module where the value appeared.
+
+Cost: every frame is a host-device sync (`.tolist()`), so the locator is a diagnostic mode, off by
+default in `train` and attached by `--detect-nonfinite` or `doctor`. Off means no hooks at all.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampkit.diagnostics.fp16 import FP16_FLUSH_AT, FP16_NEAR_MAX
+
+ROOT = "(model)"
+"""Display path of the root module (its dotted path is the empty string)."""
+
+# A module whose inputs need no gradient (an embedding fed token ids) still gets its full backward
+# hook, called with grad_input = (None,); torch warns about that on every such call.
+_NO_INPUT_GRAD_WARNING = "Full backward hook is firing when gradients are computed with respect to module outputs"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorStats:
+    """|x| statistics of the floating-point tensors at one site of one call (ints are skipped)."""
+
+    numel: int
+    absmin: float
+    """smallest nonzero finite |x| (inf when there is none)"""
+    absmax: float
+    """largest finite |x| (0 when there is none)"""
+    n_nan: int
+    n_inf: int
+    near_max: int
+    """elements with |x| > 65504 / 2: one doubling from fp16 overflow"""
+    fp16_flush: int
+    """nonzero elements that a cast to fp16 turns into exact zeros (|x| <= 2^-25); 0 for fp16 tensors"""
+    dtype: str
+
+    @property
+    def nonfinite(self) -> int:
+        return self.n_nan + self.n_inf
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Frame:
+    """One hook call: a module, a phase, and stats per site.
+
+    Sites: forward pre-hook -> "weights", "inputs"; forward hook -> "outputs"; full backward hook ->
+    "grad_output" (arriving from the consumers), "grad_input" (what this module sends upstream);
+    post-accumulate hook -> "param_grad".
+    """
+
+    index: int
+    step: int
+    module: str
+    cls: str
+    phase: str
+    stats: dict[str, TensorStats]
+
+    def sites_with(self, attribute: str) -> list[str]:
+        return [site for site, s in self.stats.items() if getattr(s, attribute)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "step": self.step, "module": self.module, "cls": self.cls, "phase": self.phase,
+                "stats": {site: s.to_dict() for site, s in self.stats.items()}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """Where something first went wrong: `kind` "nonfinite" or "near_fp16_max"."""
+
+    kind: str
+    module: str
+    cls: str
+    phase: str
+    site: str
+    step: int
+    values: str
+    """"inf", "nan", "inf+nan", or "|x| up to 1.2e+05"."""
+    explanation: str
+    frames: tuple[Frame, ...] = field(default=(), repr=False)
+
+    def to_dict(self, *, frames: bool = True) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in ("kind", "module", "cls", "phase", "site", "step", "values", "explanation")}
+        if frames:
+            out["frames"] = [f.to_dict() for f in self.frames]
+        return out
+
+
+def _floating(tensors: Iterable[Any]) -> list[torch.Tensor]:
+    return [t.detach() for t in tensors
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0]
+
+
+def _flatten(obj: Any) -> Iterator[Any]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _flatten(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from _flatten(item)
+
+
+def _stat_row(t: torch.Tensor) -> torch.Tensor:
+    """[absmin, absmax, n_nan, n_inf, near_max, fp16_flush] of one tensor, on its device (no sync)."""
+    a = t.abs()
+    finite = torch.isfinite(a)
+    n_nan = torch.isnan(a).sum()
+    n_inf = (~finite).sum() - n_nan
+    a = torch.where(finite, a, torch.zeros((), dtype=a.dtype, device=a.device))
+    positive = a > 0
+    absmin = torch.where(positive, a, torch.full((), float("inf"), dtype=a.dtype, device=a.device)).amin()
+    near_max = (a > FP16_NEAR_MAX).sum()
+    if t.dtype == torch.float16:
+        flush = torch.zeros((), dtype=torch.long, device=a.device)  # already fp16: what flushed is gone
+    else:
+        flush = (positive & (a <= FP16_FLUSH_AT)).sum()
+    return torch.stack([absmin.double(), a.amax().double(), n_nan.double(), n_inf.double(),
+                        near_max.double(), flush.double()])
+
+
+def tensor_stats(tensors: Iterable[Any]) -> TensorStats | None:
+    """Combined stats of the floating tensors among `tensors`; None when there are none. One sync."""
+    floats = _floating(tensors)
+    if not floats:
+        return None
+    rows = torch.stack([_stat_row(t).to(floats[0].device) for t in floats]).tolist()  # sync point
+    dtypes = sorted({str(t.dtype).replace("torch.", "") for t in floats})
+    return TensorStats(
+        numel=sum(t.numel() for t in floats),
+        absmin=min(r[0] for r in rows), absmax=max(r[1] for r in rows),
+        n_nan=int(sum(r[2] for r in rows)), n_inf=int(sum(r[3] for r in rows)),
+        near_max=int(sum(r[4] for r in rows)), fp16_flush=int(sum(r[5] for r in rows)),
+        dtype="+".join(dtypes),
+    )
+
+
+def _describe_values(stats: TensorStats) -> str:
+    if stats.nonfinite:
+        return "+".join(name for name, n in (("inf", stats.n_inf), ("nan", stats.n_nan)) if n)
+    return f"|x| up to {stats.absmax:.3g}"
+
+
+def _parent(path: str) -> str:
+    return path.rsplit(".", 1)[0] if "." in path else ROOT
+
+
+_NONFINITE_WHY = {
+    ("forward", "weights"): "the weights of {m} already hold {v}: an earlier optimizer step wrote them "
+                            "(a non-finite gradient was applied)",
+    ("forward", "inputs"): "the inputs of {m} were already {v}: produced by code outside any module, "
+                           "in {p}.forward",
+    ("forward", "outputs"): "{m} ({c}) produced {v} in its forward output from finite inputs and weights",
+    ("backward", "grad_output"): "the gradient arriving at the output of {m} was already {v}: produced by the "
+                                 "backward of code outside any module, in {p}.forward",
+    ("backward", "grad_input"): "the backward of {m} ({c}) turned a finite incoming gradient into {v}",
+    ("backward", "param_grad"): "the accumulated gradient of {m}'s parameters holds {v}",
+}
+_NEAR_MAX_WHY = ("{m} ({c}) holds values near fp16's limit at its {s} ({v} > 65504 / 2): one doubling "
+                 "from overflow in fp16")
+
+
+class NonFiniteLocator:
+    """Attach to a model; after a step, `first_nonfinite` names the module and phase where an inf/nan
+    first appeared, `first_near_max` the first site with |x| > 65504 / 2.
+
+    Usage: `with NonFiniteLocator(model) as loc: ...train steps...` (or `attach()`/`detach()`).
+    `begin_step(step)` tags frames with the caller's step number. Recording stops at the first
+    non-finite frame (later frames only repeat the damage).
+    """
+
+    def __init__(self, model: nn.Module, *, ring_size: int = 32):
+        if ring_size < 1:
+            raise ValueError(f"ring_size must be >= 1, got {ring_size}")
+        self.model = model
+        self.ring: deque[Frame] = deque(maxlen=ring_size)
+        self.step = 0
+        self.first_nonfinite: Finding | None = None
+        self.first_near_max: Finding | None = None
+        self.limits: dict[tuple[str, str, str], dict[str, float]] = {}
+        """(module, phase, site) -> worst |x| seen, near-max and fp16-flush counts (until the first non-finite)"""
+        self._frames = 0
+        self._handles: list[Any] = []
+        self._classes = {path: type(m).__name__ for path, m in model.named_modules()}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def attach(self) -> "NonFiniteLocator":
+        if self._handles:
+            return self
+        warnings.filterwarnings("ignore", message=_NO_INPUT_GRAD_WARNING)
+        for path, module in self.model.named_modules():
+            self._handles += [
+                module.register_forward_pre_hook(functools.partial(self._on_forward_pre, path), with_kwargs=True),
+                module.register_forward_hook(functools.partial(self._on_forward, path)),
+                module.register_full_backward_hook(functools.partial(self._on_backward, path)),
+            ]
+        for name, param in self.model.named_parameters():  # tied weights appear once, under their first owner
+            if param.requires_grad:
+                owner = name.rsplit(".", 1)[0] if "." in name else ""
+                self._handles.append(
+                    param.register_post_accumulate_grad_hook(functools.partial(self._on_param_grad, owner)))
+        return self
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def __enter__(self) -> "NonFiniteLocator":
+        return self.attach()
+
+    def __exit__(self, *exc) -> None:
+        self.detach()
+
+    def begin_step(self, step: int) -> None:
+        self.step = step
+
+    def reset(self) -> None:
+        """Forget findings and frames (keeps the hooks)."""
+        self.ring.clear()
+        self.first_nonfinite = self.first_near_max = None
+        self.limits = {}
+
+    @property
+    def done(self) -> bool:
+        return self.first_nonfinite is not None
+
+    # -- hooks -----------------------------------------------------------------------------
+    def _on_forward_pre(self, path: str, module: nn.Module, args, kwargs) -> None:
+        if self.done:
+            return
+        stats = {"weights": tensor_stats(module.parameters(recurse=False)),
+                 "inputs": tensor_stats(_flatten((args, kwargs)))}
+        self._record(path, "forward", stats)
+
+    def _on_forward(self, path: str, module: nn.Module, args, output) -> None:
+        if not self.done:
+            self._record(path, "forward", {"outputs": tensor_stats(_flatten(output))})
+
+    def _on_backward(self, path: str, module: nn.Module, grad_input, grad_output) -> None:
+        if not self.done:
+            self._record(path, "backward", {"grad_output": tensor_stats(_flatten(grad_output)),
+                                            "grad_input": tensor_stats(_flatten(grad_input))})
+
+    def _on_param_grad(self, owner: str, param: torch.Tensor) -> None:
+        if not self.done:
+            self._record(owner, "backward", {"param_grad": tensor_stats([param.grad])})
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def _record(self, path: str, phase: str, stats: dict[str, TensorStats | None]) -> None:
+        present = {site: s for site, s in stats.items() if s is not None}
+        if not present:
+            return
+        frame = Frame(index=self._frames, step=self.step, module=path or ROOT, cls=self._classes.get(path, "?"),
+                      phase=phase, stats=present)
+        self._frames += 1
+        self.ring.append(frame)
+        self._note_limits(frame)
+        bad = frame.sites_with("nonfinite")
+        if bad:  # sites are listed in the order the values arrived: the first one is the origin
+            self.first_nonfinite = self._finding("nonfinite", frame, bad[0])
+        elif self.first_near_max is None and (near := frame.sites_with("near_max")):
+            self.first_near_max = self._finding("near_fp16_max", frame, near[0])
+
+    def _note_limits(self, frame: Frame) -> None:
+        for site, s in frame.stats.items():
+            if not (s.near_max or s.fp16_flush):
+                continue
+            entry = self.limits.setdefault((frame.module, frame.phase, site),
+                                           {"absmax": 0.0, "near_max": 0, "fp16_flush": 0, "numel": 0})
+            entry["absmax"] = max(entry["absmax"], s.absmax)
+            entry["near_max"] += s.near_max
+            entry["fp16_flush"] += s.fp16_flush
+            entry["numel"] += s.numel
+
+    def _finding(self, kind: str, frame: Frame, site: str) -> Finding:
+        values = _describe_values(frame.stats[site])
+        template = _NONFINITE_WHY[(frame.phase, site)] if kind == "nonfinite" else _NEAR_MAX_WHY
+        why = template.format(m=frame.module, c=frame.cls, v=values, p=_parent(frame.module), s=site)
+        return Finding(kind=kind, module=frame.module, cls=frame.cls, phase=frame.phase, site=site,
+                       step=frame.step, values=values, explanation=why, frames=tuple(self.ring))
+
+    def summary(self, *, frames: bool = True) -> dict[str, Any]:
+        """JSON-ready: the findings (with their frame rings) and the sites near fp16's limits."""
+        return {
+            "first_nonfinite": self.first_nonfinite.to_dict(frames=frames) if self.first_nonfinite else None,
+            "first_near_fp16_max": self.first_near_max.to_dict(frames=False) if self.first_near_max else None,
+            "near_limits": [{"module": m, "phase": p, "site": s, **v} for (m, p, s), v in self.limits.items()],
+        }
