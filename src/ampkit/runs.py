@@ -86,6 +86,25 @@ class MetricsWriter:
         self.close()
 
 
+def truncate_metrics_after(path: str | Path, step: int) -> None:
+    """Keep only records up to `step` (resuming from a checkpoint at `step` redoes later steps), and
+    drop a torn last line left by a killed writer. Rewritten atomically."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a kill
+        if record.get("step", 0) <= step:
+            kept.append(line)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ampkit import __version__
 from ampkit.errors import TrainingError, UsageError
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
-from ampkit.runs import METRICS_FILE, SUMMARY_FILE, MetricsWriter, write_json_atomic
+from ampkit.runs import METRICS_FILE, SUMMARY_FILE, MetricsWriter, truncate_metrics_after, write_json_atomic
 from ampkit.train.build import RunObjects
 from ampkit.train.checkpoint import capture_rng_state, restore_rng_state, save_checkpoint
 
@@ -123,7 +123,9 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
     console = console or Console(stderr=True)
     state = restore_from_checkpoint(objs, ckpt) if ckpt else Progress_()
     log_every = config.log_every or (10 if objs.device.type == "cuda" else 1)
-    if not ckpt:
+    if ckpt:
+        truncate_metrics_after(run_dir / METRICS_FILE, state.step)
+    else:
         write_json_atomic(run_dir / "config.json", dataclasses.asdict(config))
     timings: list[tuple[float, int]] = []  # (seconds per step, real tokens per step) at log steps
     eval_losses: list[tuple[int, float]] = []

@@ -1,0 +1,24 @@
+"""The short kill test: 5 SIGKILLs at random moments (some during checkpoint writes), resumed each
+time; the final losses equal an uninterrupted run's bitwise. The 20-kill run is
+`python benchmarks/kill_resume.py --kills 20` (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kill_resume.py"
+
+
+def test_five_kills_resume_bitwise(tmp_path):
+    out = tmp_path / "kill.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--kills", "5", "--steps", "30", "--json-out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["kills"] >= 5
+    assert result["kills_during_checkpoint_write"] >= 1
+    assert result["every_resume_loaded_latest_complete_checkpoint"] is True
+    assert result["losses_bitwise_equal"] is True
