@@ -12,3 +12,11 @@ class UsageError(Exception):
 
 class TrainingError(Exception):
     """A run that cannot continue (e.g. the loss scale collapsed below its floor)."""
+
+
+class RunInterrupted(TrainingError):
+    """SIGINT/SIGTERM stopped a run gracefully (after a checkpoint); the exit code is 128 + signal."""
+
+    def __init__(self, message: str, *, signum: int):
+        super().__init__(message)
+        self.signum = signum

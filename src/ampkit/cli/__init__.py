@@ -13,7 +13,7 @@ import importlib.util
 import sys
 
 from ampkit import __version__
-from ampkit.errors import TrainingError, UsageError
+from ampkit.errors import RunInterrupted, TrainingError, UsageError
 
 # Order is the order shown in `ampkit --help`.
 COMMANDS = ("bench", "train", "doctor", "plan", "kv", "hw", "report")
@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"ampkit {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except RunInterrupted as err:
+        print(f"ampkit {args.command}: {err}", file=sys.stderr)
+        return 128 + err.signum
     except TrainingError as err:
         print(f"ampkit {args.command}: run failed: {err}", file=sys.stderr)
         return EXIT_FAILED

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -18,10 +19,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ampkit import __version__
-from ampkit.errors import TrainingError, UsageError
+from ampkit.errors import RunInterrupted, TrainingError, UsageError
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.runs import METRICS_FILE, SUMMARY_FILE, MetricsWriter, truncate_metrics_after, write_json_atomic
 from ampkit.train.build import RunObjects
+from ampkit.train.signals import StopRequests
 from ampkit.train.checkpoint import capture_rng_state, restore_rng_state, save_checkpoint
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -134,7 +136,7 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
     reset_peak_memory(objs.device)
     started = time.perf_counter()
     with objs.policy.run_context(), MetricsWriter(run_dir / METRICS_FILE, append=bool(ckpt)) as metrics, \
-            _progress_bar(console, config.steps, state.step) as bar:
+            _progress_bar(console, config.steps, state.step) as bar, StopRequests() as stops:
         bar.disable = not show_progress
         if not ckpt:
             eval_losses.append((0, _evaluate(objs, metrics, 0)))
@@ -163,10 +165,13 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
                 if config.checkpoint_every and state.step % config.checkpoint_every == 0:
                     write_checkpoint(objs, run_dir, state)
                     clock.lap()
+                if stops.signum is not None:
+                    status = "stopped"
+                    break
         except TrainingError as err:
             status, error = "failed", str(err)
         eval_losses.append((state.step, _evaluate(objs, metrics, state.step)))
-    if status == "completed" and not (config.checkpoint_every and state.step % config.checkpoint_every == 0):
+    if status in ("completed", "stopped") and not (config.checkpoint_every and state.step % config.checkpoint_every == 0):
         try:
             write_checkpoint(objs, run_dir, state)
         except TrainingError as err:
@@ -176,6 +181,10 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
     write_json_atomic(run_dir / SUMMARY_FILE, summary)
     if error:
         raise TrainingError(f"{error} (partial summary in {run_dir / SUMMARY_FILE})")
+    if status == "stopped":
+        name = signal.Signals(stops.signum).name
+        raise RunInterrupted(f"stopped by {name} at step {state.step} after writing a checkpoint; "
+                             f"continue with: ampkit train --resume {run_dir}", signum=stops.signum)
     return summary
 
 
