@@ -1,0 +1,56 @@
+"""`ampkit kv`: the KV-cache token budget of serving a model on a GPU, side by side per KV dtype.
+
+bytes/token = 2 x layers x KV heads x head dim x bytes(KV dtype); pool = GPU memory x utilization
+- weights - activation reserve - non-torch overhead; max tokens and concurrent requests at a context
+length. Writes summary.json (schema "ampkit.kv/1") and report.html into the run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ampkit.cli.plan import wide_console
+from ampkit.config import add_config_flags, resolve_config
+from ampkit.plan.config import KvConfig
+from ampkit.plan.describe import describe_model
+from ampkit.plan.planner import build_kv
+from ampkit.plan.render import kv_budget_lines, kv_table, write_kv_report
+from ampkit.runs import create_run_dir, write_json_atomic
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "kv", help="KV-cache token budget for serving, per KV dtype",
+        description="How many tokens and requests a GPU's KV cache holds, per KV dtype (GiB = 1024^3 B).")
+    add_config_flags(parser, KvConfig)
+    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
+    parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-kv); never overwritten")
+    parser.add_argument("--json", action="store_true", help="print summary.json to stdout and nothing else")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    config = resolve_config(KvConfig, args, toml_path=args.config)
+    desc = describe_model(config.model)
+    summary = build_kv(config, desc=desc)
+    run_dir = create_run_dir(args.out, "kv")
+    write_json_atomic(run_dir / "config.json", summary["config"])
+    write_json_atomic(run_dir / "summary.json", summary)
+    if args.json:
+        print(json.dumps(summary, indent=2), flush=True)
+    else:
+        _print(summary, run_dir)
+    write_kv_report(summary, run_dir)
+    return 0
+
+
+def _print(summary: dict, run_dir) -> None:
+    console = wide_console()
+    for line in kv_budget_lines(summary):
+        console.print(line)
+    console.print(kv_table(summary))
+    if summary["budget"]["pool_bytes"] <= 0:
+        console.print("[yellow]warning:[/] nothing is left for the KV cache: use a larger GPU, lower-precision "
+                      "weights (--weight-dtype) or a smaller --batched-tokens")
+    console.print(f"run directory: {run_dir} (summary.json, report.html)")

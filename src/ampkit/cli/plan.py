@@ -1,0 +1,68 @@
+"""`ampkit plan`: the memory and compute ledger of a training step, for GPUs you do not have.
+
+Per precision x optimizer x activation checkpointing: each ledger line at the step's peak
+(parameters, gradients, optimizer states, fp32 master weights, weight copies, activations,
+temporaries, framework reserve) in GiB, whether it fits a target GPU and the largest micro-batch and
+sequence that do, FLOPs and step time, and the recommended precision with the cheapest change that
+makes the run fit. `--trace` also runs one real step on fake tensors and compares.
+Writes summary.json (schema "ampkit.plan/1") and report.html into the run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+
+from ampkit.config import add_config_flags, resolve_config
+from ampkit.plan.config import PlanConfig
+from ampkit.plan.describe import describe_model
+from ampkit.plan.planner import build_plan
+from ampkit.plan.render import agreement_table, compute_table, ledger_table, model_table, recommendation_lines, \
+    write_plan_report
+from ampkit.runs import create_run_dir, write_json_atomic
+
+
+def wide_console() -> Console:
+    """Tables are wide: give logs and pipes 132 columns (a terminal keeps its own width)."""
+    console = Console()
+    return console if console.is_terminal else Console(width=132)
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "plan", help="memory and compute ledger per precision x optimizer x checkpointing, on a target GPU",
+        description="Plan a training step's memory (GiB = 1024^3 B) and compute without the GPU.")
+    add_config_flags(parser, PlanConfig)
+    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
+    parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-plan); never overwritten")
+    parser.add_argument("--json", action="store_true", help="print summary.json to stdout and nothing else")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    config = resolve_config(PlanConfig, args, toml_path=args.config)
+    desc = describe_model(config.model)  # bad model or config.json: refused before the run dir exists
+    summary = build_plan(config, desc=desc)
+    run_dir = create_run_dir(args.out, "plan")
+    write_json_atomic(run_dir / "config.json", summary["config"])
+    write_json_atomic(run_dir / "summary.json", summary)
+    if args.json:
+        print(json.dumps(summary, indent=2), flush=True)
+    else:
+        _print(summary, config.trace, run_dir)
+    write_plan_report(summary, run_dir)  # after the answer is on screen: plotting takes a moment
+    return 0
+
+
+def _print(summary: dict, traced: bool, run_dir) -> None:
+    console = wide_console()
+    console.print(model_table(summary["model"]))
+    console.print(ledger_table(summary))
+    console.print(compute_table(summary))
+    if traced:
+        console.print(agreement_table(summary))
+    for line in recommendation_lines(summary["recommendation"], summary["target"]):
+        console.print(line)
+    console.print(f"run directory: {run_dir} (summary.json, report.html)")

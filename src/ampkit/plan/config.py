@@ -1,0 +1,104 @@
+"""Typed configs of `ampkit plan` and `ampkit kv`: every field is a flag and a TOML key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ampkit.errors import UsageError
+from ampkit.plan.kv import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, check_dtype
+from ampkit.plan.numerics import parse_precisions
+from ampkit.plan.optim import check_optimizer
+from ampkit.plan.setting import CHECKPOINTING, PARALLEL
+
+
+DEFAULT_KV_GPU = "A100-80GB"
+
+
+def split_list(text: str, flag: str) -> list[str]:
+    items = [part.strip().lower() for part in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise UsageError(f"{flag} {text!r} has an empty item; give a comma-separated list")
+    return list(dict.fromkeys(items))
+
+
+def _positive(config, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanConfig:
+    """`ampkit plan`: a model's training-step memory and compute per precision x optimizer x checkpointing."""
+
+    model: str = field(default="7b", metadata={"help": "preset name (tiny, small, gpt2-124m, 1b, 7b, 13b, 70b) or a Hugging Face config.json"})
+    gpu: str | None = field(default=None, metadata={"help": "target GPU from the table (e.g. A100-80GB, H100-80GB, T4)"})
+    gpu_mem: str | None = field(default=None, metadata={"help": "target memory instead of (or overriding) --gpu's, e.g. 24GiB or 80GB"})
+    precisions: str = field(default="all", metadata={"help": "comma-separated precisions, or 'all' (fp32, tf32, fp16-mixed, bf16-mixed, bf16-true, fp16-true, fp8)"})
+    optimizers: str = field(default="adamw", metadata={"help": "comma-separated: adamw, adamw-8bit, sgd, sgd-momentum"})
+    checkpointing: str = field(default="none,full", metadata={"help": "comma-separated activation checkpointing modes: none, full"})
+    micro_batch: int = field(default=1, metadata={"help": "sequences per micro-batch"})
+    seq_len: int = field(default=2048, metadata={"help": "tokens per sequence"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    world_size: int = field(default=1, metadata={"help": "data-parallel GPUs (with --parallel fsdp: shards)"})
+    parallel: str = field(default="none", metadata={"help": "none, ddp or fsdp (fsdp divides parameters, gradients and states)"})
+    mfu: float = field(default=0.4, metadata={"help": "assumed model-FLOPs utilization for step time"})
+    trace: bool = field(default=False, metadata={"help": "also run the traced engine (one step on fake tensors) for buildable models"})
+    context_gib: float = field(default=0.5, metadata={"help": "CUDA context and workspaces outside the allocator, GiB"})
+    fragmentation: float = field(default=0.05, metadata={"help": "allocator slack as a fraction of the tensor peak"})
+
+    def __post_init__(self):
+        _positive(self, ("micro_batch", "seq_len", "grad_accum", "world_size"))
+        parse_precisions(self.precisions)
+        for name in split_list(self.optimizers, "--optimizers"):
+            check_optimizer(name)
+        for mode in split_list(self.checkpointing, "--checkpointing"):
+            if mode not in CHECKPOINTING:
+                raise UsageError(f"unknown checkpointing {mode!r}; choose from: {', '.join(CHECKPOINTING)}")
+        if self.parallel not in PARALLEL:
+            raise UsageError(f"unknown --parallel {self.parallel!r}; choose from: {', '.join(PARALLEL)}")
+        if not 0 < self.mfu <= 1:
+            raise UsageError(f"--mfu must be in (0, 1], got {self.mfu}")
+        if self.context_gib < 0 or self.fragmentation < 0:
+            raise UsageError("--context-gib and --fragmentation must be >= 0")
+
+    def precision_list(self) -> list[str]:
+        return parse_precisions(self.precisions)
+
+    def optimizer_list(self) -> list[str]:
+        return split_list(self.optimizers, "--optimizers")
+
+    def checkpointing_list(self) -> list[str]:
+        return split_list(self.checkpointing, "--checkpointing")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvConfig:
+    """`ampkit kv`: the KV-cache token budget of serving a model on a GPU, per KV dtype."""
+
+    model: str = field(default="7b", metadata={"help": "preset name or a Hugging Face config.json"})
+    gpu: str | None = field(default=None, metadata={"help": "GPU from the table (A100-80GB when neither --gpu nor --gpu-mem is given)"})
+    gpu_mem: str | None = field(default=None, metadata={"help": "GPU memory instead of (or overriding) --gpu's, e.g. 24GiB"})
+    utilization: float = field(default=0.9, metadata={"help": "fraction of GPU memory the server may use (vLLM's gpu_memory_utilization)"})
+    weight_dtype: str = field(default="bf16", metadata={"help": "weight storage dtype: fp32, fp16, bf16 or fp8"})
+    kv_dtypes: str = field(default="fp32,fp16,bf16,fp8", metadata={"help": "comma-separated KV-cache dtypes to compare"})
+    context_len: int = field(default=4096, metadata={"help": "tokens per request, for the concurrent-request count"})
+    batched_tokens: int = field(default=8192, metadata={"help": "largest tokens one forward batches (sizes the activation reserve)"})
+    activation_reserve_gib: float | None = field(default=None, metadata={"help": "activation reserve in GiB (default: estimated from --batched-tokens)"})
+    overhead_gib: float = field(default=0.5, metadata={"help": "non-torch memory (CUDA context, NCCL), GiB"})
+
+    def __post_init__(self):
+        _positive(self, ("context_len", "batched_tokens"))
+        if not 0 < self.utilization <= 1:
+            raise UsageError(f"--utilization must be in (0, 1], got {self.utilization}")
+        check_dtype(self.weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")
+        for name in self.kv_dtype_list():
+            check_dtype(name, KV_DTYPE_BYTES, "--kv-dtypes")
+        if self.overhead_gib < 0 or (self.activation_reserve_gib is not None and self.activation_reserve_gib < 0):
+            raise UsageError("--overhead-gib and --activation-reserve-gib must be >= 0")
+        if not (self.gpu or self.gpu_mem):  # the seeds' 80 GB card
+            object.__setattr__(self, "gpu", DEFAULT_KV_GPU)
+
+    def kv_dtype_list(self) -> list[str]:
+        return split_list(self.kv_dtypes, "--kv-dtypes")

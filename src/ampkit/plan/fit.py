@@ -1,0 +1,138 @@
+"""Fit a step on a GPU: does it fit, with what headroom, and the largest micro-batch or sequence.
+
+Capacity: `--gpu NAME` takes the DESIGN.md table's nominal memory (read as GiB) less 1% that the
+driver and ECC keep (torch reports A100-80GB as ~79.3 GiB); `--gpu-mem 24GiB` is taken as given.
+A step fits when its ledger total (tensor peak + framework reserve) is at most the capacity.
+
+Largest micro-batch / sequence: every allocation in the analytic replay is affine in the number of
+tokens (flash attention keeps no T x T matrix), so the total after each allocation is A_i + B_i * x
+for x = micro-batch (or sequence length). Two replays give every (A_i, B_i); the largest x with
+(1 + fragmentation) * max_i(A_i + B_i x) + context <= capacity is then solved exactly, and checked.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+
+from ampkit.errors import UsageError
+from ampkit.hardware import GPUS, GpuSpec, lookup_gpu
+from ampkit.plan.describe import ModelDescription
+from ampkit.plan.ledger import StepReplay, analytic_ledger
+from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, StepSetting
+
+DRIVER_RESERVED = 0.01  # fraction of nominal memory the driver / ECC keep from PyTorch
+MAX_SEARCH = 1 << 24  # upper bound for micro-batch / sequence searches
+
+_UNITS = {"b": 1, "kib": 1024, "mib": 1024**2, "gib": GIB, "tib": 1024**4,
+          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+
+
+def parse_memory(text: str) -> int:
+    """'24GiB', '80 GB', '81920MiB' -> bytes. GiB = 1024**3, GB = 1000**3; a bare number is GiB."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = (match.group(2) or "GiB").lower() if match else ""
+    if not match or unit not in _UNITS:
+        raise UsageError(f"cannot read memory size {text!r}; write e.g. 24GiB, 80GB or 16384MiB")
+    value = float(match.group(1)) * _UNITS[unit]
+    if value <= 0:
+        raise UsageError(f"memory size must be positive, got {text!r}")
+    return int(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """The memory a plan must fit in."""
+
+    name: str
+    capacity_bytes: int
+    gpu: GpuSpec | None
+    """the table entry when the target is a named GPU (peaks for the compute estimate)"""
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "capacity_bytes": self.capacity_bytes,
+                "capacity_gib": round(self.capacity_bytes / GIB, 2), "gpu": self.gpu.name if self.gpu else None}
+
+
+def resolve_target(gpu: str | None, gpu_mem: str | None) -> Target | None:
+    """`--gpu` and/or `--gpu-mem` -> a Target (memory from --gpu-mem when both are given)."""
+    spec = _lookup(gpu) if gpu else None
+    if gpu_mem:
+        capacity = parse_memory(gpu_mem)
+        return Target(name=spec.name if spec else gpu_mem.strip(), capacity_bytes=capacity, gpu=spec)
+    if spec is None:
+        return None
+    return Target(name=spec.name, capacity_bytes=int(spec.memory_bytes * (1 - DRIVER_RESERVED)), gpu=spec)
+
+
+def _lookup(name: str) -> GpuSpec:
+    try:
+        return lookup_gpu(name)
+    except UsageError:
+        raise UsageError(f"unknown GPU {name!r}; known GPUs: {', '.join(GPUS)} "
+                         "(or give --gpu-mem 24GiB for any card)") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fit:
+    fits: bool
+    headroom_bytes: int
+    """capacity minus the ledger total (negative: short by that much)"""
+    max_micro_batch: int
+    """largest micro-batch that fits at this sequence length (0: not even 1)"""
+    max_seq_len: int
+    """largest sequence that fits at this micro-batch (0: not even 1 token)"""
+
+    def to_dict(self) -> dict:
+        return {"fits": self.fits, "headroom_bytes": self.headroom_bytes,
+                "headroom_gib": round(self.headroom_bytes / GIB, 3),
+                "max_micro_batch": self.max_micro_batch, "max_seq_len": self.max_seq_len}
+
+
+def _budget(capacity: int, context_bytes: int, fragmentation: float) -> float:
+    """The tensor peak allowed once the reserve is taken out."""
+    return (capacity - context_bytes) / (1 + fragmentation)
+
+
+def _totals(desc: ModelDescription, setting: StepSetting) -> list[int]:
+    replay = StepReplay(desc, setting)
+    replay.r.totals = []
+    replay.run()
+    return replay.r.totals
+
+
+def largest(desc: ModelDescription, setting: StepSetting, capacity: int, *, field: str,
+            context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION,
+            limit: int = MAX_SEARCH) -> int:
+    """Largest `field` ("micro_batch" or "seq_len") that fits, all else as in `setting` (0: none)."""
+    budget = _budget(capacity, context_bytes, fragmentation)
+    at1, at2 = _totals(desc, replace(setting, **{field: 1})), _totals(desc, replace(setting, **{field: 2}))
+    best = limit
+    for a1, a2 in zip(at1, at2):
+        slope, intercept = a2 - a1, 2 * a1 - a2
+        if slope <= 0:
+            if intercept > budget:
+                return 0
+            continue
+        best = min(best, math.floor((budget - intercept) / slope))
+    best = max(0, best)
+    # the replay rounds each allocation to whole bytes: confirm, and step down if a rounding bit
+    while best > 0 and not _fits_total(desc, replace(setting, **{field: best}), capacity,
+                                       context_bytes, fragmentation):
+        best -= 1
+    return best
+
+
+def _fits_total(desc, setting, capacity, context_bytes, fragmentation) -> bool:
+    ledger = analytic_ledger(desc, setting, context_bytes=context_bytes, fragmentation=fragmentation)
+    return ledger.total <= capacity
+
+
+def fit(desc: ModelDescription, setting: StepSetting, total_bytes: int, capacity: int, *,
+        context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION) -> Fit:
+    limit = desc.max_positions or MAX_SEARCH
+    kwargs = {"context_bytes": context_bytes, "fragmentation": fragmentation}
+    return Fit(fits=total_bytes <= capacity, headroom_bytes=capacity - total_bytes,
+               max_micro_batch=largest(desc, setting, capacity, field="micro_batch", **kwargs),
+               max_seq_len=largest(desc, setting, capacity, field="seq_len", limit=limit, **kwargs))

@@ -1,0 +1,83 @@
+"""KV-cache budget for serving: bytes per token, the pool, how many tokens and requests fit.
+
+bytes per token = 2 (K and V) x layers x KV heads x head dim x bytes(KV dtype).
+pool = GPU memory x utilization - weights - activation reserve - non-torch overhead (vLLM's way:
+it profiles one forward at its largest batched-token count for the activation peak; here that
+peak is estimated, or given with --activation-reserve).
+max tokens = floor(pool / bytes per token); max requests at a context = floor(max tokens / context).
+The pool's exact token capacity (a real number) scales with 1/bytes, so an fp16 cache holds
+exactly twice the tokens of an fp32 one; the whole-token floor can differ from 2x by one token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ampkit.errors import UsageError
+from ampkit.plan.describe import ModelDescription
+from ampkit.plan.numerics import FP32_BYTES as F
+
+KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+WEIGHT_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+LOGIT_ROWS = 256
+"""sequences whose last-position logits (fp32) one serving forward computes at most (vLLM's default
+max_num_seqs)"""
+
+
+def check_dtype(name: str, table: dict[str, int], flag: str) -> str:
+    key = name.strip().lower()
+    if key not in table:
+        raise UsageError(f"unknown {flag} {name!r}; choose from: {', '.join(table)}")
+    return key
+
+
+def kv_bytes_per_token(desc: ModelDescription, kv_dtype: str) -> int:
+    """K and V for one token across all layers."""
+    size = KV_DTYPE_BYTES[check_dtype(kv_dtype, KV_DTYPE_BYTES, "--kv-dtypes")]
+    return 2 * desc.n_layers * desc.n_kv_heads * desc.head_dim * size
+
+
+def weight_bytes(desc: ModelDescription, weight_dtype: str) -> int:
+    return desc.num_parameters() * WEIGHT_DTYPE_BYTES[check_dtype(weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")]
+
+
+def activation_reserve_bytes(desc: ModelDescription, *, batched_tokens: int, weight_dtype: str) -> int:
+    """Estimated peak of one serving forward over `batched_tokens` tokens: the widest layer's
+    intermediates (q, k, v, attention output, the MLP's two hidden tensors, the residual and its
+    norm) in the weight dtype, plus fp32 logits for up to LOGIT_ROWS sequences."""
+    b = WEIGHT_DTYPE_BYTES[check_dtype(weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")]
+    per_token = (2 * desc.q_dim + 2 * desc.kv_dim + 2 * desc.d_ff + 2 * desc.d_model) * b
+    return batched_tokens * per_token + min(batched_tokens, LOGIT_ROWS) * desc.vocab_size * F
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvBudget:
+    """One KV dtype's budget."""
+
+    kv_dtype: str
+    bytes_per_token: int
+    pool_bytes: int
+    token_capacity: float
+    """pool / bytes per token, exactly"""
+    max_tokens: int
+    max_requests: int
+    """concurrent requests of `context_len` tokens each"""
+    context_len: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def kv_pool_bytes(*, capacity: int, utilization: float, weights: int, activation_reserve: int,
+                  overhead: int) -> int:
+    return int(capacity * utilization) - weights - activation_reserve - overhead
+
+
+def kv_budget(desc: ModelDescription, *, kv_dtype: str, pool_bytes: int, context_len: int) -> KvBudget:
+    per_token = kv_bytes_per_token(desc, kv_dtype)
+    pool = max(0, pool_bytes)
+    max_tokens = pool // per_token
+    return KvBudget(kv_dtype=kv_dtype, bytes_per_token=per_token, pool_bytes=pool_bytes,
+                    token_capacity=pool / per_token, max_tokens=max_tokens,
+                    max_requests=max_tokens // context_len, context_len=context_len)

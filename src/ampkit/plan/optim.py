@@ -1,0 +1,73 @@
+"""Optimizers the planner knows: their state bytes (analytic) and the real object (traced engine).
+
+State per parameter tensor of n elements, with the parameter stored in `param_bytes` per element:
+- `adamw`: torch AdamW (fused, as `ampkit train` builds it): exp_avg and exp_avg_sq in the
+  parameter's dtype (2 x 4 B = 8 B/param with fp32 weights; 2 x 2 B under bf16-true, where torch
+  keeps bf16 states) plus a 4-byte fp32 `step` per tensor.
+- `adamw-8bit`: bitsandbytes AdamW8bit: for tensors of >= 4,096 elements two uint8 states (2 B/param)
+  plus an fp32 absmax per 256-element block per state (~0.03 B/param) and two shared 256-entry fp32
+  quantization maps; smaller tensors keep two fp32 states (8 B/param), as bitsandbytes does.
+- `sgd`: torch SGD without momentum: no state.
+- `sgd-momentum`: torch SGD with momentum 0.9: one buffer in the parameter's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ampkit.errors import UsageError
+
+OPTIMIZERS = ("adamw", "adamw-8bit", "sgd", "sgd-momentum")
+BNB_MIN_8BIT_SIZE = 4096  # bitsandbytes' min_8bit_size: smaller tensors keep 32-bit states
+BNB_BLOCK = 256  # elements per absmax block of the blockwise 8-bit states (bitsandbytes >= 0.44)
+BNB_QMAP_BYTES = 2 * 256 * 4  # two shared fp32 quantization maps
+
+
+def check_optimizer(name: str) -> str:
+    key = name.strip().lower()
+    if key not in OPTIMIZERS:
+        raise UsageError(f"unknown optimizer {name!r}; choose from: {', '.join(OPTIMIZERS)}")
+    return key
+
+
+def optimizer_state_bytes(name: str, tensor_sizes: list[int], *, param_bytes: int) -> int:
+    """Bytes of optimizer state for parameter tensors of `tensor_sizes` elements."""
+    name = check_optimizer(name)
+    n = sum(tensor_sizes)
+    if name == "adamw":
+        return 2 * param_bytes * n + 4 * len(tensor_sizes)
+    if name == "sgd":
+        return 0
+    if name == "sgd-momentum":
+        return param_bytes * n
+    total = BNB_QMAP_BYTES
+    for size in tensor_sizes:
+        if size >= BNB_MIN_8BIT_SIZE:
+            total += 2 * size + 2 * 4 * math.ceil(size / BNB_BLOCK)
+        else:
+            total += 2 * 4 * size
+    return total
+
+
+def build_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
+    """The real optimizer for the traced engine (same construction as `ampkit train` for adamw:
+    fused AdamW, weight decay on matrices only)."""
+    name = check_optimizer(name)
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    if name == "sgd":
+        return torch.optim.SGD(groups, lr=1e-2, momentum=0.0)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(groups, lr=1e-2, momentum=0.9)
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        raise UsageError("tracing adamw-8bit needs bitsandbytes: pip install 'ampkit[8bit]' "
+                         "(or drop --trace: the analytic ledger plans it without)") from None
+    return bnb.optim.AdamW8bit(groups, lr=1e-3, betas=(0.9, 0.95), eps=1e-8)

@@ -1,0 +1,151 @@
+"""Assemble a plan: every configuration's ledger, fit and compute, and the advice (the summary).
+
+`build_plan(config)` returns the `summary.json` document (schema "ampkit.plan/1"); `build_kv(config)`
+the `ampkit kv` one ("ampkit.kv/1"). Memory fields are bytes unless named *_gib (GiB = 1024**3).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict
+from typing import Any
+
+from ampkit.plan.advice import base_precision, cheapest_fix, fp8_note
+from ampkit.plan.compute import step_compute
+from ampkit.plan.config import KvConfig, PlanConfig
+from ampkit.plan.describe import ModelDescription, describe_model
+from ampkit.plan.fit import Target, fit, resolve_target
+from ampkit.plan.kv import activation_reserve_bytes, kv_budget, kv_pool_bytes, weight_bytes
+from ampkit.plan.ledger import analytic_ledger
+from ampkit.plan.setting import GIB, Ledger, StepSetting
+from ampkit.plan.tracker import TENSOR_LINES
+
+PLAN_SCHEMA = "ampkit.plan/1"
+KV_SCHEMA = "ampkit.kv/1"
+TOTAL_TOLERANCE = 0.05  # analytic vs traced, on the tensor peak
+LINE_TOLERANCE = 0.10  # per line ...
+LINE_FLOOR = 0.01  # ... or within 1% of the tensor peak, for lines too small for a ratio to mean much
+UNITS = {"memory": "bytes; fields ending in _gib are GiB (1024**3 bytes)", "flops": "FLOPs",
+         "rates": "FLOP/s", "time": "seconds"}
+
+
+def ledger_kwargs(config: PlanConfig) -> dict[str, Any]:
+    return {"context_bytes": int(config.context_gib * GIB), "fragmentation": config.fragmentation}
+
+
+def settings_of(config: PlanConfig) -> list[StepSetting]:
+    combos = itertools.product(config.precision_list(), config.optimizer_list(), config.checkpointing_list())
+    return [StepSetting(precision=p, optimizer=o, checkpointing=c, micro_batch=config.micro_batch,
+                        seq_len=config.seq_len, grad_accum=config.grad_accum, world_size=config.world_size,
+                        parallel=config.parallel) for p, o, c in combos]
+
+
+def agreement(analytic: Ledger, traced: Ledger) -> dict[str, Any]:
+    """Relative differences, analytic vs traced; `within` applies the acceptance tolerances."""
+    peak = traced.tensor_peak
+    lines, within = {}, abs(analytic.tensor_peak - peak) <= TOTAL_TOLERANCE * peak
+    for line in TENSOR_LINES:
+        a, t = analytic.at_peak[line], traced.at_peak[line]
+        rel = (a - t) / t if t else (0.0 if a == 0 else None)
+        ok = abs(a - t) <= max(LINE_TOLERANCE * t, LINE_FLOOR * peak)
+        within = within and ok
+        lines[line] = {"analytic_bytes": a, "traced_bytes": t, "relative": rel, "within": ok}
+    total_rel = (analytic.tensor_peak - peak) / peak if peak else 0.0
+    return {"tensor_peak_relative": total_rel, "lines": lines, "within": within}
+
+
+def _row(desc: ModelDescription, setting: StepSetting, config: PlanConfig, target: Target | None) -> dict[str, Any]:
+    kwargs = ledger_kwargs(config)
+    ledger = analytic_ledger(desc, setting, **kwargs)
+    row: dict[str, Any] = {"setting": setting.to_dict(), "analytic": ledger.to_dict(), "traced": None,
+                           "agreement": None, "fit": None, "trace_note": None}
+    if config.trace:
+        row.update(_traced(desc, setting, ledger, kwargs))
+    if target is not None:
+        row["fit"] = fit(desc, setting, ledger.total, target.capacity_bytes, **kwargs).to_dict()
+    tokens = setting.micro_batch * setting.seq_len * setting.grad_accum
+    row["compute"] = step_compute(desc, precision=setting.precision, seq_len=setting.seq_len, tokens_per_step=tokens,
+                                  gpu=target.gpu if target else None, mfu=config.mfu,
+                                  checkpointing=setting.checkpointing == "full").to_dict()
+    return row
+
+
+def _traced(desc: ModelDescription, setting: StepSetting, analytic: Ledger, kwargs) -> dict[str, Any]:
+    from ampkit.plan.trace import trace_blocker, traced_ledger  # fake-tensor machinery: only when asked for
+    why = trace_blocker(desc, setting)
+    if why is not None:
+        return {"trace_note": f"analytic only: {why}"}
+    traced = traced_ledger(desc, setting, **kwargs)
+    return {"traced": traced.to_dict(), "agreement": agreement(analytic, traced)}
+
+
+def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | None) -> dict[str, Any]:
+    """The precision for this GPU, its figures, and the cheapest fix when it does not fit."""
+    gpu = target.gpu if target else None
+    precision, reason = base_precision(gpu)
+    setting = StepSetting(precision=precision, optimizer=config.optimizer_list()[0], checkpointing="none",
+                          micro_batch=config.micro_batch, seq_len=config.seq_len, grad_accum=config.grad_accum,
+                          world_size=config.world_size, parallel=config.parallel)
+    kwargs = ledger_kwargs(config)
+    ledger = analytic_ledger(desc, setting, **kwargs)
+    out: dict[str, Any] = {"precision": precision, "reason": reason, "setting": setting.to_dict(),
+                           "total_gib": round(ledger.total / GIB, 3), "fits": None, "fix": None,
+                           "notes": [n for n in (fp8_note(gpu),) if n]}
+    if target is not None:
+        out["fits"] = ledger.total <= target.capacity_bytes
+        fix = cheapest_fix(desc, setting, target.capacity_bytes, gpu=gpu, **kwargs)
+        if fix is not None:
+            out["fix"] = fix.to_dict()
+        elif not out["fits"]:
+            out["notes"].append("nothing up to FSDP over 1024 GPUs fits: shorten the sequence or plan a smaller model")
+        final = fix.setting if fix else setting
+        tokens = final.micro_batch * final.seq_len * final.grad_accum
+        out["compute"] = step_compute(desc, precision=final.precision, seq_len=final.seq_len, tokens_per_step=tokens,
+                                      gpu=gpu, mfu=config.mfu, checkpointing=final.checkpointing == "full").to_dict()
+    return out
+
+
+def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> dict[str, Any]:
+    desc = desc or describe_model(config.model)
+    target = resolve_target(config.gpu, config.gpu_mem)
+    rows = [_row(desc, setting, config, target) for setting in settings_of(config)]
+    return {
+        "schema": PLAN_SCHEMA,
+        "units": UNITS,
+        "config": _config_dict(config),
+        "model": desc.to_dict(),
+        "target": target.to_dict() if target else None,
+        "rows": rows,
+        "recommendation": recommendation(desc, config, target),
+    }
+
+
+def _config_dict(config) -> dict[str, Any]:
+    return asdict(config)
+
+
+def build_kv(config: KvConfig, *, desc: ModelDescription | None = None) -> dict[str, Any]:
+    desc = desc or describe_model(config.model)
+    target = resolve_target(config.gpu, config.gpu_mem)
+    weights = weight_bytes(desc, config.weight_dtype)
+    if config.activation_reserve_gib is not None:
+        reserve = int(config.activation_reserve_gib * GIB)
+    else:
+        reserve = activation_reserve_bytes(desc, batched_tokens=config.batched_tokens, weight_dtype=config.weight_dtype)
+    overhead = int(config.overhead_gib * GIB)
+    pool = kv_pool_bytes(capacity=target.capacity_bytes, utilization=config.utilization, weights=weights,
+                         activation_reserve=reserve, overhead=overhead)
+    budgets = [kv_budget(desc, kv_dtype=name, pool_bytes=pool, context_len=config.context_len).to_dict()
+               for name in config.kv_dtype_list()]
+    return {
+        "schema": KV_SCHEMA,
+        "units": UNITS,
+        "config": _config_dict(config),
+        "model": desc.to_dict(),
+        "target": target.to_dict(),
+        "budget": {"capacity_bytes": target.capacity_bytes, "utilization": config.utilization,
+                   "usable_bytes": int(target.capacity_bytes * config.utilization), "weights_bytes": weights,
+                   "activation_reserve_bytes": reserve, "overhead_bytes": overhead, "pool_bytes": pool},
+        "kv": budgets,
+    }
+

@@ -1,0 +1,201 @@
+"""The traced memory ledger: one real training step of the actual ampkit model on fake tensors.
+
+`FakeTensorMode` gives every tensor a shape, dtype and device but no storage, so a 1B-parameter
+step runs on a laptop without allocating its memory. The step is `ampkit train`'s: the model from
+`ampkit.models`, the precision policy's `convert_module` / `forward_context` / `backward` /
+`unscale_gradients` / `optimizer_step`, gradient clipping, and the optimizer `ampkit train` builds
+(fused AdamW; or SGD, or bitsandbytes AdamW8bit when installed). `StorageTracker` files every
+storage under a ledger line and records the lines at the peak.
+
+Steady state: the optimizer's states are created by a warm-up step before tracking (their first
+creation happens after the peak of step 1, so step 2 onwards is what a run lives with). With
+grad_accum > 1 the warm-up leaves gradients allocated, as a later micro-batch finds them.
+
+fp8-emulated traces too (torchao's float8 conversion with emulation); native fp8 does not.
+Two deliberate differences from a CUDA step, both documented in docs/plan.md: the fake tensors are
+CPU tensors, so SDPA takes the CPU flash kernel (which saves the same output + logsumexp as CUDA
+flash attention), and GradScaler's skip decision (`.item()` on a fake tensor cannot be answered) is
+replaced by stepping the optimizer directly, which allocates the same.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from ampkit.errors import UsageError
+from ampkit.models import LlamaLM, causal_lm_loss
+from ampkit.plan.describe import ModelDescription
+from ampkit.plan.numerics import get_numerics
+from ampkit.plan.optim import build_optimizer
+from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting, framework_reserve
+from ampkit.plan.tracker import StorageTracker
+from ampkit.precision import Precision, build_precision
+
+
+def trace_blocker(desc: ModelDescription, setting: StepSetting) -> str | None:
+    """Why the traced engine cannot run this configuration (None: it can)."""
+    if not desc.buildable:
+        return f"ampkit does not build {desc.family} models with this shape"
+    if not get_numerics(setting.precision).traceable:
+        return "native fp8 does not trace on CPU (fp8-emulated traces the same recipe)"
+    if setting.world_size > 1:
+        return "--world-size > 1 is analytic only"
+    return None
+
+
+def check_traceable(desc: ModelDescription, setting: StepSetting) -> None:
+    """Refuse what the traced engine cannot run, with the fix."""
+    why = trace_blocker(desc, setting)
+    if why is not None:
+        raise UsageError(f"cannot trace: {why}; drop --trace for the analytic ledger")
+
+
+def materialize_fake(model: nn.Module) -> None:
+    """Replace every parameter (built on the meta device) by a fake CPU tensor of the same shape
+    and dtype, keeping tied parameters tied. Call inside FakeTensorMode."""
+    fresh: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is None:
+                continue
+            if id(param) not in fresh:
+                fresh[id(param)] = nn.Parameter(torch.empty(param.shape, dtype=param.dtype),
+                                                requires_grad=param.requires_grad)
+            module._parameters[name] = fresh[id(param)]
+
+
+def checkpoint_blocks(model: LlamaLM, tracker: StorageTracker) -> None:
+    """Full activation checkpointing: every block keeps only its inputs and recomputes its
+    activations in backward (non-reentrant `torch.utils.checkpoint`). Recomputed tensors are filed
+    as activations."""
+    for block in model.blocks:
+        block.forward = functools.partial(_checkpointed, block.forward, tracker)
+
+
+def _checkpointed(forward, tracker: StorageTracker, *args):
+    def run(*inner):
+        with tracker.phase_as("activations"):
+            return forward(*inner)
+    return checkpoint(run, *args, use_reentrant=False)
+
+
+def _build(desc: ModelDescription, policy: Precision) -> LlamaLM:
+    with torch.device("meta"):  # no memory: shapes only, then the policy's dtype conversion
+        model = LlamaLM(desc.model_config)
+    return policy.convert_module(model)
+
+
+def _warm_up(model: nn.Module, optimizer: torch.optim.Optimizer, *, keep_grads: bool) -> None:
+    """Create the optimizer states as step 1 leaves them (zero gradients, one step)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    if not keep_grads:
+        optimizer.zero_grad(set_to_none=True)
+
+
+def _tag_state(tracker: StorageTracker, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    for p in model.parameters():
+        tracker.tag(p, "parameters")
+        if p.grad is not None:
+            tracker.tag(p.grad, "gradients")
+        p.register_post_accumulate_grad_hook(lambda param: tracker.tag(param.grad, "gradients"))
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                tracker.tag(value, "optimizer_states")
+
+
+def _install_labels(model: LlamaLM, tracker: StorageTracker) -> None:
+    """Name the step's moments as the analytic replay does (for `peak_moment` and timeline
+    comparisons), and switch to temporaries at the logits."""
+    def label(text: str):
+        return lambda *_: setattr(tracker, "label", text)
+
+    def head_done(module, inputs, output):
+        tracker.tag(output, "temporaries")  # logits: the loss region starts here
+        tracker.phase, tracker.label = "temporaries", "forward: logits and loss"
+
+    for k, block in enumerate(model.blocks):
+        block.register_forward_pre_hook(label(f"forward: block {k}"))
+        block.register_full_backward_pre_hook(label(f"backward: block {k}"))
+    model.norm.register_forward_pre_hook(label("forward: final norm and head"))
+    model.lm_head.register_forward_hook(head_done)
+    model.lm_head.register_full_backward_pre_hook(label("backward: output head"))
+    model.norm.register_full_backward_pre_hook(label("backward: final norm"))
+    # the embedding's input (token ids) needs no gradient, so a module backward hook would not
+    # fire cleanly; a hook on its output's gradient marks the same moment
+    def mark_embedding_backward(module, inputs, output) -> None:
+        output.register_hook(label("backward: embedding"))
+
+    model.embed.register_forward_hook(mark_embedding_backward)
+
+
+def _optimizer_step(policy: Precision, optimizer: torch.optim.Optimizer) -> None:
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+    try:
+        policy.optimizer_step(optimizer)
+    except DataDependentOutputException:
+        optimizer.step()  # GradScaler.step reads found_inf with .item(); the update allocates the same
+
+
+def _train_step(model: LlamaLM, policy: Precision, optimizer: torch.optim.Optimizer,
+                tracker: StorageTracker, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """`ampkit.train.loop.Trainer.train_step` for one micro-batch, with the tracker's phases."""
+    input_ids, targets = batch
+    params = [p for p in model.parameters() if p.requires_grad]
+    with policy.forward_context():
+        logits = model(input_ids)
+        loss = causal_lm_loss(logits, targets)
+    tracker.phase, tracker.label = "temporaries", "backward: loss"
+    policy.backward(loss)
+    tracker.label = "optimizer step"
+    policy.unscale_gradients(optimizer)
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, foreach=True)  # as ampkit.train.loop.clip_gradients
+    torch.nn.utils.clip_grads_with_norm_(params, 1.0, total, foreach=True)
+    _optimizer_step(policy, optimizer)
+    del logits, loss  # held to here: the training loop keeps them to the end of its step
+
+
+def trace_step(desc: ModelDescription, setting: StepSetting) -> StorageTracker:
+    """Run one steady-state training step on fake tensors; return the tracker with its figures."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    check_traceable(desc, setting)
+    policy = build_precision(setting.precision, device_type="cpu")
+    model = _build(desc, policy)
+    tracker = StorageTracker()
+    # bitsandbytes keeps two small real lookup tables (built at construction, where fake tensors
+    # cannot answer .tolist()): let them in as constants
+    fake = FakeTensorMode(allow_non_fake_inputs=setting.optimizer == "adamw-8bit")
+    with fake:
+        materialize_fake(model)
+    optimizer = build_optimizer(setting.optimizer, model)  # no tensors made: safe outside fake mode
+    with fake:
+        _warm_up(model, optimizer, keep_grads=setting.grad_accum > 1)
+        _tag_state(tracker, model, optimizer)
+        _install_labels(model, tracker)
+        if setting.checkpointing == "full":
+            checkpoint_blocks(model, tracker)
+        shape = (setting.micro_batch, setting.seq_len)
+        batch = (torch.randint(0, desc.vocab_size, shape), torch.randint(0, desc.vocab_size, shape))
+        for tensor in batch:
+            tracker.tag(tensor, "activations")
+        with policy.run_context(), tracker:
+            _train_step(model, policy, optimizer, tracker, batch)
+    return tracker
+
+
+def traced_ledger(desc: ModelDescription, setting: StepSetting, *, context_bytes: int = CUDA_CONTEXT_BYTES,
+                  fragmentation: float = FRAGMENTATION) -> Ledger:
+    """The step's memory as measured on fake tensors; same lines and reserve as the analytic one."""
+    tracker = trace_step(desc, setting)
+    return Ledger(setting=setting, engine="traced", at_peak=dict(tracker.peak_lines), largest=dict(tracker.largest),
+                  peak_moment=tracker.peak_label,
+                  reserve=framework_reserve(tracker.peak_total, context_bytes=context_bytes,
+                                            fragmentation=fragmentation))

@@ -1,0 +1,119 @@
+"""Compute figures (the seeds'), memory parsing, fitting on a GPU, and advice."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ampkit.errors import UsageError
+from ampkit.hardware import lookup_gpu
+from ampkit.models import PRESETS
+from ampkit.models.flops import training_flops_per_token
+from ampkit.plan.advice import base_precision, cheapest_fix
+from ampkit.plan.compute import flops_per_token, model_flops_per_token, seconds_at, step_compute, weights_gb
+from ampkit.plan.describe import describe_model
+from ampkit.plan.fit import largest, parse_memory, resolve_target
+from ampkit.plan.ledger import analytic_ledger
+from ampkit.plan.setting import GIB, StepSetting
+
+
+def test_seed_figures_7b():
+    """000_*.txt: 42 GFLOPs/token, 1680 TFLOPs per 40k tokens, 86 s at A100 fp32 vs 5.4 s at fp16,
+    28 GB of fp32 weights vs 14 GB in fp16 (decimal GB)."""
+    per_token = flops_per_token(7e9)
+    assert per_token == pytest.approx(42e9)
+    batch = per_token * 40_000
+    assert batch == pytest.approx(1680e12)
+    a100 = lookup_gpu("A100-80GB")
+    assert seconds_at(batch, a100.peak_flops("fp32")) == pytest.approx(86, abs=0.5)
+    assert seconds_at(batch, a100.peak_flops("fp16")) == pytest.approx(5.4, abs=0.05)
+    assert weights_gb(7e9, 4) == pytest.approx(28) and weights_gb(7e9, 2) == pytest.approx(14)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_flops_match_the_models_own_count(name):
+    desc = describe_model(name)
+    assert model_flops_per_token(desc, 1024) == pytest.approx(training_flops_per_token(PRESETS[name], 1024))
+
+
+def test_step_compute_uses_the_regimes_peak_and_mfu():
+    desc, a100 = describe_model("7b"), lookup_gpu("A100-80GB")
+    fp32 = step_compute(desc, precision="fp32", seq_len=2048, tokens_per_step=40_000, gpu=a100, mfu=0.5)
+    bf16 = step_compute(desc, precision="bf16-mixed", seq_len=2048, tokens_per_step=40_000, gpu=a100, mfu=0.5)
+    assert fp32.step_s_at_peak / bf16.step_s_at_peak == pytest.approx(312 / 19.5)
+    assert fp32.step_s_at_mfu == pytest.approx(2 * fp32.step_s_at_peak)
+    assert bf16.tokens_per_s == pytest.approx(40_000 / bf16.step_s_at_mfu)
+    ckpt = step_compute(desc, precision="bf16-mixed", seq_len=2048, tokens_per_step=40_000, gpu=a100, mfu=0.5,
+                        checkpointing=True)
+    assert ckpt.step_s_at_peak == pytest.approx(bf16.step_s_at_peak * 8 / 6)
+    v100 = step_compute(desc, precision="bf16-mixed", seq_len=2048, tokens_per_step=1, gpu=lookup_gpu("V100"), mfu=1)
+    assert v100.peak_flops is None and v100.step_s_at_peak is None  # no bf16 path on Volta
+
+
+@pytest.mark.parametrize("text,expected", [("24GiB", 24 * GIB), ("80 GB", 80 * 1000**3), ("16384MiB", 16 * GIB),
+                                           ("1.5TiB", 1536 * GIB), ("40", 40 * GIB)])
+def test_parse_memory(text, expected):
+    assert parse_memory(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "abc", "12XB", "0GiB", "-3GB"])
+def test_parse_memory_refuses(text):
+    with pytest.raises(UsageError):
+        parse_memory(text)
+
+
+def test_targets():
+    a100 = resolve_target("a100", None)
+    assert a100.name == "A100-80GB" and a100.capacity_bytes == int(80 * GIB * 0.99)
+    custom = resolve_target("A100-80GB", "40GiB")
+    assert custom.capacity_bytes == 40 * GIB and custom.gpu.name == "A100-80GB"
+    assert resolve_target(None, None) is None
+    with pytest.raises(UsageError, match="known GPUs: V100-16GB"):
+        resolve_target("Z100", None)
+
+
+@pytest.mark.parametrize("field", ["micro_batch", "seq_len"])
+def test_largest_is_the_boundary(field):
+    desc = describe_model("7b")
+    setting = StepSetting(precision="bf16-true", checkpointing="full", micro_batch=1, seq_len=2048)
+    capacity = resolve_target("A100-80GB", None).capacity_bytes
+    best = largest(desc, setting, capacity, field=field)
+    assert best > 1
+    assert analytic_ledger(desc, replace(setting, **{field: best})).total <= capacity
+    assert analytic_ledger(desc, replace(setting, **{field: best + 1})).total > capacity
+
+
+def test_largest_is_zero_when_nothing_fits():
+    desc = describe_model("70b")
+    assert largest(desc, StepSetting(precision="fp32"), 80 * GIB, field="micro_batch") == 0
+
+
+def test_cheapest_fix_fits_and_follows_the_cost_order():
+    desc = describe_model("7b")
+    capacity = resolve_target("A100-80GB", None).capacity_bytes
+    setting = StepSetting(precision="bf16-mixed", micro_batch=8, seq_len=2048)
+    fix = cheapest_fix(desc, setting, capacity, gpu=lookup_gpu("A100-80GB"))
+    assert fix is not None and fix.total_bytes <= capacity
+    assert analytic_ledger(desc, fix.setting).total == fix.total_bytes
+    # 16 B/param of weights, grads and Adam states (~100 GiB) cannot fit by batch or checkpointing alone
+    assert fix.setting.optimizer == "adamw-8bit" or fix.setting.precision == "bf16-true"
+    assert fix.setting.micro_batch * fix.setting.grad_accum >= 8  # tokens per step kept
+    fitting = replace(setting, optimizer="adamw-8bit", micro_batch=1)
+    assert cheapest_fix(desc, fitting, capacity, gpu=None) is None
+
+
+def test_accumulation_is_tried_first():
+    desc = describe_model("1b")
+    capacity = resolve_target("A100-80GB", None).capacity_bytes
+    setting = StepSetting(precision="bf16-mixed", micro_batch=64, seq_len=2048)
+    fix = cheapest_fix(desc, setting, capacity, gpu=None)
+    assert "accumulation" in fix.change and fix.setting.checkpointing == "none"
+    assert fix.setting.grad_accum > 1 and fix.setting.micro_batch < 64
+
+
+def test_base_precision_per_gpu():
+    assert base_precision(lookup_gpu("T4"))[0] == "fp16-mixed"
+    assert base_precision(lookup_gpu("V100-32GB"))[0] == "fp16-mixed"
+    assert base_precision(lookup_gpu("A100-80GB"))[0] == "bf16-mixed"
+    assert base_precision(None)[0] == "bf16-mixed"
