@@ -1,7 +1,9 @@
 """`ampkit` entry point.
 
 Each command lives in its own module `ampkit.cli.<name>` exposing
-`register(subparsers) -> argparse.ArgumentParser` and `run(args) -> int`.
+`register(subparsers) -> argparse.ArgumentParser` and `run(args) -> int`. Only the module of the
+command being run is imported (torch, matplotlib and the training stack cost ~1-2 s to import);
+the others appear in `ampkit --help` through their one-line summaries below.
 User mistakes surface as `UsageError`: one line on stderr, exit code 2, no traceback.
 """
 
@@ -9,14 +11,21 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 
 from ampkit import __version__
 from ampkit.errors import RunInterrupted, TrainingError, UsageError
 
 # Order is the order shown in `ampkit --help`.
-COMMANDS = ("bench", "train", "doctor", "plan", "kv", "hw", "report")
+COMMANDS = {
+    "bench": "every precision side by side on this device, with a recommendation",
+    "train": "train a model under a chosen precision",
+    "doctor": "why a run goes NaN, which layer, and the fix",
+    "plan": "memory and compute ledger for a model on a GPU you may not have",
+    "kv": "KV-cache token budget for serving, per KV dtype",
+    "hw": "what this device can do: native dtypes, TF32, measured matmul throughput",
+    "report": "re-render a run's report (HTML with plots, Markdown) from summary.json",
+}
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -29,28 +38,29 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _available_commands():
-    for name in COMMANDS:
-        module_name = f"ampkit.cli.{name}"
-        if importlib.util.find_spec(module_name) is not None:
-            yield name, importlib.import_module(module_name)
+def _selected_command(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="ampkit",
         description="Choose, prove and run the right numeric precision for PyTorch training.",
     )
     parser.add_argument("--version", action="version", version=f"ampkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    for name, module in _available_commands():
-        command_parser = module.register(sub)
-        command_parser.set_defaults(_run=module.run)
+    selected = _selected_command(sys.argv[1:] if argv is None else argv)
+    for name, summary in COMMANDS.items():
+        if name == selected:
+            module = importlib.import_module(f"ampkit.cli.{name}")
+            module.register(sub).set_defaults(_run=module.run)
+        else:
+            sub.add_parser(name, help=summary)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad flag (already printed on one line)
