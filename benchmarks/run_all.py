@@ -1,0 +1,78 @@
+"""`make bench`: run every benchmark in one go and rewrite docs/benchmarks.md with the machine, the
+date, each command and the table it printed. Each script also writes its JSON to benchmarks/results/.
+
+    python benchmarks/run_all.py [--only NAME[,NAME...]] [--skip NAME[,NAME...]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+
+# (name, argv after `python`, what it measures). Order: cheapest first.
+BENCHMARKS = [
+    ("hw", ["-m", "ampkit", "hw"], "native dtypes and measured matmul throughput per dtype"),
+    ("loop_overhead", ["benchmarks/loop_overhead.py"], "ampkit train vs a hand-written autocast+GradScaler loop (target >= 0.98)"),
+    ("mfu", ["benchmarks/mfu.py"], "MFU of fp32 training vs the measured matmul peak (target >= 0.6 on small)"),
+    ("bench_vs_plain_loop", ["benchmarks/bench_vs_plain_loop.py"], "bench's fp32 tokens/s vs an independent plain loop (within 5%)"),
+    ("diagnostics_overhead", ["benchmarks/diagnostics_overhead.py"], "cost of gradient statistics and the locator (target < 5%)"),
+    ("throughput_stack", ["benchmarks/throughput_stack.py"], "pack/bucket vs pad, checkpointing, 8-bit Adam, compile"),
+    ("plan_speed", ["benchmarks/plan_speed.py"], "planner speed: analytic 70b, traced 1b"),
+    ("kill_resume", ["benchmarks/kill_resume.py", "--kills", "20"], "20 SIGKILLs, resumed; bitwise equal to an uninterrupted run"),
+    ("gpu_check_dry_run", ["benchmarks/gpu_check.py", "--dry-run"], "the GPU check's code paths, on CPU"),
+]
+
+
+def machine_line() -> str:
+    out = subprocess.run([sys.executable, "-c", "import torch, platform; from ampkit.hardware import describe_device; "
+                          "i = describe_device(); print(f'{i.name} ({i.type}), torch {torch.__version__}, "
+                          "{torch.get_num_threads()} threads, Python {platform.python_version()}')"],
+                         capture_output=True, text=True, cwd=ROOT)
+    return out.stdout.strip() or "unknown"
+
+
+def run_one(name: str, argv: list[str]) -> tuple[int, str, float]:
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT)
+    output = proc.stdout.strip() + ("\n" + proc.stderr.strip()[-2000:] if proc.returncode else "")
+    return proc.returncode, output, time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="")
+    parser.add_argument("--skip", default="")
+    args = parser.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    skip = set(filter(None, args.skip.split(",")))
+    sections, failures = [], 0
+    for name, argv, what in BENCHMARKS:
+        if (only and name not in only) or name in skip or not (ROOT / argv[0]).exists() and argv[0] != "-m":
+            continue
+        print(f"== {name}: {what}", flush=True)
+        code, output, seconds = run_one(name, argv)
+        print(output, flush=True)
+        failures += code != 0
+        status = "" if code == 0 else f" **(failed, exit {code})**"
+        sections.append(f"## {name}{status}\n\n{what}. Command: `python {' '.join(argv)}` ({seconds:.0f} s)\n\n"
+                        f"```\n{output}\n```\n")
+    DOC.write_text(
+        "# Benchmarks\n\n"
+        f"Written by `make bench` (`python benchmarks/run_all.py`) on {time.strftime('%Y-%m-%d %H:%M %Z')}.\n"
+        f"Machine: {machine_line()}.\n"
+        "Figures are ratios measured within one run; absolute numbers move with machine load.\n\n"
+        + "\n".join(sections)
+    )
+    print(f"wrote {DOC}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
