@@ -15,7 +15,9 @@ default in `train` and attached by `--detect-nonfinite` or `doctor`. Off means n
 from __future__ import annotations
 
 import functools
+import math
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -105,9 +107,9 @@ class Finding:
         return out
 
 
-def _floating(tensors: Iterable[Any]) -> list[torch.Tensor]:
-    return [t.detach() for t in tensors
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0]
+def _floating(tensors: Iterable[Any], *, detach: bool = True) -> list[torch.Tensor]:
+    found = [t for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0]
+    return [t.detach() for t in found] if detach else found
 
 
 def _flatten(obj: Any) -> Iterator[Any]:
@@ -121,38 +123,88 @@ def _flatten(obj: Any) -> Iterator[Any]:
             yield from _flatten(item)
 
 
-def _stat_row(t: torch.Tensor) -> torch.Tensor:
-    """[absmin, absmax, n_nan, n_inf, near_max, fp16_flush] of one tensor, on its device (no sync)."""
-    a = t.abs()
-    finite = torch.isfinite(a)
-    n_nan = torch.isnan(a).sum()
-    n_inf = (~finite).sum() - n_nan
-    a = torch.where(finite, a, torch.zeros((), dtype=a.dtype, device=a.device))
-    positive = a > 0
-    absmin = torch.where(positive, a, torch.full((), float("inf"), dtype=a.dtype, device=a.device)).amin()
-    near_max = (a > FP16_NEAR_MAX).sum()
-    if t.dtype == torch.float16:
-        flush = torch.zeros((), dtype=torch.long, device=a.device)  # already fp16: what flushed is gone
-    else:
-        flush = (positive & (a <= FP16_FLUSH_AT)).sum()
-    return torch.stack([absmin.double(), a.amax().double(), n_nan.double(), n_inf.double(),
-                        near_max.double(), flush.double()])
+def _range_row(a: torch.Tensor) -> torch.Tensor:
+    """[smallest nonzero |x|, largest |x|] of |x| (nan/inf propagate into the max), on device."""
+    inf = torch.full((), float("inf"), dtype=a.dtype, device=a.device)
+    return torch.stack([torch.where(a > 0, a, inf).amin().double(), a.amax().double()])
 
 
-def tensor_stats(tensors: Iterable[Any]) -> TensorStats | None:
-    """Combined stats of the floating tensors among `tensors`; None when there are none. One sync."""
-    floats = _floating(tensors)
-    if not floats:
-        return None
-    rows = torch.stack([_stat_row(t).to(floats[0].device) for t in floats]).tolist()  # sync point
+def _detail(t: torch.Tensor, a: torch.Tensor, absmin: float, absmax: float) -> list[float]:
+    """Counts, computed only when the cheap pass says they are nonzero (rare: a few extra syncs)."""
+    n_nan = n_inf = near = flush = 0
+    if not math.isfinite(absmax):
+        finite = torch.isfinite(a)
+        n_nan = int(torch.isnan(a).sum())
+        n_inf = int((~finite).sum()) - n_nan
+        absmax = float(torch.where(finite, a, torch.zeros((), dtype=a.dtype, device=a.device)).amax())
+    if absmax > FP16_NEAR_MAX:
+        near = int(((a > FP16_NEAR_MAX) & torch.isfinite(a)).sum())
+    if absmin <= FP16_FLUSH_AT and t.dtype != torch.float16:  # fp16 tensors: what flushed is already gone
+        flush = int(((a > 0) & (a <= FP16_FLUSH_AT)).sum())
+    return [absmin, absmax, n_nan, n_inf, near, flush]
+
+
+def _tensor_rows(floats: list[torch.Tensor]) -> list[list[float]]:
+    """Per tensor [absmin, absmax, n_nan, n_inf, near_max, fp16_flush]: a cheap pass (min/max of |x|,
+    one sync for all tensors) decides which counts are needed; they almost never are, so a tensor
+    costs about five small kernels."""
+    mags = [t.abs() for t in floats]
+    ranges = torch.stack([_range_row(a).to(floats[0].device) for a in mags]).tolist()  # sync point
+    return [_detail(t, a, lo, hi) for t, a, (lo, hi) in zip(floats, mags, ranges)]
+
+
+def _combine(floats: list[torch.Tensor], rows: list[list[float]]) -> TensorStats:
     dtypes = sorted({str(t.dtype).replace("torch.", "") for t in floats})
     return TensorStats(
         numel=sum(t.numel() for t in floats),
         absmin=min(r[0] for r in rows), absmax=max(r[1] for r in rows),
-        n_nan=int(sum(r[2] for r in rows)), n_inf=int(sum(r[3] for r in rows)),
-        near_max=int(sum(r[4] for r in rows)), fp16_flush=int(sum(r[5] for r in rows)),
+        n_nan=sum(r[2] for r in rows), n_inf=sum(r[3] for r in rows),
+        near_max=sum(r[4] for r in rows), fp16_flush=sum(r[5] for r in rows),
         dtype="+".join(dtypes),
     )
+
+
+def tensor_stats(tensors: Iterable[Any]) -> TensorStats | None:
+    """Combined stats of the floating tensors among `tensors`; None when there are none."""
+    floats = _floating(tensors)
+    return _combine(floats, _tensor_rows(floats)) if floats else None
+
+
+class _RowCache:
+    """Rows of recently seen tensors, so a tensor seen as one module's output and the next module's
+    input (or the same weights at every call of a step) is measured once. Keyed by identity and
+    `_version` (bumped by in-place writes such as the optimizer's); weak references, so no
+    activation is kept alive by the cache."""
+
+    def __init__(self, size: int = 256):
+        self.size = size
+        self.rows: dict[int, tuple[weakref.ref, int, list[float]]] = {}
+
+    def stats(self, tensors: Iterable[Any]) -> TensorStats | None:
+        floats = _floating(tensors, detach=False)
+        if not floats:
+            return None
+        rows: list[list[float] | None] = [self._get(t) for t in floats]
+        missing = [i for i, r in enumerate(rows) if r is None]
+        if missing:
+            for i, row in zip(missing, _tensor_rows([floats[i].detach() for i in missing])):
+                rows[i] = row
+                self._put(floats[i], row)
+        return _combine(floats, rows)
+
+    def _get(self, t: torch.Tensor) -> list[float] | None:
+        hit = self.rows.get(id(t))
+        if hit is not None and hit[0]() is t and hit[1] == t._version:
+            return hit[2]
+        return None
+
+    def _put(self, t: torch.Tensor, row: list[float]) -> None:
+        if len(self.rows) >= self.size:
+            self.rows.pop(next(iter(self.rows)))  # oldest first
+        try:
+            self.rows[id(t)] = (weakref.ref(t), t._version, row)
+        except TypeError:  # a tensor subclass without weak references: just do not cache it
+            pass
 
 
 def _describe_values(stats: TensorStats) -> str:
@@ -200,6 +252,7 @@ class NonFiniteLocator:
         self.limits: dict[tuple[str, str, str], dict[str, float]] = {}
         """(module, phase, site) -> worst |x| seen, near-max and fp16-flush counts (until the first non-finite)"""
         self._frames = 0
+        self._cache = _RowCache()
         self._handles: list[Any] = []
         self._classes = {path: type(m).__name__ for path, m in model.named_modules()}
 
@@ -235,6 +288,11 @@ class NonFiniteLocator:
     def begin_step(self, step: int) -> None:
         self.step = step
 
+    def resume(self) -> None:
+        """Forget the non-finite finding (it was handled, e.g. a loss-scaler skip) and keep recording."""
+        self.first_nonfinite = None
+        self.ring.clear()
+
     def reset(self) -> None:
         """Forget findings and frames (keeps the hooks)."""
         self.ring.clear()
@@ -249,18 +307,18 @@ class NonFiniteLocator:
     def _on_forward_pre(self, path: str, module: nn.Module, args, kwargs) -> None:
         if self.done:
             return
-        stats = {"weights": tensor_stats(module.parameters(recurse=False)),
-                 "inputs": tensor_stats(_flatten((args, kwargs)))}
+        stats = {"weights": self._cache.stats(module.parameters(recurse=False)),
+                 "inputs": self._cache.stats(_flatten((args, kwargs)))}
         self._record(path, "forward", stats)
 
     def _on_forward(self, path: str, module: nn.Module, args, output) -> None:
         if not self.done:
-            self._record(path, "forward", {"outputs": tensor_stats(_flatten(output))})
+            self._record(path, "forward", {"outputs": self._cache.stats(_flatten(output))})
 
     def _on_backward(self, path: str, module: nn.Module, grad_input, grad_output) -> None:
         if not self.done:
-            self._record(path, "backward", {"grad_output": tensor_stats(_flatten(grad_output)),
-                                            "grad_input": tensor_stats(_flatten(grad_input))})
+            self._record(path, "backward", {"grad_output": self._cache.stats(_flatten(grad_output)),
+                                            "grad_input": self._cache.stats(_flatten(grad_input))})
 
     def _on_param_grad(self, owner: str, param: torch.Tensor) -> None:
         if not self.done:

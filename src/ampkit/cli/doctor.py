@@ -1,0 +1,62 @@
+"""`ampkit doctor`: numerics diagnosis of a precision on a model.
+
+Finds the first module and phase where inf/nan appears, forecasts fp16 gradient underflow and
+overflow, records the loss-scale trajectory, runs the 16-sample smoke test and the per-layer
+fidelity check, and maps the findings to fixes. Writes summary.json, report.html and report.md
+into the run directory; `--json` prints the summary on stdout.
+
+Try it: `ampkit doctor --precision fp16-mixed --unsafe-op blocks.1.mlp` (a demo op that overflows
+in fp16), then again with `--keep-fp32 blocks.1.mlp` (the advised fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from ampkit.config import add_config_flags, resolve_config
+from ampkit.diagnostics.doctor import DoctorConfig, run_doctor
+from ampkit.diagnostics.doctor_report import build_report, print_console
+from ampkit.errors import UsageError
+from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
+
+
+def register(sub) -> argparse.ArgumentParser:
+    parser = sub.add_parser("doctor", help="why a run goes NaN, which layer, and the fix",
+                            description="Numerics diagnosis: first non-finite module (forward and backward), "
+                                        "gradient underflow/overflow forecast, loss-scale trajectory, smoke "
+                                        "overfit test, per-layer fidelity against fp32, advice.")
+    add_config_flags(parser, DoctorConfig)
+    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
+    parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-doctor); never overwritten")
+    parser.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    config = resolve_config(DoctorConfig, args, toml_path=args.config)
+    console = Console(stderr=True)
+    run_dir = create_run_dir(args.out, "doctor")
+    try:
+        result = run_doctor(config, progress=lambda line: console.print(f"[dim]doctor:[/] {line}", highlight=False))
+    except UsageError:
+        _remove_if_empty(run_dir)  # a bad --inject path is found once the model exists
+        raise
+    summary = result.summary
+    write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    build_report(summary).write(run_dir)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_console(Console(), summary, run_dir)
+    return 0
+
+
+def _remove_if_empty(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass

@@ -1,0 +1,257 @@
+"""Diagnosis to advice: small rules, each mapping findings to one fix with its evidence.
+
+Every rule reads an `Evidence` (what doctor measured) and returns an `Advice` or None. The fixes
+are the ones the seeds apply by hand: keep a module in fp32 (`custom_fwd(cast_inputs=float32)`
+or an autocast-disabled region, with the module path filled in), lower `init_scale` (65536 ->
+4096) when early overflow skips dominate, raise it when underflow dominates, switch to bf16 where
+the device has it, clip gradients when one layer's norm towers over the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ampkit.diagnostics.gradstats import LongTail, ScaleRange
+from ampkit.diagnostics.layer_fidelity import FidelityResult
+from ampkit.diagnostics.locator import ROOT, Finding
+from ampkit.diagnostics.smoke import SmokeResult
+
+UNDERFLOW_DOMINATES = 0.01
+"""Over 1% of the gradient elements flushing to zero at the run's loss scale is a real loss of signal."""
+EARLY_SKIPS_DOMINATE = 2
+"""Two or more skipped steps in the first steps, with finite losses, mean the initial scale is too high."""
+
+
+@dataclass(kw_only=True)
+class Evidence:
+    """What doctor measured; every field may be missing (None) when that part did not run."""
+
+    precision: str
+    compute_dtype: str
+    """"float32", "bfloat16" or "float16"."""
+    loss_scaling: bool
+    device_type: str
+    native_bf16: bool
+    init_scale: float
+    clip_grad_norm: float
+    injected: str | None = None
+    nonfinite: Finding | None = None
+    near_max: Finding | None = None
+    nonfinite_loss_steps: list[int] = field(default_factory=list)
+    scale: dict[str, Any] | None = None
+    scale_range: ScaleRange | None = None
+    flush_fraction: float | None = None
+    """share of all gradient elements that flush to zero in fp16 at the run's final loss scale"""
+    long_tail: LongTail | None = None
+    smoke: SmokeResult | None = None
+    smoke_fp32: SmokeResult | None = None
+    fidelity: FidelityResult | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Advice:
+    rule: str
+    severity: str
+    """"fix" (do this), "warn" (worth a look) or "info"."""
+    title: str
+    evidence: list[str]
+    fix: str
+    """a flag, a code snippet, or a sentence"""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def attribute_path(path: str) -> str:
+    """Python expression reaching a module from `model`: "blocks.1.mlp" -> "model.blocks[1].mlp"."""
+    out = "model"
+    for part in path.split("."):
+        out += f"[{part}]" if part.isdigit() else f".{part}"
+    return out
+
+
+def _culprit(finding: Finding) -> str:
+    """The module to keep in fp32: the finding's module, or its parent when the value appeared in code
+    between modules (inputs / incoming gradient already bad)."""
+    if finding.site in ("inputs", "grad_output") and "." in finding.module:
+        return finding.module.rsplit(".", 1)[0]
+    return finding.module
+
+
+def fp32_fix_snippet(path: str, device_type: str) -> str:
+    return (
+        f"keep {path} in fp32. In its code, decorate the custom autograd Function's forward with "
+        f"@torch.amp.custom_fwd(device_type=\"{device_type}\", cast_inputs=torch.float32); or run the module in "
+        f"an autocast-disabled region: with torch.autocast(\"{device_type}\", enabled=False): "
+        f"y = {attribute_path(path)}(x.float()); or with ampkit: "
+        f"ampkit.diagnostics.keep_in_fp32(model, \"{path}\", device_type=\"{device_type}\") "
+        f"(doctor: --keep-fp32 {path})"
+    )
+
+
+def rule_keep_fp32(ev: Evidence) -> Advice | None:
+    f = ev.nonfinite
+    if f is None or ev.compute_dtype == "float32" or f.site in ("weights", "param_grad") or f.module == ROOT:
+        return None
+    path = _culprit(f)
+    evidence = [f"step {f.step}, {f.phase}: {f.explanation}"]
+    if ev.smoke_fp32 is not None and ev.smoke_fp32.passed:
+        evidence.append(f"fp32 runs the same model cleanly (smoke test passed in {ev.smoke_fp32.steps_needed} steps)")
+    if ev.injected:
+        evidence.append(f"a fault was injected ({ev.injected}): this finding may be that fault")
+    return Advice(rule="keep_module_fp32", severity="fix", title=f"Keep {path} in fp32 ({f.cls} overflows in "
+                  f"{ev.compute_dtype})", evidence=evidence, fix=fp32_fix_snippet(path, ev.device_type))
+
+
+def rule_not_precision(ev: Evidence) -> Advice | None:
+    f = ev.nonfinite
+    if f is None or ev.compute_dtype != "float32":
+        return None
+    evidence = [f"step {f.step}, {f.phase}: {f.explanation}"]
+    if ev.injected:
+        evidence.append(f"a fault was injected ({ev.injected})")
+    return Advice(rule="not_a_precision_problem", severity="fix",
+                  title=f"{f.module} goes non-finite in fp32 too: not a precision problem",
+                  evidence=evidence,
+                  fix="check that module's math and its inputs (data, learning rate); train with --guard so a "
+                      "bad step rolls back instead of killing the run")
+
+
+def rule_weights_corrupted(ev: Evidence) -> Advice | None:
+    f = ev.nonfinite
+    if f is None or f.site not in ("weights", "param_grad"):
+        return None
+    return Advice(rule="nonfinite_update", severity="fix",
+                  title=f"Non-finite values reached {f.module}'s {'weights' if f.site == 'weights' else 'gradients'}",
+                  evidence=[f"step {f.step}: {f.explanation}"],
+                  fix="clip gradients (--clip-grad-norm 1.0), lower the learning rate, and train with --guard "
+                      "(rolls back to the last finite checkpoint and skips the batch)")
+
+
+def rule_lower_init_scale(ev: Evidence) -> Advice | None:
+    s = ev.scale
+    if not s or not s.get("active") or ev.nonfinite_loss_steps or s.get("early_skipped", 0) < EARLY_SKIPS_DOMINATE:
+        return None
+    suggested = 4096.0
+    if ev.scale_range is not None and ev.scale_range.representable:
+        suggested = min(suggested, ev.scale_range.high_pow2)
+    if suggested >= ev.init_scale:
+        return None
+    return Advice(rule="lower_init_scale", severity="fix",
+                  title=f"Lower init_scale from {ev.init_scale:g} to {suggested:g}",
+                  evidence=[f"{s['early_skipped']} of the first steps were skipped for overflow with finite losses; "
+                            f"the scale backed off {s['initial']:g} -> {s['min']:g}"] + _range_evidence(ev),
+                  fix=f"--init-scale {suggested:g} (torch.amp.GradScaler(init_scale={suggested:g}))")
+
+
+def rule_raise_init_scale(ev: Evidence) -> Advice | None:
+    if not ev.loss_scaling or ev.flush_fraction is None or ev.flush_fraction < UNDERFLOW_DOMINATES:
+        return None
+    final = (ev.scale or {}).get("final") or ev.init_scale
+    target = ev.scale_range.low_pow2 if ev.scale_range and ev.scale_range.representable else 2 * final
+    if target <= final:
+        return None
+    return Advice(rule="raise_init_scale", severity="fix",
+                  title=f"Raise the loss scale to {target:g}: {100 * ev.flush_fraction:.1f}% of gradients flush to zero",
+                  evidence=[f"at scale {final:g}, {100 * ev.flush_fraction:.2f}% of gradient elements are below fp16's "
+                            "smallest subnormal after scaling"] + _range_evidence(ev),
+                  fix=f"--init-scale {target:g} and --min-scale {target:g} (keeps backoffs from dropping below it)")
+
+
+def rule_unscaled_fp16(ev: Evidence) -> Advice | None:
+    if ev.compute_dtype != "float16" or ev.loss_scaling or ev.flush_fraction is None \
+            or ev.flush_fraction < UNDERFLOW_DOMINATES:
+        return None
+    return Advice(rule="fp16_without_loss_scaling", severity="fix",
+                  title=f"{ev.precision} has no loss scaling: {100 * ev.flush_fraction:.1f}% of gradients flush to zero",
+                  evidence=[f"{100 * ev.flush_fraction:.2f}% of gradient elements are below 2^-25, fp16's round-to-zero "
+                            "bound"], fix="use fp16-mixed (fp32 weights + GradScaler) or bf16-mixed")
+
+
+def rule_switch_to_bf16(ev: Evidence) -> Advice | None:
+    if ev.compute_dtype != "float16" or not ev.native_bf16:
+        return None
+    s = ev.scale or {}
+    trouble = []
+    if ev.nonfinite is not None:
+        trouble.append(f"non-finite values under fp16 ({ev.nonfinite.module}, {ev.nonfinite.phase})")
+    if s.get("skipped"):
+        trouble.append(f"{s['skipped']} loss-scaler skips in {s['steps']} steps")
+    if ev.scale_range is not None and not ev.scale_range.representable:
+        trouble.append("no single loss scale keeps these gradients inside fp16's range")
+    if not trouble:
+        return None
+    return Advice(rule="switch_to_bf16", severity="fix" if len(trouble) > 1 else "warn",
+                  title="This device runs bf16 natively: bf16-mixed has fp32's exponent range and needs no loss scaling",
+                  evidence=trouble, fix="--precision bf16-mixed")
+
+
+def rule_clip(ev: Evidence) -> Advice | None:
+    tail = ev.long_tail
+    if tail is None:
+        return None
+    evidence = [f"{tail.layer}'s gradient norm {tail.norm:.3g} is {tail.ratio:.0f}x the median layer's {tail.median:.3g}"]
+    if ev.clip_grad_norm > 0:
+        return Advice(rule="gradient_long_tail", severity="warn", title=f"Gradient long tail at {tail.layer}",
+                      evidence=evidence + [f"clipping is on (max norm {ev.clip_grad_norm:g})"],
+                      fix=f"inspect {tail.layer} (the seeds' explosion source); if it persists, lower the "
+                          "learning rate or keep that layer in fp32")
+    return Advice(rule="clip_gradients", severity="fix", title=f"Clip gradients: {tail.layer} dominates the norm",
+                  evidence=evidence, fix="--clip-grad-norm 1.0 (clip after unscaling)")
+
+
+def rule_fidelity(ev: Evidence) -> Advice | None:
+    fid = ev.fidelity
+    if fid is None or fid.first_below is None:
+        return None
+    layer = next(item for item in fid.layers if item.name == fid.first_below)
+    cosine = "nan" if math.isnan(layer.cosine) else f"{layer.cosine:.4f}"
+    return Advice(rule="layer_fidelity", severity="fix" if fid.verdict == "bad" else "warn",
+                  title=f"{fid.first_below} is the first layer below cosine {fid.threshold} against fp32",
+                  evidence=[f"{fid.first_below}: cosine {cosine}, relative error {layer.rel_error:.3g}; logits cosine "
+                            f"{fid.logits_cosine:.4f} ({fid.verdict})"],
+                  fix=f"keep {fid.first_below} (or the op inside it) in fp32, or use a precision with more "
+                      "mantissa (bf16-mixed keeps fp32 weights; -true regimes round them)")
+
+
+def rule_smoke(ev: Evidence) -> Advice | None:
+    low, ref = ev.smoke, ev.smoke_fp32
+    if low is None or low.passed:
+        return None
+    if ref is not None and not ref.passed:
+        return Advice(rule="smoke_fails_everywhere", severity="fix",
+                      title="The smoke test fails in fp32 too: the code, not the precision",
+                      evidence=[low.diagnosis, ref.diagnosis],
+                      fix="check the model, the loss and the learning rate before tuning precision")
+    return Advice(rule="smoke_fails", severity="fix", title=f"{low.precision} cannot overfit 16 samples",
+                  evidence=[low.diagnosis] + ([ref.diagnosis] if ref else []),
+                  fix="follow the fixes above; re-run doctor to confirm the smoke test passes")
+
+
+def _range_evidence(ev: Evidence) -> list[str]:
+    r = ev.scale_range
+    if r is None:
+        return []
+    if not r.representable:
+        return [f"no loss scale fits: underflow needs >= {r.low_pow2:g}, overflow needs <= {r.high_pow2:g}"]
+    return [f"scales {r.low_pow2:g} .. {r.high_pow2:g} keep the gradients representable (max |g| {r.max_abs:.3g}, "
+            f"<= {100 * r.flush_tolerance:g}% flushed)"]
+
+
+RULES: tuple[Callable[[Evidence], Advice | None], ...] = (
+    rule_keep_fp32, rule_not_precision, rule_weights_corrupted, rule_lower_init_scale, rule_raise_init_scale,
+    rule_unscaled_fp16, rule_switch_to_bf16, rule_clip, rule_fidelity, rule_smoke,
+)
+
+
+def advise(ev: Evidence) -> list[Advice]:
+    """Every rule's advice, fixes first; one "info" line when nothing is wrong."""
+    found = [a for rule in RULES if (a := rule(ev)) is not None]
+    found.sort(key=lambda a: {"fix": 0, "warn": 1}.get(a.severity, 2))
+    if not found:
+        found.append(Advice(rule="healthy", severity="info", title=f"No numeric problems found under {ev.precision}",
+                            evidence=_range_evidence(ev), fix="nothing to do"))
+    return found

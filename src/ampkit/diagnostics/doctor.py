@@ -1,0 +1,352 @@
+"""`ampkit doctor`: a numerics diagnosis of one precision on one model, end to end.
+
+Order (each part can be skipped; all share the same seed, model and data):
+    device check -> model (+ demo unsafe op, + fp32 fixes) -> fault spec resolved against the model
+    1. diagnostic run: `steps` real training steps (the `train` step itself, `Trainer.train_step`)
+       with the non-finite locator, gradient statistics and the fault injector attached as hooks;
+       the loss-scale trajectory is read from the policy after each step
+    2. gradient snapshot in fp32 -> loss-scale range, long-tail layer
+    3. smoke test (overfit 16 samples) under the precision and under fp32
+    4. per-layer fidelity against fp32
+    5. advice
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampkit import __version__
+from ampkit.data import ByteTokenizer, build_samplers, load_corpus
+from ampkit.diagnostics.advice import Advice, Evidence, advise
+from ampkit.diagnostics.fixes import keep_in_fp32
+from ampkit.diagnostics.gradstats import (
+    GradientStatistics, StepGradStats, layer_of, long_tail, loss_scale_range,
+)
+from ampkit.diagnostics.inject import FaultInjector, FaultSpec, parse_fault_spec, resolve_module
+from ampkit.diagnostics.layer_fidelity import FidelityResult, compare_layers
+from ampkit.diagnostics.locator import Finding, NonFiniteLocator
+from ampkit.diagnostics.scale import ScaleTrajectory
+from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test, smoke_batch
+from ampkit.diagnostics.unsafe import insert_unsafe_op
+from ampkit.errors import UsageError
+from ampkit.hardware import describe_device, pick_device
+from ampkit.models import causal_lm_loss, build_model, get_preset
+from ampkit.precision import LossScaleCollapse, ScalerConfig, build_precision, canonical_name, check_supported, get_spec
+from ampkit.train.loop import Trainer
+from ampkit.train.schedule import build_scheduler
+
+SCHEMA = "ampkit.doctor/1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorConfig:
+    """A numerics diagnosis: which precision, on which model, and which parts to run."""
+
+    precision: str = field(default="fp16-mixed", metadata={"help": "precision to diagnose (fp32, fp16-mixed, bf16-mixed, ...)"})
+    model: str = field(default="tiny", metadata={"help": "model preset"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    steps: int = field(default=20, metadata={"help": "diagnostic training steps (locator, gradient stats, scale trajectory)"})
+    batch_size: int = field(default=4, metadata={"help": "sequences per diagnostic step"})
+    seq_len: int = field(default=64, metadata={"help": "tokens per sequence in the diagnostic run"})
+    lr: float = field(default=3e-3, metadata={"help": "learning rate of the diagnostic run"})
+    clip_grad_norm: float = field(default=1.0, metadata={"help": "grad-norm clip of the diagnostic run (0 = off)"})
+    seed: int = field(default=0, metadata={"help": "seed for weights and data"})
+    init_scale: float = field(default=65536.0, metadata={"help": "fp16 loss scaler: initial scale"})
+    growth_interval: int = field(default=2000, metadata={"help": "fp16 loss scaler: clean steps between growths"})
+    min_scale: float = field(default=1.0, metadata={"help": "fp16 loss scaler: collapse floor"})
+    inject: str = field(default="", metadata={"help": "fault to inject: module_path:phase:kind[@step], e.g. blocks.0.mlp:forward:nan@3"})
+    unsafe_op: str = field(default="", metadata={"help": "demo: wrap the module at this path in an fp16-unsafe exp gate (e.g. blocks.1.mlp)"})
+    keep_fp32: str = field(default="", metadata={"help": "comma-separated module paths to run in fp32 under autocast (the advised fix)"})
+    smoke: bool = field(default=True, metadata={"help": "run the 16-sample overfit smoke test (precision and fp32)"})
+    smoke_steps: int = field(default=200, metadata={"help": "smoke test: give up after this many steps"})
+    smoke_seq_len: int = field(default=32, metadata={"help": "smoke test: tokens per sample"})
+    fidelity: bool = field(default=True, metadata={"help": "compare each block's output with fp32"})
+    ring_size: int = field(default=32, metadata={"help": "locator: frames kept before the first non-finite"})
+
+    def __post_init__(self):
+        object.__setattr__(self, "precision", canonical_name(self.precision))
+        for name in ("steps", "batch_size", "seq_len", "smoke_steps", "smoke_seq_len", "ring_size"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0 or self.clip_grad_norm < 0:
+            raise UsageError(f"--lr must be > 0 and --clip-grad-norm >= 0, got {self.lr}, {self.clip_grad_norm}")
+        ScalerConfig(init_scale=self.init_scale, growth_interval=self.growth_interval, min_scale=self.min_scale)
+        if self.inject:
+            parse_fault_spec(self.inject)  # syntax now; the module path once the model exists
+
+    @property
+    def fault(self) -> FaultSpec | None:
+        return parse_fault_spec(self.inject) if self.inject else None
+
+    @property
+    def fp32_paths(self) -> list[str]:
+        return [p.strip() for p in self.keep_fp32.split(",") if p.strip()]
+
+
+@dataclass
+class RunRecord:
+    """The diagnostic run, step by step (host values)."""
+
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    grad_stats: list[StepGradStats] = field(default_factory=list)
+    trajectory: ScaleTrajectory = field(default_factory=ScaleTrajectory)
+    locator: dict[str, Any] = field(default_factory=dict)
+    nonfinite: Finding | None = None
+    """the first non-finite value the loss scaler did not absorb"""
+    near_max: Finding | None = None
+    scaler_overflows: list[Finding] = field(default_factory=list)
+    """backward infs/nans on steps the loss scaler skipped: its normal overflow handling, located"""
+    fired: list[int] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def nonfinite_loss_steps(self) -> list[int]:
+        return [i + 1 for i, v in enumerate(self.losses) if not math.isfinite(v)]
+
+
+@dataclass
+class DoctorResult:
+    config: DoctorConfig
+    summary: dict[str, Any]
+    run: RunRecord
+    advice: list[Advice]
+    smoke: dict[str, SmokeResult]
+    fidelity: FidelityResult | None
+
+
+ModelHook = Callable[[nn.Module], nn.Module | None]
+
+
+class _Setup:
+    """Device, model factory and data shared by every part of the diagnosis."""
+
+    def __init__(self, config: DoctorConfig, model_hook: ModelHook | None):
+        self.config = config
+        self.device = pick_device(config.device)
+        self.info = describe_device(self.device)
+        self.warnings = check_supported(config.precision, self.info)
+        self.spec = get_spec(config.precision)
+        self.model_config = get_preset(config.model, vocab_size=ByteTokenizer().vocab_size)
+        self.model_hook = model_hook
+        probe = self.fresh_model()  # validates --inject, --keep-fp32, --unsafe-op paths before any work
+        if config.fault:
+            resolve_module(probe, config.fault.module)
+        self.parameters = sum(p.numel() for p in probe.parameters())
+        self.sampler, _ = build_samplers(load_corpus(None), ByteTokenizer(), seq_len=config.seq_len,
+                                         batch_size=config.batch_size, seed=config.seed, max_val_batches=1)
+        self._data_start = self.sampler.state_dict()
+        self.first_batch = self.sampler.next_batch().to(self.device)
+
+    def fresh_sampler(self):
+        """The data stream from its first batch (tokenizing the corpus once, not per part)."""
+        self.sampler.load_state_dict(self._data_start)
+        return self.sampler
+
+    def fresh_model(self) -> nn.Module:
+        """The same initial weights every call (seeded), with the demo op and fp32 fixes applied."""
+        cfg = self.config
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            model = build_model(self.model_config, device=self.device, seed=cfg.seed)
+            if cfg.unsafe_op:
+                insert_unsafe_op(model, cfg.unsafe_op)
+            if self.model_hook is not None:
+                model = self.model_hook(model) or model
+        for path in cfg.fp32_paths:
+            keep_in_fp32(model, path, device_type=self.device.type)
+        return model.to(self.device)
+
+    def policy(self):
+        cfg = self.config
+        return build_precision(cfg.precision, device_type=self.device.type, scaler=ScalerConfig(
+            init_scale=cfg.init_scale, growth_interval=cfg.growth_interval, min_scale=cfg.min_scale))
+
+
+def _optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+
+
+def diagnostic_run(setup: _Setup) -> RunRecord:
+    """`steps` training steps with the locator, gradient statistics and the injector attached."""
+    cfg, record = setup.config, RunRecord()
+    policy = setup.policy()
+    model = policy.convert_module(setup.fresh_model())
+    sampler = setup.fresh_sampler()
+    optimizer = _optimizer(model, cfg.lr)
+    scheduler = build_scheduler(optimizer, warmup_steps=min(5, cfg.steps), total_steps=cfg.steps, min_lr_ratio=0.1)
+    trainer = Trainer(model=model, policy=policy, optimizer=optimizer, scheduler=scheduler, sampler=sampler,
+                      device=setup.device, grad_accum=1, clip_grad_norm=cfg.clip_grad_norm)
+    locator = NonFiniteLocator(model, ring_size=cfg.ring_size)
+    stats = GradientStatistics(model, every=1, scale_fn=policy.loss_scale)
+    injector = FaultInjector(model, cfg.fault) if cfg.fault else None
+    record.trajectory.start(policy.loss_scale())
+    hooks = [h for h in (injector, locator, stats) if h is not None]
+    for hook in hooks:
+        hook.attach()
+    try:
+        with policy.run_context():
+            _run_steps(trainer, policy, locator, stats, record, cfg.steps)
+    finally:
+        for hook in hooks:
+            hook.detach()
+    record.locator = locator.summary()
+    record.nonfinite, record.near_max = locator.first_nonfinite, locator.first_near_max
+    record.fired = list(injector.fired) if injector else []
+    return record
+
+
+def _run_steps(trainer, policy, locator, stats, record: RunRecord, steps: int) -> None:
+    for step in range(1, steps + 1):
+        locator.begin_step(step)
+        stats.begin_step(step)
+        try:
+            result = trainer.train_step()
+        except LossScaleCollapse as err:
+            record.trajectory.record_collapse(step, policy.loss_scale())
+            record.error = str(err)
+            if locator.first_nonfinite is None and record.scaler_overflows:
+                locator.first_nonfinite = record.scaler_overflows[-1]  # never absorbed: it kept overflowing
+            trainer.optimizer.zero_grad(set_to_none=True)
+            break
+        loss, norm = torch.stack([result.loss.float(), result.grad_norm.float()]).tolist()  # sync: doctor only
+        record.losses.append(loss)
+        record.grad_norms.append(norm)
+        record.trajectory.record(step, policy.loss_scale(), stepped=result.stepped)
+        record.grad_stats.extend(stats.drain())
+        _absorb_scaler_overflow(locator, record, stepped=result.stepped, loss=loss)
+
+
+def _absorb_scaler_overflow(locator, record: RunRecord, *, stepped: bool, loss: float) -> None:
+    """A backward inf on a step the scaler skipped, with a finite loss, is the scaler doing its job
+    (the loss scale only touches backward): note where it overflowed and keep looking."""
+    finding = locator.first_nonfinite
+    if finding is not None and finding.phase == "backward" and not stepped and math.isfinite(loss):
+        record.scaler_overflows.append(finding)
+        locator.resume()
+
+
+def gradient_snapshot(setup: _Setup):
+    """True-scale fp32 gradients of the initial model on one batch: the distribution fp16 must hold."""
+    model = setup.fresh_model()
+    batch = setup.first_batch
+    loss = causal_lm_loss(model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask), batch.targets)
+    loss.backward()
+    named = [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]
+    layer_sq: dict[str, float] = {}
+    for name, grad in named:
+        layer_sq[layer_of(name)] = layer_sq.get(layer_of(name), 0.0) + grad.float().pow(2).sum().item()
+    norms = {k: math.sqrt(v) for k, v in layer_sq.items()}
+    return loss_scale_range([g for _, g in named]), long_tail(norms), norms
+
+
+def smoke_tests(setup: _Setup) -> dict[str, SmokeResult]:
+    """The overfit test under the precision (with the fault, if any) and under fp32 (never faulted)."""
+    cfg = setup.config
+    batch = smoke_batch(samples=16, seq_len=cfg.smoke_seq_len, seed=cfg.seed).to(setup.device)
+    smoke_cfg = SmokeConfig(seq_len=cfg.smoke_seq_len, max_steps=cfg.smoke_steps)
+    results = {}
+    for name in dict.fromkeys([cfg.precision, "fp32"]):
+        policy = setup.policy() if name == cfg.precision else build_precision("fp32", device_type=setup.device.type)
+        model = policy.convert_module(setup.fresh_model())
+        injector = FaultInjector(model, cfg.fault).attach() if cfg.fault and name == cfg.precision else None
+        try:
+            results[name] = run_smoke_test(model, policy, batch, config=smoke_cfg,
+                                           observers=[injector] if injector else [])
+        finally:
+            if injector:
+                injector.detach()
+    return results
+
+
+def _final_flush_fraction(stats: list[StepGradStats]) -> float | None:
+    for step in reversed(stats):
+        total = sum(t.numel for t in step.tensors)
+        if total:
+            return sum(t.flush_fraction * t.numel for t in step.tensors) / total
+    return None
+
+
+def run_doctor(config: DoctorConfig, *, model_hook: ModelHook | None = None,
+               progress: Callable[[str], None] = lambda message: None) -> DoctorResult:
+    """The whole diagnosis. `model_hook(model)` may modify (or replace) each freshly built model,
+    e.g. to insert a custom op; `progress` receives one line per part."""
+    started = time.perf_counter()
+    setup = _Setup(config, model_hook)
+    progress(f"diagnostic run: {config.steps} steps of {config.precision} with the locator attached")
+    run = diagnostic_run(setup)
+    progress("gradient snapshot: loss-scale range and per-layer norms")
+    scale_range, tail, layer_norms = gradient_snapshot(setup)
+    smoke = {}
+    if config.smoke:
+        progress("smoke test: overfit 16 samples")
+        smoke = smoke_tests(setup)
+    fidelity = None
+    if config.fidelity and config.precision != "fp32":
+        progress("per-layer fidelity against fp32")
+        fidelity = compare_layers(setup.fresh_model(), setup.first_batch,
+                                  precision=setup.policy(), device_type=setup.device.type)
+    evidence = _evidence(setup, run, scale_range, tail, smoke, fidelity)
+    advice = advise(evidence)
+    summary = build_summary(setup, run, scale_range, tail, layer_norms, smoke, fidelity, advice,
+                            wall_s=time.perf_counter() - started)
+    return DoctorResult(config=config, summary=summary, run=run, advice=advice, smoke=smoke, fidelity=fidelity)
+
+
+def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity) -> Evidence:
+    cfg, spec = setup.config, setup.spec
+    return Evidence(
+        precision=cfg.precision, compute_dtype=str(spec.compute_dtype).replace("torch.", ""),
+        loss_scaling=spec.loss_scaling, device_type=setup.device.type, native_bf16=setup.info.native_bf16,
+        init_scale=cfg.init_scale, clip_grad_norm=cfg.clip_grad_norm, injected=cfg.inject or None,
+        nonfinite=run.nonfinite, near_max=run.near_max,
+        nonfinite_loss_steps=run.nonfinite_loss_steps, scale=run.trajectory.summary(), scale_range=scale_range,
+        flush_fraction=_final_flush_fraction(run.grad_stats), long_tail=tail,
+        smoke=smoke.get(cfg.precision), smoke_fp32=smoke.get("fp32") if cfg.precision != "fp32" else None,
+        fidelity=fidelity,
+    )
+
+
+def build_summary(setup: _Setup, run: RunRecord, scale_range, tail, layer_norms, smoke, fidelity, advice,
+                  *, wall_s: float) -> dict[str, Any]:
+    """doctor's summary.json (schema "ampkit.doctor/1")."""
+    cfg = setup.config
+    fixes = [a for a in advice if a.severity == "fix"]
+    return {
+        "schema": SCHEMA,
+        "command": "doctor",
+        "ampkit_version": __version__,
+        "status": "problems" if fixes else "healthy",
+        "config": asdict(cfg),
+        "device": {"type": setup.device.type, "name": setup.info.name, "native_bf16": setup.info.native_bf16},
+        "warnings": setup.warnings,
+        "model": {"preset": cfg.model, "parameters": setup.parameters, "unsafe_op": cfg.unsafe_op or None,
+                  "fp32_modules": cfg.fp32_paths},
+        "inject": {"spec": cfg.inject, "fired_steps": run.fired} if cfg.inject else None,
+        "run": {"steps": len(run.losses), "losses": run.losses, "grad_norms": run.grad_norms,
+                "nonfinite_loss_steps": run.nonfinite_loss_steps, "error": run.error},
+        "locator": run.locator | {"scaler_overflows": [f.to_dict(frames=False) for f in run.scaler_overflows]},
+        "scale": run.trajectory.summary() | {"points": [
+            {"step": s, "scale": v, "skipped": k}
+            for s, v, k in zip(run.trajectory.steps, run.trajectory.scales, run.trajectory.skipped)]},
+        "gradients": {
+            "scale_range": scale_range.to_dict(),
+            "long_tail": tail.to_dict() if tail else None,
+            "layer_norms_fp32": layer_norms,
+            "steps": [s.to_dict() for s in run.grad_stats],
+        },
+        "smoke": {name: r.to_dict() for name, r in smoke.items()},
+        "fidelity": fidelity.to_dict() if fidelity else None,
+        "advice": [a.to_dict() for a in advice],
+        "wall_s": wall_s,
+    }

@@ -1,0 +1,202 @@
+"""Rendering doctor's result: the console view (rich) and report.html / report.md with plots
+(gradient-norm heat map, underflow fractions, loss-scale trajectory, smoke curves, per-layer fidelity)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from ampkit.report import Report, plt
+
+
+def _fmt(value: Any, spec: str = ".4g") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return format(value, spec)
+    return str(value)
+
+
+def key_findings(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows shared by the console and the report."""
+    rows = [("precision", f"{summary['config']['precision']} on {summary['device']['name']}"),
+            ("model", f"{summary['model']['preset']} ({summary['model']['parameters']:,} parameters)")]
+    if summary["inject"]:
+        rows.append(("injected fault", f"{summary['inject']['spec']} (fired at steps {summary['inject']['fired_steps']})"))
+    loc = summary["locator"]["first_nonfinite"]
+    rows.append(("first non-finite", f"{loc['module']} ({loc['cls']}), {loc['phase']} {loc['site']}, step "
+                                     f"{loc['step']}: {loc['values']}" if loc else "none"))
+    overflows = summary["locator"]["scaler_overflows"]
+    if overflows:
+        first = overflows[0]
+        rows.append(("overflows the loss scaler absorbed", f"{len(overflows)}, first at {first['module']} "
+                                                            f"({first['phase']} {first['site']}, step {first['step']})"))
+    near = summary["locator"]["first_near_fp16_max"]
+    if near:
+        rows.append(("first value near fp16 max", f"{near['module']}, {near['phase']} {near['site']}: {near['values']}"))
+    run = summary["run"]
+    bad = run["nonfinite_loss_steps"]
+    rows.append(("diagnostic run", f"{run['steps']} steps, non-finite loss at {len(bad)} of them" if bad
+                 else f"{run['steps']} steps, all losses finite"))
+    rows.append(("loss scale", _scale_text(summary["scale"])))
+    rng = summary["gradients"]["scale_range"]
+    rows.append(("representable loss scales", f"{rng['low_pow2']:g} .. {rng['high_pow2']:g}" if rng["representable"]
+                 else f"none (underflow needs >= {rng['low_pow2']:g}, overflow <= {rng['high_pow2']:g})"))
+    tail = summary["gradients"]["long_tail"]
+    if tail:
+        rows.append(("gradient long tail", f"{tail['layer']}: {tail['ratio']:.0f}x the median layer norm"))
+    for name, smoke in summary["smoke"].items():
+        rows.append((f"smoke test ({name})", "passed in " + str(smoke["steps_needed"]) + " steps" if smoke["passed"]
+                     else f"FAILED ({smoke['failure']}, accuracy {100 * smoke['final_accuracy']:.1f}%)"))
+    fid = summary["fidelity"]
+    if fid:
+        rows.append(("fidelity vs fp32", f"logits cosine {_fmt(fid['logits_cosine'], '.5f')} ({fid['verdict']}); "
+                                         f"first layer below {fid['threshold']}: {fid['first_below'] or 'none'}"))
+    return rows
+
+
+def _scale_text(scale: dict[str, Any]) -> str:
+    if not scale["active"]:
+        return "no loss scaling in this precision"
+    text = (f"{scale['initial']:g} -> {_fmt(scale['final'], 'g')}, {scale['skipped']} skipped of {scale['steps']}, "
+            f"{scale['growths']} growths, {scale['backoffs']} backoffs")
+    if scale["collapsed_at"]:
+        text += f", collapsed below min_scale at step {scale['collapsed_at']}"
+    return text
+
+
+def print_console(console: Console, summary: dict[str, Any], run_dir) -> None:
+    table = Table(title=f"ampkit doctor · {summary['config']['precision']} · {summary['status']}", show_header=False)
+    table.add_column("finding", style="bold")
+    table.add_column("value")
+    for label, value in key_findings(summary):
+        table.add_row(label, value)
+    console.print(table)
+    styles = {"fix": "bold red", "warn": "yellow", "info": "green"}
+    for number, item in enumerate(summary["advice"], 1):
+        console.print(f"[{styles.get(item['severity'], '')}]{number}. {item['title']}[/]")
+        for line in item["evidence"]:
+            console.print(f"   evidence: {line}", highlight=False)
+        console.print(f"   fix: {item['fix']}", highlight=False)
+    if run_dir is not None:
+        console.print(f"report: {run_dir / 'report.html'}")
+
+
+def build_report(summary: dict[str, Any]) -> Report:
+    report = Report(title=f"ampkit doctor: {summary['config']['precision']} on {summary['model']['preset']}")
+    report.heading("Verdict").table(["finding", "value"], [list(r) for r in key_findings(summary)])
+    report.heading("Advice")
+    for item in summary["advice"]:
+        report.text(f"{item['title']}. Fix: {item['fix']}", kind="warn" if item["severity"] != "info" else "note")
+        for line in item["evidence"]:
+            report.text(f"Evidence: {line}")
+    _locator_section(report, summary["locator"])
+    _scale_section(report, summary["scale"])
+    _gradient_section(report, summary["gradients"])
+    _smoke_section(report, summary["smoke"])
+    _fidelity_section(report, summary["fidelity"])
+    return report
+
+
+def _locator_section(report: Report, locator: dict[str, Any]) -> None:
+    report.heading("First non-finite value")
+    first = locator["first_nonfinite"]
+    if not first:
+        report.text("No inf or nan appeared in any module's weights, inputs, outputs or gradients.")
+    else:
+        report.text(first["explanation"], kind="warn")
+        rows = []
+        for frame in first["frames"][-12:]:
+            for site, s in frame["stats"].items():
+                rows.append([frame["index"], frame["step"], frame["module"], frame["phase"], site,
+                             f"{s['absmin']:.3g}", f"{s['absmax']:.3g}", s["n_inf"], s["n_nan"], s["dtype"]])
+        report.table(["frame", "step", "module", "phase", "site", "min |x|", "max |x|", "inf", "nan", "dtype"], rows)
+    if locator["near_limits"]:
+        report.text("Sites near fp16's limits (|x| > 65504/2, or nonzero values that flush to zero in fp16):")
+        report.table(["module", "phase", "site", "max |x|", "near max", "flush to 0", "elements"],
+                     [[n["module"], n["phase"], n["site"], f"{n['absmax']:.3g}", n["near_max"], n["fp16_flush"],
+                       n["numel"]] for n in locator["near_limits"][:30]])
+
+
+def _scale_section(report: Report, scale: dict[str, Any]) -> None:
+    report.heading("Loss-scale trajectory")
+    report.text(_scale_text(scale))
+    points = scale["points"]
+    if not points:
+        return
+    fig, ax = plt.subplots(figsize=(7, 3))
+    steps = [p["step"] for p in points]
+    ax.step(steps, [p["scale"] for p in points], where="post", label="loss scale")
+    skipped = [p for p in points if p["skipped"]]
+    ax.scatter([p["step"] for p in skipped], [p["scale"] for p in skipped], color="red", marker="x",
+               label="skipped step", zorder=3)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("scale")
+    ax.legend()
+    report.figure(fig, "Loss scale after each step; red crosses are steps the scaler skipped (inf/nan gradients).")
+
+
+def _gradient_section(report: Report, grads: dict[str, Any]) -> None:
+    report.heading("Gradients")
+    rng = grads["scale_range"]
+    report.text(f"Loss scales keeping fp32 gradients representable in fp16 (<= {100 * rng['flush_tolerance']:g}% "
+                f"flushed to zero, max |g·scale| <= 65504): {rng['low_pow2']:g} .. {rng['high_pow2']:g}"
+                + ("" if rng["representable"] else " (empty: no scale fits)") + f"; max |g| = {rng['max_abs']:.3g}.")
+    steps = grads["steps"]
+    if not steps:
+        return
+    names = [t["name"] for t in steps[0]["tensors"]]
+    matrix = np.full((len(names), len(steps)), np.nan)
+    for j, step in enumerate(steps):
+        by_name = {t["name"]: t["norm"] for t in step["tensors"]}
+        for i, name in enumerate(names):
+            value = by_name.get(name, math.nan)
+            matrix[i, j] = math.log10(value) if value > 0 and math.isfinite(value) else np.nan
+    fig, ax = plt.subplots(figsize=(8, max(3, 0.18 * len(names))))
+    image = ax.imshow(matrix, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_yticks(range(len(names)), names, fontsize=6)
+    ax.set_xticks(range(len(steps)), [s["step"] for s in steps], fontsize=7)
+    ax.set_xlabel("step")
+    fig.colorbar(image, ax=ax, label="log10 gradient norm")
+    report.figure(fig, "Gradient-norm heat map per parameter tensor (blank = non-finite).")
+    last = steps[-1]
+    fig, ax = plt.subplots(figsize=(8, max(3, 0.18 * len(names))))
+    y = np.arange(len(last["tensors"]))
+    ax.barh(y, [100 * t["flush_fraction"] for t in last["tensors"]], label="flush to zero")
+    ax.barh(y, [100 * t["subnormal_fraction"] for t in last["tensors"]],
+            left=[100 * t["flush_fraction"] for t in last["tensors"]], label="subnormal")
+    ax.set_yticks(y, [t["name"] for t in last["tensors"]], fontsize=6)
+    ax.set_xlabel(f"% of elements at loss scale {last['scale']:g} (step {last['step']})")
+    ax.legend()
+    report.figure(fig, "Underflow forecast: share of each gradient that fp16 would flush to zero or make subnormal.")
+    report.table(["layer", "norm", "max |g|", "flush %", "subnormal %", "headroom"],
+                 [[t["name"], f"{t['norm']:.3g}", f"{t['max_abs']:.3g}", f"{100 * t['flush_fraction']:.2f}",
+                   f"{100 * t['subnormal_fraction']:.2f}", f"{t['headroom']:.3g}"] for t in last["layers"]])
+
+
+def _smoke_section(report: Report, smoke: dict[str, Any]) -> None:
+    if not smoke:
+        return
+    report.heading("Smoke test: overfit 16 samples")
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for name, result in smoke.items():
+        report.text(result["diagnosis"], kind="note" if result["passed"] else "warn")
+        ax.plot(range(1, len(result["accuracy"]) + 1), [100 * a for a in result["accuracy"]], label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("token accuracy %")
+    ax.legend()
+    report.figure(fig, "Token accuracy on the 16 samples, per step.")
+
+
+def _fidelity_section(report: Report, fidelity: dict[str, Any] | None) -> None:
+    if not fidelity:
+        return
+    report.heading("Per-layer fidelity against fp32")
+    report.table(["layer", "cosine", "relative error"],
+                 [[layer["name"], _fmt(layer["cosine"], ".6f"), _fmt(layer["rel_error"], ".3g")]
+                  for layer in fidelity["layers"]])

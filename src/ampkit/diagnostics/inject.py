@@ -1,0 +1,215 @@
+"""Fault injection: put an inf, a nan or an fp16 overflow at a chosen module's forward output or
+backward gradient, at a chosen step. The way to test the locator, the guard and doctor, and a demo.
+
+Spec syntax (CLI `--inject`): ``module_path:phase:kind[@step]``
+    module_path  dotted path from `model.named_modules()`, e.g. ``blocks.0.attn.q_proj``
+    phase        ``forward`` (the module's output) or ``backward`` (the gradient it sends upstream,
+                 i.e. with respect to its inputs; for a module whose inputs need no gradient, such
+                 as an embedding fed token ids, the gradient of its own parameters)
+    kind         ``inf``, ``nan``, or ``overflow`` (the tensor rescaled so max |x| = 4 x 65504:
+                 finite in fp32, inf once it is or becomes fp16)
+    @step        ``@7`` one step, ``@7-9`` a burst; omitted = every step (steps count from 1)
+
+Steps are counted by the injector itself, one per training forward pass of the root module
+(grad enabled, `model.training`), so with `grad_accum` 1 they equal optimizer steps; a caller that
+replays a step sets it with `begin_step(step)` instead. In `train`, the count follows the data, not
+the step number: a guard rollback does not replay the fault, just as it skips a bad batch.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampkit.diagnostics.fp16 import FP16_MAX
+from ampkit.errors import UsageError
+
+PHASES = ("forward", "backward")
+KINDS = ("inf", "nan", "overflow")
+OVERFLOW_TARGET = 4 * FP16_MAX
+"""max |x| of an "overflow" fault: past fp16's 65504, comfortably inside fp32."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaultSpec:
+    """One fault: where, which phase, what, and during which steps (None = every step)."""
+
+    module: str
+    phase: str
+    kind: str
+    first_step: int | None = None
+    last_step: int | None = None
+
+    def __post_init__(self):
+        if self.phase not in PHASES:
+            raise UsageError(f"fault phase '{self.phase}' is not one of {', '.join(PHASES)}; "
+                             "write module_path:forward:kind or module_path:backward:kind")
+        if self.kind not in KINDS:
+            raise UsageError(f"fault kind '{self.kind}' is not one of {', '.join(KINDS)}; e.g. blocks.0.mlp:forward:nan")
+        if not self.module:
+            raise UsageError("fault needs a module path (e.g. blocks.0.attn.q_proj); the root model is not a target")
+        if self.first_step is not None and (self.first_step < 1 or (self.last_step or 0) < self.first_step):
+            raise UsageError(f"fault steps {self.first_step}-{self.last_step} are not a range of steps >= 1; "
+                             "write @7 or @7-9")
+
+    def active(self, step: int) -> bool:
+        return self.first_step is None or self.first_step <= step <= self.last_step
+
+    def __str__(self) -> str:
+        text = f"{self.module}:{self.phase}:{self.kind}"
+        if self.first_step is None:
+            return text
+        if self.first_step == self.last_step:
+            return f"{text}@{self.first_step}"
+        return f"{text}@{self.first_step}-{self.last_step}"
+
+
+def parse_fault_spec(text: str) -> FaultSpec:
+    """`module_path:phase:kind[@step]` -> FaultSpec; a malformed spec is a UsageError (one line)."""
+    body, _, steps = text.strip().partition("@")
+    parts = body.split(":")
+    if len(parts) != 3 or not all(parts):
+        raise UsageError(f"--inject '{text}' is not module_path:phase:kind[@step]; "
+                         "e.g. blocks.0.attn.q_proj:forward:nan@3")
+    module, phase, kind = (p.strip() for p in parts)
+    first = last = None
+    if steps:
+        first, last = _parse_steps(steps, text)
+    return FaultSpec(module=module, phase=phase.lower(), kind=kind.lower(), first_step=first, last_step=last)
+
+
+def _parse_steps(steps: str, text: str) -> tuple[int, int]:
+    lo, _, hi = steps.partition("-")
+    try:
+        first = int(lo)
+        last = int(hi) if hi else first
+    except ValueError:
+        raise UsageError(f"--inject '{text}': the step after @ must be a number or a range (@7, @7-9)") from None
+    return first, last
+
+
+def resolve_module(model: nn.Module, path: str) -> nn.Module:
+    """The submodule at `path`; an unknown path is a UsageError naming close or example valid paths."""
+    modules = dict(model.named_modules())
+    if path and path in modules:
+        return modules[path]
+    names = [n for n in modules if n]
+    close = difflib.get_close_matches(path, names, n=4, cutoff=0.6)
+    examples = close or names[:3] + names[len(names) // 2: len(names) // 2 + 2] + names[-1:]
+    raise UsageError(f"model has no module '{path}'; valid paths include: {', '.join(examples)} "
+                     f"({len(names)} modules in all)")
+
+
+def corrupt(t: torch.Tensor, kind: str) -> torch.Tensor:
+    """A corrupted copy of `t` (autograd flows through it): the first element set to inf or nan, or the
+    whole tensor rescaled so max |x| = 4 x 65504 (overflow)."""
+    if kind == "overflow":
+        peak = t.detach().abs().amax().float().clamp_min(1e-30)
+        return (t.float() * (OVERFLOW_TARGET / peak)).to(t.dtype)  # fp16 tensors become inf here
+    value = float("inf") if kind == "inf" else float("nan")
+    mask = torch.zeros(t.shape, dtype=torch.bool, device=t.device)
+    mask.view(-1)[0] = True
+    return torch.where(mask, torch.full((), value, dtype=t.dtype, device=t.device), t)
+
+
+def _corrupt_first(obj: Any, kind: str) -> tuple[Any, bool]:
+    """Corrupt the first floating tensor inside a tensor / tuple / list; returns (new, whether done)."""
+    if isinstance(obj, torch.Tensor):
+        return (corrupt(obj, kind), True) if obj.is_floating_point() and obj.numel() else (obj, False)
+    if isinstance(obj, (tuple, list)):
+        items, done = list(obj), False
+        for i, item in enumerate(items):
+            if not done:
+                items[i], done = _corrupt_first(item, kind)
+        return type(obj)(items), done
+    return obj, False
+
+
+class FaultInjector:
+    """Injects one `FaultSpec` into a model through hooks. `fired` lists the steps it fired at.
+
+    Its hooks are prepended, so observers (the locator) registered before or after see the
+    corrupted values. Use as a context manager or `attach()` / `detach()`.
+    """
+
+    def __init__(self, model: nn.Module, spec: FaultSpec | str):
+        self.model = model
+        self.spec = parse_fault_spec(spec) if isinstance(spec, str) else spec
+        self.target = resolve_module(model, self.spec.module)  # fail before any hook is placed
+        self.step = 0
+        self.fired: list[int] = []
+        self._explicit_steps = False
+        self._param_fault_pending = False
+        self._armed = False
+        self._handles: list[Any] = []
+
+    def attach(self) -> "FaultInjector":
+        if self._handles:
+            return self
+        self._handles.append(self.model.register_forward_pre_hook(self._count_step, prepend=True))
+        if self.spec.phase == "forward":
+            self._handles.append(self.target.register_forward_hook(self._on_forward, prepend=True))
+        else:
+            self._handles.append(self.target.register_full_backward_hook(self._on_backward, prepend=True))
+            for param in self.target.parameters(recurse=False):
+                if param.requires_grad:
+                    self._handles.append(param.register_hook(self._on_param_grad))
+        return self
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def __enter__(self) -> "FaultInjector":
+        return self.attach()
+
+    def __exit__(self, *exc) -> None:
+        self.detach()
+
+    def begin_step(self, step: int) -> None:
+        """Use the caller's step numbers from now on (replays fire again at the same step)."""
+        self._explicit_steps = True
+        self.step = step
+
+    def _count_step(self, module: nn.Module, args) -> None:
+        training = module.training and torch.is_grad_enabled()  # evaluation passes are never faulted
+        if training and not self._explicit_steps:
+            self.step += 1
+        self._armed = training and self.spec.active(self.step)
+
+    def _fire(self) -> None:
+        if not self.fired or self.fired[-1] != self.step:
+            self.fired.append(self.step)
+
+    def _on_forward(self, module: nn.Module, args, output):
+        if not self._armed:
+            return None
+        new, done = _corrupt_first(output, self.spec.kind)
+        if done:
+            self._fire()
+            return new
+        return None
+
+    def _on_backward(self, module: nn.Module, grad_input, grad_output):
+        if not self._armed:
+            return None
+        if all(g is None for g in grad_input):  # inputs need no gradient: corrupt the weight gradient
+            self._param_fault_pending = True
+            return None
+        new, done = _corrupt_first(tuple(grad_input), self.spec.kind)
+        if done:
+            self._fire()
+            return new
+        return None
+
+    def _on_param_grad(self, grad: torch.Tensor) -> torch.Tensor | None:
+        if not self._param_fault_pending:
+            return None
+        self._param_fault_pending = False
+        self._fire()
+        return corrupt(grad, self.spec.kind)

@@ -1,0 +1,116 @@
+"""Per-layer fidelity: the same weights and batch in fp32 and in the chosen precision, block by block.
+
+Each watched module's output (the embedding, every block, the final norm, the logits) is compared
+with its fp32 twin by cosine similarity and relative error ||low - ref|| / ||ref||, both computed in
+fp64. The first block below 0.99 is where low precision starts to lose the signal; the seeds'
+logits check passes at >= 0.99 and calls for a hunt below 0.9.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampkit.data import Batch
+from ampkit.precision import Precision, build_precision
+
+GOOD_COSINE = 0.99
+"""At or above: the precision keeps the layer's signal (the seeds' threshold for logits)."""
+BAD_COSINE = 0.9
+"""Below: an op's low-precision error is being amplified; find the layer."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerFidelity:
+    name: str
+    cosine: float
+    rel_error: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FidelityResult:
+    precision: str
+    layers: list[LayerFidelity]
+    logits_cosine: float
+    first_below: str | None
+    """the first watched module whose cosine falls below `threshold` (None: all pass)"""
+    threshold: float
+
+    @property
+    def verdict(self) -> str:
+        if self.logits_cosine >= GOOD_COSINE:
+            return "good"
+        return "degraded" if self.logits_cosine >= BAD_COSINE else "bad"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"precision": self.precision, "layers": [layer.to_dict() for layer in self.layers],
+                "logits_cosine": self.logits_cosine, "first_below": self.first_below, "threshold": self.threshold,
+                "verdict": self.verdict}
+
+
+def watched_modules(model: nn.Module) -> list[str]:
+    """Paths compared: the embedding, each block and the final norm, when the model has them (the logits
+    are always compared, as "logits")."""
+    names = dict(model.named_modules())
+    paths = [p for p in ("embed",) if p in names]
+    blocks = getattr(model, "blocks", None)
+    if blocks is not None:
+        paths += [f"blocks.{i}" for i in range(len(blocks))]
+    return paths + [p for p in ("norm",) if p in names]
+
+
+def _capture(model: nn.Module, policy: Precision, batch: Batch, paths: list[str]) -> dict[str, torch.Tensor]:
+    modules = dict(model.named_modules())
+    outputs: dict[str, torch.Tensor] = {}
+
+    def keep(path):
+        def hook(module, args, output):
+            tensor = output[0] if isinstance(output, (tuple, list)) else output
+            outputs[path] = tensor.detach().double()
+        return hook
+
+    handles = [modules[p].register_forward_hook(keep(p)) for p in paths]
+    was_training = model.training
+    try:
+        with torch.no_grad(), policy.run_context(), policy.forward_context():
+            model.eval()
+            logits = model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
+            outputs["logits"] = logits.detach().double()
+    finally:
+        model.train(was_training)
+        for handle in handles:
+            handle.remove()
+    return outputs
+
+
+def _compare(ref: torch.Tensor, low: torch.Tensor) -> tuple[float, float]:
+    a, b = ref.flatten(), low.flatten()
+    if not torch.isfinite(b).all():
+        return math.nan, math.inf
+    cosine = torch.nn.functional.cosine_similarity(a, b, dim=0, eps=1e-30).item()
+    rel = ((a - b).norm() / a.norm().clamp_min(1e-30)).item()
+    return cosine, rel
+
+
+def compare_layers(model: nn.Module, batch: Batch, *, precision: str | Precision, device_type: str,
+                   threshold: float = GOOD_COSINE) -> FidelityResult:
+    """Run `model` (fp32 weights; left untouched) in fp32 and, on a converted copy, in `precision`."""
+    policy = precision if isinstance(precision, Precision) else build_precision(precision, device_type=device_type)
+    reference = build_precision("fp32", device_type=device_type)
+    paths = watched_modules(model)
+    ref = _capture(model, reference, batch, paths)
+    low_model = policy.convert_module(copy.deepcopy(model))
+    low = _capture(low_model, policy, batch, paths)
+    layers = [LayerFidelity(name=p, cosine=c, rel_error=r)
+              for p in paths + ["logits"] for c, r in [_compare(ref[p], low[p])]]
+    first = next((layer.name for layer in layers if not layer.cosine >= threshold), None)  # nan counts as below
+    return FidelityResult(precision=policy.name, layers=layers, logits_cosine=layers[-1].cosine, first_below=first,
+                          threshold=threshold)

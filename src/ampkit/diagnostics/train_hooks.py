@@ -1,0 +1,84 @@
+"""What `ampkit train` attaches for `--detect-nonfinite`, `--grad-stats-every N` and `--inject`.
+
+All three are hooks on the model; the loop calls `begin_step(step)` before a step and
+`at_log_step(step, metrics)` at log steps, where the gradient statistics are moved to the host
+(their only sync) and a new non-finite finding is written to metrics.jsonl. With everything off,
+`build_train_diagnostics` returns `NoDiagnostics`, which does nothing and places no hook.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ampkit.diagnostics.gradstats import GradientStatistics
+from ampkit.diagnostics.inject import FaultInjector
+from ampkit.diagnostics.locator import NonFiniteLocator
+
+
+class NoDiagnostics:
+    """Every diagnostic off: no hooks, no cost."""
+
+    def begin_step(self, step: int) -> None:
+        """Nothing to arm."""
+
+    def at_log_step(self, step: int, metrics) -> None:
+        """Nothing to report."""
+
+    def close(self) -> None:
+        """Nothing attached."""
+
+    def summary(self) -> dict[str, Any]:
+        return {}
+
+
+class TrainDiagnostics:
+    """The enabled diagnostics of one run (any of locator, gradient statistics, fault injector)."""
+
+    def __init__(self, *, model, policy, detect_nonfinite: bool, grad_stats_every: int, inject: str,
+                 micro_batches: int):
+        self.locator = NonFiniteLocator(model).attach() if detect_nonfinite else None
+        self.stats = GradientStatistics(model, every=grad_stats_every, micro_batches=micro_batches,
+                                        scale_fn=policy.loss_scale).attach() if grad_stats_every else None
+        # The injector counts training forward passes itself (data position), so a guard rollback
+        # does not replay the fault: it behaves like a bad batch that the rollback skips.
+        self.injector = FaultInjector(model, inject).attach() if inject else None
+        self._reported = False
+
+    def begin_step(self, step: int) -> None:
+        if self.locator is not None:
+            self.locator.begin_step(step)
+        if self.stats is not None:
+            self.stats.begin_step(step)
+
+    def at_log_step(self, step: int, metrics) -> None:
+        if self.stats is not None:
+            for stats in self.stats.drain():  # sync point (log steps only)
+                metrics.write({"event": "grad_stats", **stats.to_dict()})
+        if self.locator is not None and self.locator.first_nonfinite is not None and not self._reported:
+            self._reported = True
+            metrics.write({"event": "nonfinite", "step": step, **self.locator.first_nonfinite.to_dict()})
+
+    def close(self) -> None:
+        for hook in (self.locator, self.stats, self.injector):
+            if hook is not None:
+                hook.detach()
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.locator is not None:
+            finding = self.locator.first_nonfinite
+            out["first_nonfinite"] = finding.to_dict(frames=False) if finding else None
+        if self.injector is not None:
+            out["inject"] = {"spec": str(self.injector.spec), "fired_steps": self.injector.fired}
+        if self.stats is not None:
+            out["grad_stats_every"] = self.stats.every
+        return out
+
+
+def build_train_diagnostics(objs, config) -> TrainDiagnostics | NoDiagnostics:
+    """The diagnostics `config` asks for, attached to `objs.model`; `NoDiagnostics` when none."""
+    if not (config.detect_nonfinite or config.grad_stats_every or config.inject):
+        return NoDiagnostics()
+    return TrainDiagnostics(model=objs.model, policy=objs.policy, detect_nonfinite=config.detect_nonfinite,
+                            grad_stats_every=config.grad_stats_every, inject=config.inject,
+                            micro_batches=config.grad_accum)
