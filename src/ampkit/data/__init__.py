@@ -1,6 +1,15 @@
-"""Data: corpora, tokenizers and batching (pad now; bucket, pack and dedup slot in later)."""
+"""Data: corpora, tokenizers, dedup and batching (pad, bucket, pack with document isolation)."""
 
-from ampkit.data.batching import COLLATORS, IGNORE_INDEX, Batch, collate_pad
+from ampkit.data.batching import (
+    BATCHING_STRATEGIES,
+    COLLATORS,
+    IGNORE_INDEX,
+    Batch,
+    collate_pack,
+    collate_pad,
+    document_causal_mask,
+    best_fit_row,
+)
 from ampkit.data.corpus import (
     DEFAULT_CORPUS_NAME,
     Corpus,
@@ -10,23 +19,35 @@ from ampkit.data.corpus import (
     split_documents,
     train_val_split,
 )
-from ampkit.data.sampler import BatchSampler, build_samplers, make_units
+from ampkit.data.dedup import DEDUP_MODES, DedupStats, apply_dedup, dedup_exact, normalize_text
+from ampkit.data.sampler import BatchSampler, TrainData, build_data, build_samplers, make_units
 from ampkit.data.tokenizer import ByteTokenizer, Tokenizer
 
 __all__ = [
+    "BATCHING_STRATEGIES",
     "COLLATORS",
+    "DEDUP_MODES",
     "DEFAULT_CORPUS_NAME",
     "IGNORE_INDEX",
     "Batch",
     "BatchSampler",
     "ByteTokenizer",
     "Corpus",
+    "DedupStats",
     "Tokenizer",
+    "TrainData",
+    "apply_dedup",
+    "best_fit_row",
+    "build_data",
     "build_samplers",
+    "collate_pack",
     "collate_pad",
+    "dedup_exact",
+    "document_causal_mask",
     "load_corpus",
     "load_default_corpus",
     "make_units",
+    "normalize_text",
     "paragraphs",
     "split_documents",
     "train_val_split",

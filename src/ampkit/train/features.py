@@ -1,0 +1,325 @@
+"""The throughput switches of `ampkit train` and `ampkit bench --sweep`, applied to a built model.
+
+Order of application (`build_run` follows it; each step assumes the previous one is done):
+    precision policy's `convert_module` -> activation checkpointing -> compile -> optimizer
+Checkpointing wraps blocks before compile so dynamo traces the checkpointed forward; the optimizer
+is built last, over the final parameters.
+
+- Activation checkpointing (`none | full | every-N`), per transformer block, non-reentrant
+  (`torch.utils.checkpoint.checkpoint(use_reentrant=False)`): a checkpointed block keeps only its
+  input during the forward and recomputes its activations in the backward. We replace the block's
+  `forward` on the instance rather than wrapping the module, so module names, `state_dict` keys and
+  checkpoints stay the same with and without it. Hazard: hooks on modules *inside* a checkpointed
+  block fire twice per step (forward, then recompute).
+- `--compile`: `nn.Module.compile()` (in place, so `state_dict` keys keep no `_orig_mod.` prefix).
+  Compilation is lazy; `warm_up_compiled` triggers it on a synthetic batch so its time is reported
+  separately from step time.
+- `--optimizer adamw | adamw-8bit | sgd`; adamw-8bit is bitsandbytes' `AdamW8bit` (CPU and CUDA),
+  which keeps tensors under 4,096 elements in 32-bit states, as the library does by default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from ampkit.data import BATCHING_STRATEGIES, DEDUP_MODES, Batch, collate_pack, collate_pad
+from ampkit.errors import UsageError
+from ampkit.models import causal_lm_loss
+
+OPTIMIZERS = ("adamw", "adamw-8bit", "sgd")
+"""`--optimizer` choices."""
+CHECKPOINTING_CHOICES = "none, full or every-N (N >= 1: every N-th block)"
+_EVERY_N = re.compile(r"^every-(\d+)$")
+_CHECKPOINTED = "_ampkit_checkpointed"  # flag on a block whose forward is already wrapped
+
+ADAMW_BETAS = (0.9, 0.95)
+ADAMW_EPS = 1e-8
+SGD_MOMENTUM = 0.9
+
+
+# ---------------------------------------------------------------- validation
+
+
+def check_feature_settings(*, batching: str, activation_checkpointing: str, optimizer: str, dedup: str) -> None:
+    """One-line UsageErrors for unknown names (called from `TrainConfig.__post_init__`)."""
+    if batching not in BATCHING_STRATEGIES:
+        raise UsageError(f"unknown --batching {batching!r}; choose one of: {', '.join(BATCHING_STRATEGIES)}")
+    parse_activation_checkpointing(activation_checkpointing)
+    if optimizer not in OPTIMIZERS:
+        raise UsageError(f"unknown --optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
+    if dedup not in DEDUP_MODES:
+        raise UsageError(f"unknown --dedup {dedup!r}; choose one of: {', '.join(DEDUP_MODES)}")
+
+
+def check_batching_supported(model: nn.Module, batching: str) -> None:
+    """pack needs a model that takes per-row positions and a (B, 1, T, T) attention mask."""
+    if batching == "pack" and not getattr(model, "supports_attn_mask", False):
+        raise UsageError(
+            f"--batching pack needs a model that accepts a custom attention mask for document isolation, and "
+            f"{type(model).__name__} does not (supports_attn_mask is not True); use --batching bucket instead"
+        )
+
+
+# ---------------------------------------------------------------- activation checkpointing
+
+
+def parse_activation_checkpointing(spec: str) -> int:
+    """"none" -> 0, "full" -> 1, "every-N" -> N: every N-th block (blocks N-1, 2N-1, ...) is checkpointed."""
+    if spec == "none":
+        return 0
+    if spec == "full":
+        return 1
+    match = _EVERY_N.match(spec)
+    if match and int(match.group(1)) >= 1:
+        return int(match.group(1))
+    raise UsageError(f"unknown --activation-checkpointing {spec!r}; use {CHECKPOINTING_CHOICES}")
+
+
+def apply_activation_checkpointing(model: nn.Module, *, spec: str) -> list[int]:
+    """Checkpoint the blocks `spec` selects, in place; returns their indices (empty for "none").
+
+    Precondition: `model.blocks` is an `nn.ModuleList` of transformer blocks (ampkit's LlamaLM);
+    the precision policy has already converted the model. Applying it twice is a no-op.
+    """
+    every = parse_activation_checkpointing(spec)
+    if every == 0:
+        return []
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList):
+        raise UsageError(f"--activation-checkpointing needs a model with a `blocks` ModuleList; "
+                         f"{type(model).__name__} has none; use --activation-checkpointing none")
+    chosen = [i for i in range(len(blocks)) if (i + 1) % every == 0]
+    for i in chosen:
+        block = blocks[i]
+        if not getattr(block, _CHECKPOINTED, False):
+            # Non-reentrant: works with inputs that do not require grad, with torch.compile, and
+            # with keyword arguments; the RNG state is preserved for the recompute by default.
+            block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+            setattr(block, _CHECKPOINTED, True)
+    return chosen
+
+
+# ---------------------------------------------------------------- compile
+
+
+def check_compile_available(device: torch.device) -> None:
+    """On CPU, inductor compiles C++: refuse early when no C++ compiler is on PATH."""
+    if device.type != "cpu":
+        return
+    candidates = [os.environ.get("CXX", ""), "g++", "clang++", "c++"]
+    if not any(c and shutil.which(c) for c in candidates):
+        raise UsageError("--compile on CPU needs a C++ compiler (g++ or clang++) on PATH; install one "
+                         "(e.g. apt-get install g++) or drop --compile")
+
+
+def compile_model(model: nn.Module, *, dynamic: bool | None) -> nn.Module:
+    """`model.compile(dynamic=...)` in place; returns the same module.
+
+    `dynamic=True` for pad/bucket, whose row width changes per batch (one graph for all widths
+    instead of a recompile per new width); pack rows are always `seq_len` wide (`dynamic=None`).
+    """
+    model.compile(dynamic=dynamic)
+    return model
+
+
+def synthetic_batch(*, batching: str, batch_size: int, seq_len: int) -> Batch:
+    """A full-width batch of token 0, shaped like the strategy's training batches (mask included)."""
+    unit = torch.zeros(seq_len + 1, dtype=torch.long)
+    if batching == "pack":
+        return collate_pack([[unit]] * batch_size, seq_len=seq_len)
+    return collate_pad([unit] * batch_size)
+
+
+def warm_up_compiled(model: nn.Module, *, policy, batch: Batch, device: torch.device) -> float:
+    """Compile time in seconds: one forward + backward on `batch`, gradients then discarded.
+
+    Includes one eager-size step's execution (milliseconds against tens of seconds of compiling).
+    Changes no weights and reads no RNG (the model has no dropout); the loss is not scaled, so the
+    loss scaler's state is untouched. A sync point on CUDA.
+    """
+    batch = batch.to(device)
+    started = time.perf_counter()
+    with policy.run_context():  # the run's TF32 flags: compiled code is guarded on them
+        with policy.forward_context():
+            logits = model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
+            loss = causal_lm_loss(logits, batch.targets)
+        loss.backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # sync point: compile time includes the device work
+    seconds = time.perf_counter() - started
+    model.zero_grad(set_to_none=True)
+    return seconds
+
+
+# ---------------------------------------------------------------- optimizer
+
+
+def param_groups(model: nn.Module, *, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on matrices only (norm gains and other vectors are not decayed)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def build_optimizer(model: nn.Module, *, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """adamw: torch's fused AdamW (one pass over all parameters, CPU and CUDA); adamw-8bit:
+    bitsandbytes' block-wise 8-bit AdamW (same betas/eps); sgd: SGD with momentum 0.9."""
+    groups = param_groups(model, weight_decay=weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, betas=ADAMW_BETAS, eps=ADAMW_EPS, fused=True)
+    if name == "adamw-8bit":
+        return _load_bitsandbytes().optim.AdamW8bit(groups, lr=lr, betas=ADAMW_BETAS, eps=ADAMW_EPS)
+    if name == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=SGD_MOMENTUM)
+    raise UsageError(f"unknown --optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
+
+
+def check_optimizer_available(name: str) -> None:
+    """Fail before anything is built when the optimizer's library is missing (names the extra)."""
+    if name == "adamw-8bit":
+        _load_bitsandbytes()
+
+
+def _load_bitsandbytes():
+    """Import bitsandbytes lazily; its absence names the extra to install."""
+    # bitsandbytes logs a warning at import on AVX512-BF16 CPUs about an optional 4-bit matmul
+    # kernel package; 8-bit optimizer states do not use it, so keep it off the user's console.
+    bnb_logger = logging.getLogger("bitsandbytes")
+    level = bnb_logger.level
+    bnb_logger.setLevel(logging.ERROR)
+    try:
+        import bitsandbytes
+    except ImportError:
+        raise UsageError("--optimizer adamw-8bit needs bitsandbytes; install it with "
+                         "pip install 'ampkit[8bit]' (or use --optimizer adamw)") from None
+    finally:
+        bnb_logger.setLevel(level)
+    return bitsandbytes
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes held by the optimizer's state tensors: {"total": ..., "<dtype>": ...}.
+
+    Each storage is counted once (bitsandbytes shares its quantization maps across parameters).
+    States are created lazily at the first step: before it, the total is 0.
+    """
+    seen: set[tuple[str, int]] = set()
+    out: dict[str, int] = {"total": 0}
+    for state in optimizer.state.values():
+        for value in state.values():
+            if not torch.is_tensor(value):
+                continue
+            storage = value.untyped_storage()
+            key = (str(value.device), storage.data_ptr())
+            if key in seen:
+                continue
+            seen.add(key)
+            dtype = str(value.dtype).removeprefix("torch.")
+            out[dtype] = out.get(dtype, 0) + storage.nbytes()
+            out["total"] += storage.nbytes()
+    return out
+
+
+# ---------------------------------------------------------------- named combinations (bench --sweep)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeatureSet:
+    """One named combination of throughput switches, applied on top of a `TrainConfig`."""
+
+    name: str
+    """Label in the sweep's table, e.g. "pack+compile"."""
+    batching: str = "pad"
+    """pad, bucket or pack."""
+    activation_checkpointing: str = "none"
+    """none, full or every-N."""
+    optimizer: str = "adamw"
+    """adamw, adamw-8bit or sgd."""
+    compile: bool = False
+    """torch.compile the model."""
+    dedup: str = "none"
+    """none or exact."""
+
+    def settings(self) -> dict[str, Any]:
+        """The TrainConfig fields this combination sets."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
+
+
+SWEEP: tuple[FeatureSet, ...] = (
+    FeatureSet(name="baseline"),
+    FeatureSet(name="bucket", batching="bucket"),
+    FeatureSet(name="pack", batching="pack"),
+    FeatureSet(name="pack+checkpointing", batching="pack", activation_checkpointing="full"),
+    FeatureSet(name="pack+adamw-8bit", batching="pack", optimizer="adamw-8bit"),
+    FeatureSet(name="pack+compile", batching="pack", compile=True),
+    FeatureSet(name="pack+dedup", batching="pack", dedup="exact"),
+)
+"""`ampkit bench --sweep`'s combinations, baseline first: each adds one switch to pack (except
+bucket), so each row's difference from "pack" is what that switch buys."""
+
+
+def get_feature_sets(names: str = "") -> list[FeatureSet]:
+    """Comma-separated names from SWEEP ("" = all of them, in SWEEP's order)."""
+    if not names.strip():
+        return list(SWEEP)
+    by_name = {fs.name: fs for fs in SWEEP}
+    chosen = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        if name not in by_name:
+            raise UsageError(f"unknown feature set {name!r}; choose from: {', '.join(by_name)}")
+        chosen.append(by_name[name])
+    return chosen
+
+
+def apply_feature_set(config, feature_set: FeatureSet):
+    """A copy of `config` (a TrainConfig) with the combination's switches set; validated again."""
+    return dataclasses.replace(config, **feature_set.settings())
+
+
+def feature_set_unavailable(feature_set: FeatureSet, *, device: torch.device) -> str | None:
+    """Why this combination cannot run here (the fix included), or None when it can."""
+    try:
+        check_optimizer_available(feature_set.optimizer)
+        if feature_set.compile:
+            check_compile_available(device)
+    except UsageError as err:
+        return str(err)
+    return None
+
+
+# ---------------------------------------------------------------- report
+
+
+@dataclass(kw_only=True)
+class FeatureReport:
+    """What `build_run` applied, for the run summary."""
+
+    batching: str
+    activation_checkpointing: str
+    checkpointed_blocks: list[int]
+    """Indices of the blocks whose activations are recomputed in the backward."""
+    optimizer: str
+    compile: bool
+    compile_s: float | None
+    """Seconds spent compiling (forward + backward warm-up), reported apart from step time."""
+
+    def to_dict(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
+        """JSON-ready; with `optimizer`, adds its state bytes as they are now (0 before the first step)."""
+        out = dataclasses.asdict(self)
+        if optimizer is not None:
+            out["optimizer_state_bytes"] = optimizer_state_bytes(optimizer)
+        return out
