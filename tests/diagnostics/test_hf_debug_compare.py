@@ -1,6 +1,7 @@
 """ampkit's non-finite locator against transformers' `DebugUnderflowOverflow` on the same tiny HF Llama
 (same seed, same batch, same injected fault):
-- a forward fault: both tools name the same module (ampkit's path is transformers' prefixed `hf.`);
+- a forward fault: both tools name the same module (ampkit's path is transformers' prefixed `hf.`),
+  through the Python API and through `ampkit doctor --model hf:PATH --inject ...`;
 - a backward-only fault: transformers' tool, made of forward hooks, sees nothing; ampkit names the
   module and the phase.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 
 import pytest
@@ -74,6 +76,20 @@ def test_forward_fault_both_tools_name_the_same_module(llama_spec):
     assert blamed == "model.layers.0.mlp.down_proj", printed
     assert (finding.module, finding.phase, finding.site) == ("hf." + blamed, "forward", "outputs")
     assert finding.values == "nan"
+
+
+def test_ampkit_doctor_names_the_module_the_hf_tool_names(llama_spec, tmp_path, run_cli):
+    fault = "hf.model.layers.0.mlp.down_proj:forward:nan"
+    model = build_hf_model(llama_spec, seed=0)
+    with FaultInjector(model, fault):
+        blamed, printed = hf_debug_run(model, torch.randint(0, 256, (2, 12)))
+    code, stdout, err = run_cli("doctor", "--model", llama_spec, "--precision", "fp32", "--steps", "2",
+                                "--seq-len", "16", "--batch-size", "2", "--no-smoke", "--no-fidelity",
+                                "--inject", f"{fault}@1", "--out", str(tmp_path / "doctor"), "--json")
+    assert code == 0, err
+    finding = json.loads(stdout)["locator"]["first_nonfinite"]
+    assert blamed is not None and finding["module"] == "hf." + blamed, printed
+    assert (finding["phase"], finding["step"]) == ("forward", 1)
 
 
 def test_backward_only_fault_is_invisible_to_the_hf_tool(llama_spec):

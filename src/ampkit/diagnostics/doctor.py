@@ -23,7 +23,9 @@ import torch
 from torch import nn
 
 from ampkit import __version__
-from ampkit.data import ByteTokenizer, build_samplers, load_corpus
+from ampkit.data import build_samplers, load_corpus
+from ampkit.data.hf_tokenizer import tokenizer_for_model
+from ampkit.train.build import instantiate_model, resolve_model_config
 from ampkit.diagnostics.advice import Advice, Evidence, advise
 from ampkit.diagnostics.fixes import keep_in_fp32
 from ampkit.diagnostics.gradstats import (
@@ -37,7 +39,7 @@ from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test, s
 from ampkit.diagnostics.unsafe import insert_unsafe_op
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
-from ampkit.models import causal_lm_loss, build_model, get_preset
+from ampkit.models import causal_lm_loss
 from ampkit.precision import LossScaleCollapse, ScalerConfig, build_precision, canonical_name, check_supported, get_spec
 from ampkit.train.loop import Trainer
 from ampkit.train.schedule import build_scheduler
@@ -50,7 +52,7 @@ class DoctorConfig:
     """A numerics diagnosis: which precision, on which model, and which parts to run."""
 
     precision: str = field(default="fp16-mixed", metadata={"help": "precision to diagnose (fp32, fp16-mixed, bf16-mixed, ...)"})
-    model: str = field(default="tiny", metadata={"help": "model preset"})
+    model: str = field(default="tiny", metadata={"help": "model preset, or hf:PATH (a local Hugging Face model folder)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     steps: int = field(default=20, metadata={"help": "diagnostic training steps (locator, gradient stats, scale trajectory)"})
     batch_size: int = field(default=4, metadata={"help": "sequences per diagnostic step"})
@@ -134,13 +136,14 @@ class _Setup:
         self.info = describe_device(self.device)
         self.warnings = check_supported(config.precision, self.info)
         self.spec = get_spec(config.precision)
-        self.model_config = get_preset(config.model, vocab_size=ByteTokenizer().vocab_size)
+        self.tokenizer = tokenizer_for_model(config.model)  # hf:PATH: the folder's own tokenizer if any; else bytes
+        self.model_config = resolve_model_config(config.model, self.tokenizer)
         self.model_hook = model_hook
         probe = self.fresh_model()  # validates --inject, --keep-fp32, --unsafe-op paths before any work
         if config.fault:
             resolve_module(probe, config.fault.module)
         self.parameters = sum(p.numel() for p in probe.parameters())
-        self.sampler, _ = build_samplers(load_corpus(None), ByteTokenizer(), seq_len=config.seq_len,
+        self.sampler, _ = build_samplers(load_corpus(None), self.tokenizer, seq_len=config.seq_len,
                                          batch_size=config.batch_size, seed=config.seed, max_val_batches=1)
         self._data_start = self.sampler.state_dict()
         self.first_batch = self.sampler.next_batch().to(self.device)
@@ -155,7 +158,7 @@ class _Setup:
         cfg = self.config
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            model = build_model(self.model_config, device=self.device, seed=cfg.seed)
+            model = instantiate_model(self.model_config, device=self.device, seed=cfg.seed)
             if cfg.unsafe_op:
                 insert_unsafe_op(model, cfg.unsafe_op)
             if self.model_hook is not None:

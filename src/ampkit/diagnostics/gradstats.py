@@ -34,8 +34,9 @@ _ROW = 5  # per-tensor device row: [L2 norm, max |g|, n flush-or-zero, n below n
 def layer_of(param_name: str) -> str:
     """The layer a parameter belongs to: "blocks.3.attn.q_proj.weight" -> "blocks.3", "embed.weight" -> "embed"."""
     parts = param_name.split(".")
-    if len(parts) > 2 and parts[1].isdigit():
-        return ".".join(parts[:2])
+    index = next((i for i, part in enumerate(parts[:-1]) if part.isdigit()), None)
+    if index is not None:  # the first list index: "hf.model.layers.3.mlp.up_proj.weight" -> "hf.model.layers.3"
+        return ".".join(parts[: index + 1])
     return parts[0] if len(parts) > 1 else param_name
 
 

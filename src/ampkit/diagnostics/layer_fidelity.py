@@ -62,8 +62,9 @@ def watched_modules(model: nn.Module) -> list[str]:
     names = dict(model.named_modules())
     paths = [p for p in ("embed",) if p in names]
     blocks = getattr(model, "blocks", None)
-    if blocks is not None:
-        paths += [f"blocks.{i}" for i in range(len(blocks))]
+    if blocks is not None:  # by identity: an adapter's blocks may live at another path (hf.model.layers.N)
+        path_of = {id(m): name for name, m in names.items()}
+        paths += [path_of[id(block)] for block in blocks]
     return paths + [p for p in ("norm",) if p in names]
 
 

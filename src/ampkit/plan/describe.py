@@ -146,14 +146,14 @@ def from_model_config(cfg: ModelConfig, *, source: str = "preset") -> ModelDescr
 
 
 def describe_model(spec: str, *, vocab_size: int | None = None) -> ModelDescription:
-    """A preset name (`tiny`, `7b`, ...) or a path to a Hugging Face config.json (or its folder)."""
+    """A preset name (`tiny`, `7b`, ...), a path to a Hugging Face config.json or its folder, or `hf:FOLDER`."""
     key = spec.strip().lower()
     if key in PRESETS:
         cfg = PRESETS[key]
         if vocab_size is not None:
             cfg = replace(cfg, vocab_size=vocab_size)
         return from_model_config(cfg)
-    path = Path(spec)
+    path = Path(spec.removeprefix("hf:"))  # `hf:PATH`, as train and bench spell a Hugging Face model folder
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():

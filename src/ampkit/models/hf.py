@@ -1,0 +1,271 @@
+"""Hugging Face causal LMs as ampkit models: `--model hf:PATH`.
+
+PATH is a local directory holding a transformers `config.json` (any `AutoModelForCausalLM` type):
+- config only: random init with `AutoModelForCausalLM.from_config`, seeded like the built-in model
+  (the same seed gives the same weights);
+- config + weights (`model.safetensors`, `pytorch_model.bin`, sharded or not): `from_pretrained(PATH,
+  local_files_only=True)`. Nothing is ever downloaded; remote code is never run.
+Weights are always created in fp32, whatever `dtype` the config names: they are the master weights,
+and the precision policy decides what runs in low precision (transformers 5 would otherwise load a
+bf16 checkpoint as bf16, silently turning every precision into bf16-true).
+
+`HFCausalLM` gives the model ampkit's call contract (`forward(input_ids, *, positions=None,
+attn_mask=None) -> logits`, `blocks`, `supports_attn_mask`, `config`). The transformers model is
+its `hf` submodule, so ampkit's module paths are transformers' prefixed with `hf.` (transformers'
+`model.layers.0.mlp` is ampkit's `hf.model.layers.0.mlp`, for `--inject` and doctor findings),
+and `adapter.hf.save_pretrained(DIR)` writes a checkpoint transformers reads back.
+
+transformers is an optional extra (`pip install 'ampkit[hf]'`), imported only when an `hf:` model
+is used.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampkit.errors import UsageError
+
+HF_PREFIX = "hf:"
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+"""Any of these in the directory means "load the weights" (transformers' own file names)."""
+
+
+def is_hf_model(spec: str) -> bool:
+    """True for `hf:PATH` model specs."""
+    return spec.startswith(HF_PREFIX)
+
+
+def hf_model_dir(spec: str) -> Path:
+    """The directory of an `hf:PATH` spec, checked: it exists and holds a config.json."""
+    raw = spec[len(HF_PREFIX):] if is_hf_model(spec) else spec
+    if not raw.strip():
+        raise UsageError("--model hf: needs a path: hf:PATH, a local directory with a transformers config.json")
+    path = Path(raw).expanduser()
+    if path.is_file() and path.name == "config.json":
+        path = path.parent
+    if not path.is_dir():
+        raise UsageError(f"--model {spec}: {path} is not a directory; pass hf:PATH with PATH a local folder "
+                         "holding config.json (and optionally weights and a tokenizer)")
+    if not (path / "config.json").is_file():
+        raise UsageError(f"--model {spec}: {path} has no config.json; save one there "
+                         "(e.g. AutoConfig.for_model(...).save_pretrained(PATH)) or point at another folder")
+    return path
+
+
+def has_weights(path: Path) -> bool:
+    return any((path / name).is_file() for name in WEIGHT_FILES)
+
+
+def load_transformers():
+    """Import transformers lazily; its absence names the extra to install."""
+    # transformers imports torchao (when installed) as its model modules load; torchao then logs a
+    # warning per optional CUDA extension a CPU build lacks, and torch one per pytree enum: noise.
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        import transformers
+    except ImportError:
+        raise UsageError("--model hf:PATH needs the transformers library; install it with "
+                         "pip install 'ampkit[hf]' (or use a built-in preset such as --model tiny)") from None
+    return transformers
+
+
+@dataclass(frozen=True, kw_only=True)
+class HFModelInfo:
+    """What ampkit reports and counts about an `hf:` model; stands in for `ModelConfig` in runs,
+    bench and FLOP counts (same attribute names, exact counts from the instantiated modules)."""
+
+    name: str
+    """"hf:" + the directory's name (reports' model label)"""
+    path: str
+    """the directory, as given"""
+    model_type: str
+    """transformers' `model_type` (llama, gpt2, ...)"""
+    architecture: str
+    """the transformers class (LlamaForCausalLM, GPT2LMHeadModel, ...)"""
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    max_seq_len: int
+    """the config's max_position_embeddings: a hard limit with learned positions (GPT-2)"""
+    tie_embeddings: bool
+    """the output head shares the input embedding's weight"""
+    pretrained: bool
+    """weights were loaded from the directory (False: random init from config.json)"""
+    total_parameters: int = field(repr=False)
+    """distinct parameter elements (a tied head counted once); equals transformers' num_parameters()"""
+    embedding_parameters: int = field(repr=False)
+    """elements of the lookup tables (token and learned-position embeddings): they do not multiply"""
+
+    @property
+    def spec(self) -> str:
+        """The `--model` value that builds this model again."""
+        return HF_PREFIX + self.path
+
+    def num_parameters(self, *, include_embedding: bool = True) -> int:
+        """Exact parameter count; without the lookup tables (`include_embedding=False`) it is the
+        count `ampkit.models.flops` expects (an untied head included, a tied one not)."""
+        return self.total_parameters if include_embedding else self.total_parameters - self.embedding_parameters
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "model_type": self.model_type,
+                "architecture": self.architecture, "vocab_size": self.vocab_size, "d_model": self.d_model,
+                "n_layers": self.n_layers, "n_heads": self.n_heads, "max_seq_len": self.max_seq_len,
+                "tie_embeddings": self.tie_embeddings, "pretrained": self.pretrained,
+                "num_parameters": self.total_parameters}
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else type(err).__name__
+
+
+def load_hf_config(spec: str):
+    """transformers' config for `hf:PATH` (offline); an unreadable one is a UsageError."""
+    path = hf_model_dir(spec)
+    transformers = load_transformers()
+    try:
+        return transformers.AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except (ValueError, OSError, KeyError, TypeError) as err:
+        raise UsageError(f"--model {spec}: transformers cannot read {path / 'config.json'} ({_first_line(err)}); "
+                         "pass a folder with a transformers config.json of a built-in model type") from None
+
+
+def _instantiate(spec: str, config, *, weights: bool) -> nn.Module:
+    """The transformers model in fp32: loaded from the directory's weights, or freshly initialized."""
+    transformers = load_transformers()
+    auto = transformers.AutoModelForCausalLM
+    try:
+        if weights:
+            return auto.from_pretrained(hf_model_dir(spec), config=config, local_files_only=True,
+                                        trust_remote_code=False, dtype=torch.float32)
+        return auto.from_config(config, dtype=torch.float32)
+    except (ValueError, OSError, KeyError, TypeError) as err:
+        raise UsageError(f"--model {spec}: transformers cannot build a causal LM from it ({_first_line(err)}); "
+                         "ampkit trains AutoModelForCausalLM types (llama, gpt2, mistral, qwen2, ...)") from None
+
+
+def _distinct_parameters(params) -> list[nn.Parameter]:
+    seen: dict[int, nn.Parameter] = {}
+    for p in params:
+        seen.setdefault(id(p), p)
+    return list(seen.values())
+
+
+def info_from_model(spec: str, model: nn.Module, *, pretrained: bool) -> HFModelInfo:
+    """Describe a built transformers model (real or on the meta device: shapes suffice)."""
+    cfg = model.config
+    params = _distinct_parameters(model.parameters())
+    lookup = _distinct_parameters(p for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters())
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    tied = head is not None and embed is not None and head.weight is embed.weight
+    max_len = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 2048
+    return HFModelInfo(
+        name=HF_PREFIX + hf_model_dir(spec).resolve().name, path=spec[len(HF_PREFIX):] if is_hf_model(spec) else spec,
+        model_type=cfg.model_type, architecture=type(model).__name__, vocab_size=int(cfg.vocab_size),
+        d_model=int(cfg.hidden_size), n_layers=int(cfg.num_hidden_layers), n_heads=int(cfg.num_attention_heads),
+        max_seq_len=int(max_len), tie_embeddings=tied, pretrained=pretrained,
+        total_parameters=sum(p.numel() for p in params), embedding_parameters=sum(p.numel() for p in lookup),
+    )
+
+
+def describe_hf_model(spec: str) -> HFModelInfo:
+    """Count and describe `hf:PATH` without allocating or reading weights (built on the meta device)."""
+    config = load_hf_config(spec)
+    with torch.device("meta"):
+        model = _instantiate(spec, config, weights=False)
+    return info_from_model(spec, model, pretrained=has_weights(hf_model_dir(spec)))
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList | None:
+    """The transformer blocks: the ModuleList whose members are all of the model's `_no_split_modules`
+    classes (transformers' name for its decoder layer), else the longest ModuleList; None if none."""
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)]
+    layer_classes = set(getattr(model, "_no_split_modules", None) or ())
+    for candidate in lists:
+        if all(type(child).__name__ in layer_classes for child in candidate):
+            return candidate
+    return max(lists, key=len) if lists else None
+
+
+class HFCausalLM(nn.Module):
+    """A transformers causal LM with ampkit's call contract.
+
+    `forward(input_ids (B, T), *, positions (B, T) | None, attn_mask (B, 1, T, T) bool | None)` ->
+    logits (B, T, vocab). The KV cache is off (training). Packed batches (`--batching pack`) need a
+    (B, 1, T, T) boolean mask passed straight to SDPA (True = may attend), so they are supported with
+    transformers' `sdpa` attention only: the `eager` path would add the boolean mask to the scores
+    as 0/1 instead of masking (`supports_attn_mask` says which).
+    """
+
+    def __init__(self, model: nn.Module, info: HFModelInfo):
+        super().__init__()
+        self.hf = model
+        self.config = info  # ampkit's description (name, counts); transformers' own is self.hf.config
+        model.config.use_cache = False  # training: no cache objects built per forward
+
+    @property
+    def supports_attn_mask(self) -> bool:
+        return getattr(self.hf.config, "_attn_implementation", None) == "sdpa"
+
+    @property
+    def blocks(self) -> nn.ModuleList | None:
+        """The decoder layers (for activation checkpointing); a property, so `state_dict` keys and
+        module paths stay transformers' own (no second registration of the same modules)."""
+        return decoder_layers(self.hf)
+
+    def num_parameters(self) -> int:
+        return self.config.num_parameters()
+
+    def forward(self, input_ids: torch.Tensor, *, positions: torch.Tensor | None = None,
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        kwargs: dict[str, Any] = {}
+        if positions is not None:
+            kwargs["position_ids"] = positions if positions.dim() == 2 else positions.unsqueeze(0)
+        if attn_mask is not None:
+            if not self.supports_attn_mask:
+                impl = getattr(self.hf.config, "_attn_implementation", None)
+                raise UsageError(f"a custom attention mask (--batching pack) needs transformers' sdpa attention; "
+                                 f"this model uses {impl!r}: use --batching bucket")
+            kwargs["attention_mask"] = attn_mask
+        return self.hf(input_ids=input_ids, use_cache=False, **kwargs).logits
+
+
+def check_causal(spec: str, model: HFCausalLM) -> None:
+    """Refuse a model whose output at a position depends on later tokens (e.g. BERT's LM head without
+    `is_decoder`): next-token training on it would read the answer. One forward of 2 x 4 tokens."""
+    ids = torch.zeros(2, 4, dtype=torch.long)
+    ids[1, -1] = 1  # the two rows differ only in their last token
+    was_training = model.training
+    model.eval()  # no dropout: any difference comes from attention
+    try:
+        with torch.no_grad():
+            logits = model(ids.to(next(model.parameters()).device))
+    finally:
+        model.train(was_training)
+    if not torch.equal(logits[0, :-1], logits[1, :-1]):
+        raise UsageError(f"--model {spec}: {model.config.architecture} is not causal (earlier outputs depend on "
+                         "later tokens), so next-token training would see the answer; use a decoder-only model "
+                         "(for BERT-like configs set is_decoder: true)")
+
+
+def build_hf_model(spec: str, *, device: str | torch.device = "cpu", seed: int | None = None) -> HFCausalLM:
+    """`hf:PATH` -> HFCausalLM on `device`, fp32 weights, checked to be causal. Random init depends
+    only on `seed`; loaded weights do not depend on it."""
+    config = load_hf_config(spec)
+    weights = has_weights(hf_model_dir(spec))
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        model = _instantiate(spec, config, weights=weights)
+    adapter = HFCausalLM(model, info_from_model(spec, model, pretrained=weights)).to(device)
+    check_causal(spec, adapter)
+    return adapter
