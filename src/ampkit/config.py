@@ -9,6 +9,7 @@ line. Unknown TOML keys and wrong types are user errors (exit 2), never silently
 from __future__ import annotations
 
 import argparse
+import json
 import dataclasses
 import sys
 import types
@@ -112,3 +113,18 @@ def given_flags(cls, args: argparse.Namespace) -> dict[str, Any]:
 
 def config_to_dict(config) -> dict[str, Any]:
     return dataclasses.asdict(config)
+
+
+def config_to_toml(config) -> str:
+    """The resolved config as a TOML file that `--config` accepts back (one `key = value` per field)."""
+    lines = [f"# {type(config).__name__}: every setting, resolved (defaults <- file <- flags)"]
+    for key, value in dataclasses.asdict(config).items():
+        if value is None:
+            lines.append(f"# {key} = (unset)")
+        elif isinstance(value, bool):
+            lines.append(f"{key} = {'true' if value else 'false'}")
+        elif isinstance(value, (int, float)):
+            lines.append(f"{key} = {value!r}")
+        else:
+            lines.append(f"{key} = {json.dumps(str(value))}")  # JSON string escapes are valid TOML basic strings
+    return "\n".join(lines) + "\n"

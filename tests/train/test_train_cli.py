@@ -137,3 +137,12 @@ def test_cpu_run_leaves_global_state_clean(tmp_path, run_cli):
     before = (torch.is_autocast_enabled("cpu"), torch.backends.cuda.matmul.allow_tf32)
     run_cli("train", *TINY_ARGS, "--precision", "bf16-mixed", "--steps", "1", "--out", str(tmp_path / "r"))
     assert (torch.is_autocast_enabled("cpu"), torch.backends.cuda.matmul.allow_tf32) == before
+
+
+def test_print_config_round_trips_through_config(tmp_path, run_cli):
+    code, printed, _ = run_cli("train", "--steps", "7", "--precision", "bf16", "--print-config")
+    assert code == 0 and 'precision = "bf16-mixed"' in printed and "steps = 7" in printed
+    saved = tmp_path / "resolved.toml"
+    saved.write_text(printed)
+    code, again, _ = run_cli("train", "--config", str(saved), "--print-config")
+    assert code == 0 and again == printed
