@@ -215,6 +215,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> dict[str, int]:
     """Bytes held by the optimizer's state tensors: {"total": ..., "<dtype>": ...}.
 
     Each storage is counted once (bitsandbytes shares its quantization maps across parameters).
+    FSDP2's states are DTensors: what this rank holds is their local shard.
     States are created lazily at the first step: before it, the total is 0.
     """
     seen: set[tuple[str, int]] = set()
@@ -223,6 +224,8 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> dict[str, int]:
         for value in state.values():
             if not torch.is_tensor(value):
                 continue
+            if hasattr(value, "to_local"):
+                value = value.to_local()
             storage = value.untyped_storage()
             key = (str(value.device), storage.data_ptr())
             if key in seen:

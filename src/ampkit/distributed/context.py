@@ -1,0 +1,243 @@
+"""The process group of a data-parallel run, and the one-process "off" object with the same API.
+
+torchrun (or `ampkit train --nproc N`, which calls torchrun's launcher) starts the processes and
+tells each one who it is through its environment: RANK, LOCAL_RANK, WORLD_SIZE (plus MASTER_ADDR /
+MASTER_PORT, read by `init_process_group` itself). That is the launcher's protocol, not a setting:
+every choice the user makes is still a flag.
+
+Backend: nccl when the run's device is CUDA (each rank on `cuda:LOCAL_RANK`), gloo on CPU.
+Rank 0 alone writes metrics, summaries and progress (`is_main`); every rank takes part in the
+collectives below, at the same steps, or the job hangs -- callers must keep them unconditional.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ampkit.errors import RunInterrupted, TrainingError, UsageError
+
+# How a collective fails when a peer process died (gloo) or the network dropped (nccl, c10d store).
+_PEER_LOST = ("closed by peer", "reset by peer", "remote worker", "broken pipe", "nccl", "timed out")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchEnv:
+    """Who this process is, as torchrun's environment says."""
+
+    rank: int
+    """global rank, 0 .. world_size - 1"""
+    local_rank: int
+    """rank on this node: the CUDA device index"""
+    world_size: int
+    """processes in the job, all nodes"""
+
+
+def launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
+    """The torchrun environment of this process, or None when it was not started by torchrun."""
+    environ = os.environ if environ is None else environ
+    if "RANK" not in environ or "WORLD_SIZE" not in environ:
+        return None
+    return LaunchEnv(rank=int(environ["RANK"]), local_rank=int(environ.get("LOCAL_RANK", "0")),
+                     world_size=int(environ["WORLD_SIZE"]))
+
+
+class LocalRun:
+    """A one-process run: every data-parallel hook does nothing (the "off" object).
+
+    The training loop and the run call these hooks unconditionally; `ProcessGroupRun` overrides them.
+    """
+
+    mode = "none"
+    rank = 0
+    local_rank = 0
+    world_size = 1
+    distributed = False
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process logs, writes summaries and shows progress (rank 0)."""
+        return self.rank == 0
+
+    def micro_batch_context(self, *, last: bool) -> contextlib.AbstractContextManager:
+        """Wraps one micro-batch's forward and backward; DDP skips its all-reduce unless `last`."""
+        return contextlib.nullcontext()
+
+    def step_counts(self, tokens: int, slots: int) -> tuple[int, int]:
+        """(real target tokens, all target slots) of this step's micro-batches on every rank."""
+        return tokens, slots
+
+    def mean(self, value: torch.Tensor) -> torch.Tensor:
+        """The mean of `value` over ranks (a collective)."""
+        return value
+
+    def agreed_signal(self, signum: int | None, *, check: bool) -> int | None:
+        """A stop signal every rank acts on at the same step; ranks agree only when `check`."""
+        return signum
+
+    def all_true(self, flag: bool) -> bool:
+        """Whether `flag` holds on every rank (a collective)."""
+        return flag
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank (picklable objects only)."""
+        return obj
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's `obj`, in rank order."""
+        return [obj]
+
+    def describe(self) -> dict[str, Any]:
+        """The summary's "parallel" section."""
+        return {"mode": self.mode, "world_size": self.world_size}
+
+    def close(self) -> None:
+        """Tear down the process group (nothing to do here)."""
+
+
+class ProcessGroupRun(LocalRun):
+    """One rank of a torchrun job. `wrap_model` sets `grad_sync`; `build_run` sets `sampler`."""
+
+    distributed = True
+
+    def __init__(self, *, mode: str, env: LaunchEnv, device: torch.device, backend: str, reduce_dtype: str):
+        self.mode, self.device, self.backend, self.reduce_dtype = mode, device, backend, reduce_dtype
+        self.rank, self.local_rank, self.world_size = env.rank, env.local_rank, env.world_size
+        self.grad_sync: Callable[[bool], contextlib.AbstractContextManager] = lambda last: contextlib.nullcontext()
+        self.sampler = None  # a RankShardedSampler: it knows every rank's token counts without a collective
+
+    def micro_batch_context(self, *, last: bool) -> contextlib.AbstractContextManager:
+        return self.grad_sync(last)
+
+    def step_counts(self, tokens: int, slots: int) -> tuple[int, int]:
+        # Every rank reads the same seeded stream, so it knows the others' counts: no sync needed.
+        return self.sampler.take_step_counts()
+
+    def mean(self, value: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        total = value.detach().clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)  # gloo has no AVG: sum, then divide
+        return total / self.world_size
+
+    def agreed_signal(self, signum: int | None, *, check: bool) -> int | None:
+        import torch.distributed as dist
+
+        if not check:
+            return None
+        flag = torch.tensor([signum or 0], dtype=torch.int64, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item()) or None  # sync point (log steps only)
+
+    def all_true(self, flag: bool) -> bool:
+        import torch.distributed as dist
+
+        value = torch.tensor([0 if flag else 1], dtype=torch.int64, device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return int(value.item()) == 0  # sync point
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    def broadcast_object(self, obj: Any) -> Any:
+        import torch.distributed as dist
+
+        box = [obj if self.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"mode": self.mode, "world_size": self.world_size, "backend": self.backend,
+                "reduce_dtype": self.reduce_dtype}
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def init_run(*, parallel: str, device: torch.device, reduce_dtype: str = "fp32") -> tuple[LocalRun, torch.device]:
+    """Join the torchrun job (or return the one-process object) and this rank's device.
+
+    Precondition: called once, before any model is built (the device may change to cuda:LOCAL_RANK).
+    """
+    env = launch_env()
+    if parallel == "none":
+        if env is not None and env.world_size > 1:
+            raise UsageError(f"this process is one of {env.world_size} started by torchrun, but --parallel is "
+                             "none (every rank would train alone): add --parallel ddp or --parallel fsdp")
+        return LocalRun(), device
+    if env is None:
+        raise UsageError(f"--parallel {parallel} runs one process per device: launch with 'ampkit train --nproc N "
+                         f"--parallel {parallel} ...' or 'torchrun --nproc-per-node N -m ampkit train ...'")
+    device = _rank_device(device, env)
+    import torch.distributed as dist
+
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size,
+                                device_id=device if device.type == "cuda" else None)
+    run = ProcessGroupRun(mode=parallel, env=env, device=device, backend=backend, reduce_dtype=reduce_dtype)
+    return run, device
+
+
+def _rank_device(device: torch.device, env: LaunchEnv) -> torch.device:
+    """cuda -> cuda:LOCAL_RANK (and made current); CPU ranks share the CPU."""
+    if device.type != "cuda":
+        return device
+    visible = torch.cuda.device_count()
+    if env.local_rank >= visible:
+        raise UsageError(f"local rank {env.local_rank} needs GPU {env.local_rank}, but this node shows {visible}: "
+                         f"start at most {visible} processes per node (--nproc / --nproc-per-node)")
+    device = torch.device("cuda", env.local_rank)
+    torch.cuda.set_device(device)
+    return device
+
+
+def shared_run_dir(run: LocalRun, make: Callable[[], Any]) -> Any:
+    """`make()` (e.g. create the run directory) on rank 0 alone; its result on every rank.
+    A UsageError on rank 0 is raised on every rank, so no rank waits for a directory that never comes."""
+    if not run.distributed:
+        return make()
+    outcome = None
+    if run.is_main:
+        try:
+            outcome = (make(), None)
+        except UsageError as err:
+            outcome = (None, str(err))
+    value, error = run.broadcast_object(outcome)
+    if error:
+        raise UsageError(error)
+    return value
+
+
+def rank_error(err: Exception, *, rank: int) -> Exception:
+    """`err` with this rank named, for the one-line message each rank prints; a collective that
+    failed because a peer died becomes a TrainingError saying so. Other errors come back unchanged."""
+    if isinstance(err, RunInterrupted):
+        return RunInterrupted(f"rank {rank}: {err}", signum=err.signum)
+    if isinstance(err, (UsageError, TrainingError)):
+        return type(err)(f"rank {rank}: {err}")
+    first = (str(err).strip().splitlines() or [""])[0]
+    if type(err).__name__.startswith("Dist") or any(s in first.lower() for s in _PEER_LOST):
+        return TrainingError(f"rank {rank}: lost contact with another rank ({first[:160]}); the job stops: the rank "
+                             "that failed first printed its own error")
+    return err

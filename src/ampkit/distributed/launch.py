@@ -1,0 +1,94 @@
+"""`ampkit train --nproc N`: start N processes on this node through torchrun's own launcher.
+
+This is `torchrun --standalone --nproc-per-node N -m ampkit train ...` called in-process
+(`torch.distributed.run`): a local rendezvous on a free loopback port, one worker per rank, and
+the whole job stopped when one worker fails. Several nodes need torchrun itself, with rendezvous
+flags (docs/distributed.md). When a worker fails, the error names every failed rank and its exit
+code; the failed rank's own message is printed above it by that rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import signal
+from typing import Any
+
+from ampkit.errors import RunInterrupted, TrainingError
+
+EXIT_USAGE = 2
+
+
+def worker_argv(args: argparse.Namespace, config_cls, *, skip: tuple[str, ...] = ("nproc",),
+                options: dict[str, Any]) -> list[str]:
+    """The command line each worker runs: every config flag the user gave (minus `skip`), then
+    `options` (flag name -> value; True means a bare switch, None/False/0 are left out)."""
+    argv: list[str] = []
+    for f in dataclasses.fields(config_cls):
+        value = getattr(args, f.name, None)
+        if value is None or f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        else:
+            argv += [flag, str(value)]
+    for name, value in options.items():
+        if value is True:
+            argv.append("--" + name)
+        elif value not in (None, False, 0, ""):
+            argv += ["--" + name, str(value)]
+    return argv
+
+
+def relaunch(*, nproc: int, module_argv: list[str]) -> int:
+    """Run `python -m ampkit MODULE_ARGV` as `nproc` ranks on this node; returns the exit code.
+
+    A job whose every worker failed with a usage error returns 2 (each already printed why); any
+    other failure raises `TrainingError` naming the failed ranks. SIGTERM/SIGINT sent to this process
+    are passed on to every worker by torchrun (each stops gracefully at the same step, after a
+    checkpoint) and raise `RunInterrupted` here (exit code 128 + signal)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser, run as torchrun
+
+    launcher_args = get_args_parser().parse_args(
+        ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", "0", "--module", "ampkit", *module_argv])
+    try:
+        torchrun(launcher_args)
+    except ChildFailedError as err:
+        codes = {failure.exitcode for failure in err.failures.values()}
+        if codes == {EXIT_USAGE}:
+            return EXIT_USAGE
+        raise TrainingError(describe_failures(err.failures, nproc=nproc)) from None
+    except SignalException as err:  # the launcher was signalled: torchrun forwarded it to every worker
+        raise RunInterrupted(f"stopped by {signal.Signals(err.sigval).name}: torchrun passed it on to every rank, "
+                             f"which stop together at a log step and checkpoint; continue with --resume RUN_DIR "
+                             f"--nproc {nproc}",
+                             signum=int(err.sigval)) from None
+    return 0
+
+
+def describe_failures(failures: dict[int, Any], *, nproc: int) -> str:
+    """One line naming each failed rank and how it ended. Ranks the launcher itself stopped
+    (SIGTERM, after another rank failed) come last; the rest in the order they failed (timestamps
+    are whole seconds, so ties go by rank)."""
+
+    def order(item):
+        rank, failure = item
+        return (failure.exitcode == -signal.SIGTERM, failure.timestamp, rank)
+
+    ordered = sorted(failures.items(), key=order)
+    parts = [f"rank {rank} {_how(failure.exitcode)}" for rank, failure in ordered]
+    return ("distributed job failed: " + "; ".join(parts) + " (each rank's own error is printed above; "
+            f"complete checkpoints are intact: continue with --resume RUN_DIR --nproc {nproc})")
+
+
+def _how(exitcode: int) -> str:
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name}"
+    return f"exited with code {exitcode}"

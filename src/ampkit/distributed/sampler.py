@@ -1,0 +1,52 @@
+"""One seeded batch stream dealt out to the ranks.
+
+Rank r of W takes batches r, r + W, r + 2W, ... of the very stream a one-process run reads. So a
+W-rank step of `grad_accum` micro-batches consumes the same W * grad_accum consecutive batches as a
+one-process step with `grad_accum * W` micro-batches: the **global batch** is
+`world_size * grad_accum * batch_size` sequences, and a one-process run with `--grad-accum
+(grad_accum * world_size)` sees the same data in every step (the equivalence the tests check).
+
+Every rank builds all W batches of a round and keeps one (the others are dropped after counting
+their tokens). The stream is cheap next to a training step at the world sizes one node holds; in
+exchange the position is the same on every rank, resuming needs no coordination, and each rank
+knows every rank's token count without a collective (the loss weights need them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ampkit.errors import UsageError
+
+
+class RankShardedSampler:
+    """Wraps a `BatchSampler`: `next_batch()` returns this rank's batch of the next round of W."""
+
+    def __init__(self, inner, *, rank: int, world_size: int):
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world size {world_size}")
+        self.inner, self.rank, self.world_size = inner, rank, world_size
+        self._tokens = self._slots = 0  # every rank's batches drawn since take_step_counts()
+
+    def next_batch(self):
+        drawn = [self.inner.next_batch() for _ in range(self.world_size)]
+        self._tokens += sum(b.n_tokens for b in drawn)
+        self._slots += sum(b.n_padded for b in drawn)
+        return drawn[self.rank]
+
+    def take_step_counts(self) -> tuple[int, int]:
+        """(real target tokens, target slots) of every rank's batches since the last call; resets."""
+        counts = (self._tokens, self._slots)
+        self._tokens = self._slots = 0
+        return counts
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"inner": self.inner.state_dict(), "rank": self.rank, "world_size": self.world_size}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Same stream position; refused at another world size (the batches would be dealt differently)."""
+        if state.get("world_size") != self.world_size:
+            raise UsageError(f"the checkpoint was written by {state.get('world_size')} ranks and this job has "
+                             f"{self.world_size}: resume with the same number of processes (see docs/distributed.md)")
+        self.inner.load_state_dict(state["inner"])
+        self._tokens = self._slots = 0

@@ -1,0 +1,40 @@
+"""The distributed settings of `ampkit train` and their checks (no torch import: config-time only)."""
+
+from __future__ import annotations
+
+from ampkit.errors import UsageError
+
+PARALLEL_MODES = ("none", "ddp", "fsdp")
+REDUCE_DTYPES = ("fp32", "bf16")
+
+# Single-process diagnostics that hook every module or roll the run back from a checkpoint file;
+# none of them knows about sharded parameters or peer ranks yet.
+_SINGLE_PROCESS_ONLY = {
+    "guard": "the NaN guard's rollback",
+    "detect_nonfinite": "--detect-nonfinite",
+    "grad_stats_every": "--grad-stats-every",
+    "inject": "--inject",
+}
+
+
+def check_parallel_settings(config) -> None:
+    """Refuse settings that cannot run data-parallel, with the fix in the message.
+
+    `config` is a `TrainConfig` (duck-typed to keep this module free of imports)."""
+    if config.parallel not in PARALLEL_MODES:
+        raise UsageError(f"unknown --parallel {config.parallel!r}; choose one of: {', '.join(PARALLEL_MODES)}")
+    if config.reduce_dtype not in REDUCE_DTYPES:
+        raise UsageError(f"unknown --reduce-dtype {config.reduce_dtype!r}; choose one of: {', '.join(REDUCE_DTYPES)}")
+    if config.nproc < 0:
+        raise UsageError(f"--nproc must be >= 0 (0 = no re-launch), got {config.nproc}")
+    if config.nproc > 0 and config.parallel == "none":
+        raise UsageError(f"--nproc {config.nproc} starts {config.nproc} processes: add --parallel ddp or --parallel fsdp")
+    if config.parallel == "none":
+        return
+    for name, what in _SINGLE_PROCESS_ONLY.items():
+        if getattr(config, name):
+            raise UsageError(f"{what} runs in a single process only; drop it with --parallel {config.parallel}, "
+                             "or diagnose with 'ampkit doctor' / a --parallel none run")
+    if config.parallel == "fsdp" and config.precision in ("fp8", "fp8-emulated"):
+        raise UsageError("fp8 under --parallel fsdp is not supported by ampkit yet; use --parallel ddp with fp8, "
+                         "or bf16-mixed with fsdp")

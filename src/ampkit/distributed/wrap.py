@@ -1,0 +1,113 @@
+"""Data-parallel wrappers: DDP (replicated weights) and FSDP2 (`fully_shard`, sharded weights).
+
+Order of application (torchtitan's `parallelize_llama` order, minus tensor parallelism):
+    precision policy converts the module  ->  activation checkpointing  ->  torch.compile
+    ->  DDP / fully_shard  ->  optimizer (built on the wrapped model's parameters)
+Sharding goes last because it replaces parameters by DTensors and hooks every block: checkpointing
+must already wrap the blocks whose forwards FSDP2 re-gathers around, and the optimizer must see the
+sharded parameters it will update.
+
+Precision under FSDP2 comes from a `MixedPrecisionPolicy`, not from the weights:
+- `param_dtype` is the precision's compute dtype for the *-mixed regimes (bf16 for bf16-mixed, fp16
+  for fp16-mixed): FSDP2 all-gathers the fp32 shards into bf16/fp16 copies for forward and backward.
+  The sharded master weights, their gradients and the optimizer states stay fp32.
+  Other regimes keep their parameters' dtype (None).
+- `reduce_dtype` is its own setting (`--reduce-dtype`, default fp32): gradients are reduce-scattered
+  in fp32 even when computed in bf16, because a bf16 sum over many ranks loses the low bits of every
+  gradient (torchtitan's `mixed_precision_reduce` defaults to fp32 for the same reason).
+Autocast still wraps forward and loss (the policy's `forward_context`): it keeps softmax, norms and
+the loss in fp32 while the matmuls take the bf16/fp16 weights FSDP2 gathered.
+
+DDP reduces gradients in their own dtype (fp32 for every *-mixed regime). A `--reduce-dtype` other
+than the gradients' dtype installs a communication hook that casts each bucket for the all-reduce
+and back (bf16: half the traffic, the precision trade-off above).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ampkit.errors import UsageError
+
+REDUCE_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def mixed_precision_policy(spec, *, reduce_dtype: torch.dtype):
+    """FSDP2's policy for a `PrecisionSpec`: compute-dtype params for autocast regimes, else the params' own."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=spec.compute_dtype if spec.autocast else None, reduce_dtype=reduce_dtype)
+
+
+def shard_fsdp(model: nn.Module, *, mp_policy) -> nn.Module:
+    """`fully_shard` every transformer block, then the root (embeddings, final norm, tied head).
+
+    Each block is one all-gather / reduce-scatter unit, so only one block's full weights exist at a
+    time (plus prefetch). Precondition: `model.blocks` is an `nn.ModuleList`; runs under an
+    initialized process group; the model is on this rank's device.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList):
+        raise UsageError(f"--parallel fsdp shards a model block by block and needs a `blocks` ModuleList; "
+                         f"{type(model).__name__} has none: use --parallel ddp")
+    for block in blocks:
+        fully_shard(block, mp_policy=mp_policy)
+    fully_shard(model, mp_policy=mp_policy)
+    return model
+
+
+def wrap_ddp(model: nn.Module, *, device: torch.device, grad_dtype: torch.dtype, reduce_dtype: torch.dtype,
+             world_size: int) -> nn.Module:
+    """DDP without a buffer broadcast per forward (RoPE tables are computed, identical on every rank)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                  forward_sync_buffers=False)
+    if reduce_dtype != grad_dtype:
+        ddp.register_comm_hook(state=None, hook=reduce_in_dtype_hook(reduce_dtype, world_size=world_size))
+    return ddp
+
+
+def reduce_in_dtype_hook(dtype: torch.dtype, *, world_size: int) -> Callable:
+    """A DDP communication hook: all-reduce each gradient bucket in `dtype`, averaged, then cast back."""
+    import torch.distributed as dist
+
+    def hook(state, bucket):
+        buffer = bucket.buffer()
+        wire = buffer.to(dtype).div_(world_size)  # divide first: a sum of W bf16 values can overflow fp16
+        future = dist.all_reduce(wire, async_op=True).get_future()
+
+        def back(fut):
+            buffer.copy_(fut.value()[0])
+            return buffer
+
+        return future.then(back)
+
+    return hook
+
+
+def wrap_model(model: nn.Module, *, run, spec, reduce_dtype: str) -> nn.Module:
+    """Wrap for `run.mode` and install the gradient-sync hook the training loop calls.
+
+    Precondition: the precision policy converted `model`; checkpointing and compile are applied; the
+    optimizer is built afterwards. `run` is a `ProcessGroupRun` (or `LocalRun`: model returned as is).
+    """
+    if run.mode == "none":
+        return model
+    reduce = REDUCE_DTYPE[reduce_dtype]
+    if run.mode == "fsdp":
+        # FSDP2 reduce-scatters after every micro-batch's backward and accumulates the sharded fp32
+        # gradients: no unsharded gradient is ever held across micro-batches (memory over traffic).
+        return shard_fsdp(model, mp_policy=mixed_precision_policy(spec, reduce_dtype=reduce))
+    ddp = wrap_ddp(model, device=run.device, grad_dtype=spec.param_dtype, reduce_dtype=reduce,
+                   world_size=run.world_size)
+    # Gradient accumulation: all-reduce once, in the last micro-batch's backward (`no_sync` before).
+    run.grad_sync = lambda last: contextlib.nullcontext() if last else ddp.no_sync()
+    return ddp
+

@@ -1,0 +1,122 @@
+"""Run by torchrun with 2 CPU ranks (gloo) from test_precision_probe.py; writes OUT/rank-R.json.
+
+Probes ampkit's own builders (no ampkit code is changed here; torch functions are wrapped to record):
+1. FSDP2 + bf16-mixed (reduce fp32, then bf16): the dtypes inside forward, of the reduce-scatter,
+   of the gradients the optimizer sees, of the sharded parameters and the optimizer states.
+2. FSDP2 + fp16-mixed: an inf planted in rank 1's gradient shard alone makes *both* ranks skip.
+3. DDP + gradient accumulation: all-reduces per step are the same with 2 micro-batches as with 1.
+4. DDP with --reduce-dtype bf16: the all-reduce carries bf16.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from ampkit.train import TrainConfig, build_run
+
+TINY = dict(model="tiny", seq_len=32, batch_size=2, steps=4, warmup_steps=0, eval_batches=1)
+
+
+def _record_reduce_scatter(seen: list[str]):
+    name = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
+    real = getattr(dist, name)
+
+    def recording(*args, **kwargs):
+        tensor = kwargs.get("input", args[1] if len(args) > 1 else None)
+        seen.append(str(tensor.dtype))
+        return real(*args, **kwargs)
+
+    setattr(dist, name, recording)
+    return lambda: setattr(dist, name, real)
+
+
+def probe_fsdp_bf16(reduce_dtype: str) -> dict:
+    objs = build_run(TrainConfig(precision="bf16-mixed", parallel="fsdp", reduce_dtype=reduce_dtype, **TINY))
+    forward_weights: set[str] = set()
+    for module in objs.model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_pre_hook(lambda m, a: forward_weights.add(f"{type(m.weight).__name__}:{m.weight.dtype}"))
+    grads: set[str] = set()
+    objs.optimizer.register_step_pre_hook(lambda opt, a, k: grads.update(
+        f"{type(p.grad).__name__}:{p.grad.dtype}" for g in opt.param_groups for p in g["params"]))
+    reduce_scatter: list[str] = []
+    restore = _record_reduce_scatter(reduce_scatter)
+    result = objs.trainer.train_step()
+    restore()
+    states = {f"{type(v).__name__}:{v.dtype}" for s in objs.optimizer.state.values() for k, v in s.items()
+              if k in ("exp_avg", "exp_avg_sq")}
+    params = {f"{type(p).__name__}:{p.dtype}:{p.placements[0]}" for p in objs.model.parameters()}
+    return {"forward_weights": sorted(forward_weights), "reduce_scatter": sorted(set(reduce_scatter)),
+            "grads": sorted(grads), "optimizer_states": sorted(states), "params": sorted(params),
+            "loss": float(result.loss)}
+
+
+def probe_fp16_scaler() -> dict:
+    objs = build_run(TrainConfig(precision="fp16-mixed", parallel="fsdp", init_scale=1024.0, **TINY))
+    policy, rank = objs.policy, dist.get_rank()
+    real_unscale = policy.unscale_gradients
+
+    def poisoned_unscale(optimizer):
+        if rank == 1:  # one element of one shard, on one rank only
+            grad = next(p.grad.to_local() for p in objs.model.parameters() if p.grad.to_local().numel())
+            grad.view(-1)[0] = float("inf")
+        real_unscale(optimizer)
+
+    policy.unscale_gradients = poisoned_unscale
+    before = [p.detach().to_local().clone() for p in objs.model.parameters()]
+    result = objs.trainer.train_step()
+    unchanged = all(torch.equal(a, p.detach().to_local()) for a, p in zip(before, objs.model.parameters()))
+    return {"stepped": result.stepped, "scale": policy.loss_scale(), "params_unchanged": unchanged}
+
+
+def probe_ddp_no_sync() -> dict:
+    objs = build_run(TrainConfig(precision="fp32", parallel="ddp", grad_accum=1, **TINY))
+    calls: list[int] = []
+
+    def counting(state, bucket):
+        calls.append(1)
+        return default_hooks.allreduce_hook(None, bucket)
+
+    objs.model.register_comm_hook(state=None, hook=counting)
+    objs.trainer.train_step()  # DDP rebuilds its buckets after the first step
+    counts = {}
+    for accum in (1, 2):
+        objs.trainer.grad_accum = accum
+        calls.clear()
+        objs.trainer.train_step()
+        counts[f"accum{accum}"] = len(calls)
+    return counts
+
+
+def probe_ddp_bf16_reduce() -> dict:
+    objs = build_run(TrainConfig(precision="fp32", parallel="ddp", reduce_dtype="bf16", **TINY))
+    seen: list[str] = []
+    real = dist.all_reduce
+
+    def recording(tensor, *args, **kwargs):
+        seen.append(str(tensor.dtype))
+        return real(tensor, *args, **kwargs)
+
+    dist.all_reduce = recording
+    objs.trainer.train_step()
+    dist.all_reduce = real
+    return {"all_reduce": sorted(set(seen))}
+
+
+def main(out: Path) -> None:
+    torch.manual_seed(0)
+    report = {"fsdp_bf16_reduce_fp32": probe_fsdp_bf16("fp32"), "fsdp_bf16_reduce_bf16": probe_fsdp_bf16("bf16"),
+              "fp16_scaler": probe_fp16_scaler(), "ddp_no_sync": probe_ddp_no_sync(),
+              "ddp_bf16_reduce": probe_ddp_bf16_reduce()}
+    (out / f"rank-{dist.get_rank()}.json").write_text(json.dumps(report, indent=2))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
