@@ -9,8 +9,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ampkit.config import add_config_flags, given_flags, resolve_config
-from ampkit.errors import UsageError
+from ampkit.config import add_config_flags, config_to_toml, given_flags, resolve_config
+from ampkit.distributed.checkpoint import latest_sharded, load_sharded
+from ampkit.distributed.context import launch_env, rank_error, shared_run_dir
+from ampkit.distributed.launch import relaunch, worker_argv
+from ampkit.errors import TrainingError, UsageError
 from ampkit.runs import create_run_dir
 from ampkit.train import TrainConfig, build_run, run_training
 from ampkit.train.checkpoint import load_latest
@@ -28,6 +31,8 @@ def register(sub) -> argparse.ArgumentParser:
     parser.add_argument("--stop-after", type=int, default=0, metavar="N",
                         help="stop with a checkpoint after N steps in this invocation (resume later)")
     parser.add_argument("--json", action="store_true", help="print summary.json to stdout (no progress bar)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config as TOML (usable with --config) and exit")
     return parser
 
 
@@ -46,7 +51,8 @@ def _resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict, Path]:
         raise UsageError(f"{names} cannot change when resuming (the checkpoint was made with "
                          f"{', '.join(f'{k}={base.get(k)!r}' for k in changed)}); start a new run instead")
     config = resolve_config(TrainConfig, args, base=base)
-    ckpt = load_latest(run_dir, identity=run_identity(config))
+    # A data-parallel run's sharded checkpoint loads after the model is built and wrapped (_train).
+    ckpt = load_latest(run_dir, identity=run_identity(config)) if config.parallel == "none" else None
     return config, ckpt, run_dir
 
 
@@ -57,19 +63,44 @@ def run(args: argparse.Namespace) -> int:
     else:
         config, ckpt = resolve_config(TrainConfig, args, toml_path=args.config), None
         run_dir = None
-    objs = build_run(config)  # device check first, then data and model
-    for warning in objs.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
-    run_dir = run_dir or create_run_dir(args.out, "train")
-    if ckpt:
-        console.print(f"resuming {run_dir} at step {ckpt['step']}")
+    if args.print_config:
+        print(config_to_toml(config), end="")
+        return 0
     if args.stop_after < 0:
         raise UsageError(f"--stop-after must be >= 0, got {args.stop_after}")
+    if config.nproc and launch_env() is None:  # --nproc N: this process becomes torchrun's launcher
+        options = {"config": args.config, "out": args.out, "resume": args.resume, "stop-after": args.stop_after,
+                   "json": args.json}
+        return relaunch(nproc=config.nproc, module_argv=["train", *worker_argv(args, TrainConfig, options=options)])
+    objs = build_run(config)  # device check first (and joining the torchrun job), then data and model
+    try:
+        return _train(objs, args, ckpt=ckpt, run_dir=run_dir, console=console)
+    except (UsageError, TrainingError, RuntimeError) as err:
+        if not objs.parallel.distributed:
+            raise
+        named = rank_error(err, rank=objs.parallel.rank)
+        if named is err:  # not a user or peer problem: keep the traceback
+            raise
+        raise named from None
+    finally:
+        objs.parallel.close()
+
+
+def _train(objs, args: argparse.Namespace, *, ckpt: dict | None, run_dir: Path | None, console: Console) -> int:
+    main = objs.parallel.is_main  # rank 0 alone prints; every rank trains
+    for warning in objs.warnings if main else ():
+        console.print(f"[yellow]warning:[/] {warning}")
+    run_dir = run_dir or shared_run_dir(objs.parallel, lambda: create_run_dir(args.out, "train"))
+    if args.resume and objs.parallel.distributed:
+        ckpt = load_sharded(objs.parallel, model=objs.model, optimizer=objs.optimizer, path=latest_sharded(run_dir),
+                            identity=run_identity(objs.config))
+    if ckpt and main:
+        console.print(f"resuming {run_dir} at step {ckpt['step']}")
     summary = run_training(objs, run_dir, ckpt=ckpt, console=console, show_progress=not args.json,
                            stop_after=args.stop_after)
-    if args.json:
+    if args.json and main:
         print(json.dumps(summary, indent=2))
-    else:
+    elif main:
         _print_summary(console, summary, run_dir)
     return 0
 
@@ -87,6 +118,11 @@ def _print_summary(console: Console, summary: dict, run_dir: Path) -> None:
         ("skipped steps", f"{summary['skipped_steps']}"),
         ("final loss scale", f"{summary['final_loss_scale']:g}" if summary['final_loss_scale'] else "-"),
     ]
+    if summary.get("guard", {}).get("enabled"):
+        rows.append(("NaN guard rollbacks", f"{summary['guard']['rollbacks']}"))
+    found = summary.get("diagnostics", {}).get("first_nonfinite")
+    if found:
+        rows.append(("first non-finite", f"{found['module']} ({found['phase']}, step {found['step']})"))
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ampkit.distributed.context import LocalRun
 from ampkit.models import causal_lm_loss
 from ampkit.precision import Precision
 
@@ -24,13 +25,14 @@ from ampkit.precision import Precision
 @dataclass
 class StepResult:
     loss: torch.Tensor
-    """token-weighted mean loss over the step's micro-batches (0-d, fp32, on device)"""
+    """token-weighted mean loss over the step's micro-batches (0-d, fp32, on device); data-parallel:
+    this rank's share, whose mean over ranks is the global batch's loss"""
     grad_norm: torch.Tensor
     """global gradient norm after unscaling, before clipping (0-d, on device)"""
     n_tokens: int
-    """real (non-padding) target tokens in the step"""
+    """real (non-padding) target tokens in the step (all ranks)"""
     n_slots: int
-    """all target slots, padding included"""
+    """all target slots, padding included (all ranks)"""
     stepped: bool
     """False when the loss scaler skipped the optimizer step (inf/nan gradients)"""
 
@@ -48,8 +50,11 @@ class Trainer:
     """Holds the run's objects; `train_step()` does one optimizer step of `grad_accum` micro-batches."""
 
     def __init__(self, *, model: nn.Module, policy: Precision, optimizer: torch.optim.Optimizer,
-                 scheduler, sampler, device: torch.device, grad_accum: int, clip_grad_norm: float):
+                 scheduler, sampler, device: torch.device, grad_accum: int, clip_grad_norm: float,
+                 parallel: LocalRun | None = None):
         self.model, self.policy, self.optimizer, self.scheduler = model, policy, optimizer, scheduler
+        # Data-parallel hooks (ampkit.distributed): a do-nothing object in a one-process run.
+        self.parallel = parallel if parallel is not None else LocalRun()
         self.sampler, self.device = sampler, device
         self.grad_accum, self.clip_grad_norm = grad_accum, clip_grad_norm
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -57,16 +62,21 @@ class Trainer:
     def train_step(self) -> StepResult:
         self.model.train()
         batches = [self.sampler.next_batch().to(self.device) for _ in range(self.grad_accum)]
-        n_tokens = sum(b.n_tokens for b in batches)
+        # Counts over every rank's micro-batches (host ints, no sync): the step's global batch.
+        n_tokens, n_slots = self.parallel.step_counts(sum(b.n_tokens for b in batches),
+                                                      sum(b.n_padded for b in batches))
+        world = self.parallel.world_size
         total_loss = torch.zeros((), device=self.device)
-        for batch in batches:
-            with self.policy.forward_context():
-                logits = self.model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
-                loss = causal_lm_loss(logits, batch.targets)
-            # Weight each micro-batch by its share of real tokens, so the step's gradient is the
-            # per-token mean over the whole step whatever the padding of each micro-batch.
-            weight = batch.n_tokens / max(1, n_tokens)
-            self.policy.backward(loss * weight)
+        for i, batch in enumerate(batches):
+            with self.parallel.micro_batch_context(last=i == len(batches) - 1):  # DDP: all-reduce on the last only
+                with self.policy.forward_context():
+                    logits = self.model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
+                    loss = causal_lm_loss(logits, batch.targets)
+                # Weight each micro-batch by its share of real tokens, so the step's gradient is the
+                # per-token mean over the whole step whatever the padding of each micro-batch. DDP and
+                # FSDP average gradients over ranks, hence the factor `world` (1 in one process).
+                weight = batch.n_tokens * world / max(1, n_tokens)
+                self.policy.backward(loss * weight)
             total_loss += loss.detach() * weight
         self.policy.unscale_gradients(self.optimizer)
         grad_norm = clip_gradients(self.params, self.clip_grad_norm)
@@ -74,8 +84,7 @@ class Trainer:
         if stepped:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepResult(loss=total_loss, grad_norm=grad_norm, n_tokens=n_tokens,
-                          n_slots=sum(b.n_padded for b in batches), stepped=stepped)
+        return StepResult(loss=total_loss, grad_norm=grad_norm, n_tokens=n_tokens, n_slots=n_slots, stepped=stepped)
 
     @torch.no_grad()
     def evaluate(self, batches) -> float:

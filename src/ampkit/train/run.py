@@ -19,12 +19,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ampkit import __version__
+from ampkit.diagnostics.train_hooks import build_train_diagnostics
+from ampkit.distributed.checkpoint import all_finite, save_sharded
 from ampkit.errors import RunInterrupted, TrainingError, UsageError
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
+from ampkit.precision import LossScaleCollapse
 from ampkit.runs import METRICS_FILE, SUMMARY_FILE, MetricsWriter, truncate_metrics_after, write_json_atomic
 from ampkit.train.build import RunObjects
 from ampkit.train.signals import StopRequests
 from ampkit.train.checkpoint import capture_rng_state, restore_rng_state, save_checkpoint
+from ampkit.train.guard import build_guard, checkpoint_is_finite
+from ampkit.train.loggers import LoggedMetrics, build_logger
 
 SUMMARY_SCHEMA_VERSION = 1
 WARMUP_STEPS_EXCLUDED = 2  # first steps carry allocation and kernel set-up: not timed in the summary
@@ -47,11 +52,14 @@ def run_identity(config) -> dict[str, Any]:
 
 
 def checkpoint_payload(objs: RunObjects, state: Progress_) -> dict[str, Any]:
+    return {"model": objs.model.state_dict(), "optimizer": objs.optimizer.state_dict(), **run_state(objs, state)}
+
+
+def run_state(objs: RunObjects, state: Progress_) -> dict[str, Any]:
+    """Everything but weights and optimizer state (a sharded checkpoint keeps this per rank)."""
     return {
         "config": dataclasses.asdict(objs.config),
         "model_config": objs.model_config.to_dict(),
-        "model": objs.model.state_dict(),
-        "optimizer": objs.optimizer.state_dict(),
         "scheduler": objs.scheduler.state_dict(),
         "precision": objs.policy.state_dict(),
         "sampler": objs.sampler.state_dict(),
@@ -60,26 +68,52 @@ def checkpoint_payload(objs: RunObjects, state: Progress_) -> dict[str, Any]:
     }
 
 
-def write_checkpoint(objs: RunObjects, run_dir: Path, state: Progress_) -> None:
+def write_checkpoint(objs: RunObjects, run_dir: Path, state: Progress_) -> bool:
     """Save a checkpoint; a failed write (disk full, read-only) stops the run cleanly: training on
-    without a safe checkpoint would risk losing everything since the last one."""
+    without a safe checkpoint would risk losing everything since the last one. A state holding a
+    non-finite weight or optimizer value is never written (returns False): the newest checkpoint
+    on disk is always one a rollback or a resume can use. Data-parallel runs write a sharded (DCP)
+    checkpoint, every rank its part (ampkit.distributed.checkpoint)."""
+    if objs.parallel.distributed:
+        return _write_sharded(objs, run_dir, state)
+    if not checkpoint_is_finite(objs.model, objs.optimizer):  # sync point (checkpoint steps only)
+        return False
     try:
         save_checkpoint(run_dir, state.step, checkpoint_payload(objs, state), keep=objs.config.keep_checkpoints,
                         identity=run_identity(objs.config))
     except OSError as err:
         raise TrainingError(f"checkpoint write at step {state.step} failed ({err.strerror or err}); the previous "
                             "checkpoint stays the latest: free disk space or fix permissions, then --resume") from None
+    return True
+
+
+def _write_sharded(objs: RunObjects, run_dir: Path, state: Progress_) -> bool:
+    """`write_checkpoint` for data-parallel runs: every rank calls it at the same step (collectives)."""
+    if not all_finite(objs.parallel, objs.model, objs.optimizer):  # agreed by every rank
+        return False
+    try:
+        save_sharded(objs.parallel, model=objs.model, optimizer=objs.optimizer, rank_state=run_state(objs, state),
+                     run_dir=run_dir, step=state.step, keep=objs.config.keep_checkpoints,
+                     identity=run_identity(objs.config))
+    except OSError as err:
+        raise TrainingError(f"checkpoint write at step {state.step} failed "
+                            f"({err.strerror or err}); the previous checkpoint stays the latest: free disk space or "
+                            "fix permissions, then --resume") from None
+    return True
 
 
 def restore_from_checkpoint(objs: RunObjects, ckpt: dict[str, Any]) -> Progress_:
-    """Load every piece of run state; a shape mismatch is a user error (wrong run directory)."""
-    try:
-        objs.model.load_state_dict(ckpt["model"])
-        objs.optimizer.load_state_dict(ckpt["optimizer"])
-    except (RuntimeError, KeyError, ValueError) as err:
-        first = str(err).strip().splitlines()[0][:160]
-        raise UsageError(f"checkpoint does not match this model/optimizer ({first}); resume with the same "
-                         "--model and --precision, or start a new run") from None
+    """Load every piece of run state; a shape mismatch is a user error (wrong run directory).
+    A sharded checkpoint's weights and optimizer state are already loaded, in place, by
+    `ampkit.distributed.checkpoint.load_sharded`; `ckpt` then holds this rank's state."""
+    if not objs.parallel.distributed:
+        try:
+            objs.model.load_state_dict(ckpt["model"])
+            objs.optimizer.load_state_dict(ckpt["optimizer"])
+        except (RuntimeError, KeyError, ValueError) as err:
+            first = str(err).strip().splitlines()[0][:160]
+            raise UsageError(f"checkpoint does not match this model/optimizer ({first}); resume with the same "
+                             "--model and --precision, or start a new run") from None
     objs.scheduler.load_state_dict(ckpt["scheduler"])
     objs.policy.load_state_dict(ckpt["precision"])
     objs.sampler.load_state_dict(ckpt["sampler"])
@@ -125,30 +159,45 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
     console = console or Console(stderr=True)
     state = restore_from_checkpoint(objs, ckpt) if ckpt else Progress_()
     log_every = config.log_every or (10 if objs.device.type == "cuda" else 1)
-    if ckpt:
+    main = objs.parallel.is_main  # rank 0 alone writes files and shows progress
+    if ckpt and main:
         truncate_metrics_after(run_dir / METRICS_FILE, state.step)
-    else:
+    elif main:
         write_json_atomic(run_dir / "config.json", dataclasses.asdict(config))
     timings: list[tuple[float, int]] = []  # (seconds per step, real tokens per step) at log steps
     eval_losses: list[tuple[int, float]] = []
     status, error = "completed", None
     last_step = min(config.steps, state.step + stop_after) if stop_after else config.steps
+    guard = build_guard(config, run_dir=run_dir, identity=run_identity(config))  # a do-nothing object when off
+    diagnostics = build_train_diagnostics(objs, config)  # no hooks at all when every diagnostic is off
     reset_peak_memory(objs.device)
     started = time.perf_counter()
-    with objs.policy.run_context(), MetricsWriter(run_dir / METRICS_FILE, append=bool(ckpt)) as metrics, \
+    with objs.policy.run_context(), _metrics_writer(run_dir, append=bool(ckpt), main=main) as jsonl, \
+            build_logger(config.log if main else "none", run_dir=run_dir,
+                         resume_step=state.step if ckpt else None) as logger, \
             _progress_bar(console, config.steps, state.step) as bar, StopRequests() as stops:
-        bar.disable = not show_progress
+        metrics = LoggedMetrics(jsonl, logger)  # every JSONL record also goes to --log's logger (none: nowhere)
+        bar.disable = not (show_progress and main)
         if not ckpt:
             eval_losses.append((0, _evaluate(objs, metrics, 0)))
+        guard.ensure_checkpoint(lambda: write_checkpoint(objs, run_dir, state))
         clock, window_tokens, window_steps = StepClock(objs.device), 0, 0
         try:
             while state.step < last_step:
-                result = trainer.train_step()
+                diagnostics.begin_step(state.step + 1)
+                try:
+                    result = trainer.train_step()
+                except LossScaleCollapse as err:  # re-raised by the guard when it is off
+                    state = _rollback(objs, guard, state, state.step + 1, guard.on_collapse(err), metrics, bar)
+                    clock.lap()
+                    window_tokens = window_steps = 0
+                    continue
                 state.step += 1
                 state.tokens += result.n_tokens
                 state.skipped += not result.stepped
                 window_tokens += result.n_tokens
                 window_steps += 1
+                record = None
                 if state.step % log_every == 0 or state.step == last_step:
                     seconds = clock.lap()
                     record = _log_record(objs, state, result, seconds, window_steps, window_tokens)
@@ -159,17 +208,29 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
                     state.last_loss = record["loss"]
                     bar.update(bar.task_ids[0], completed=state.step, status=_status_text(record))
                     window_tokens = window_steps = 0
+                    diagnostics.at_log_step(state.step, metrics)
+                if reason := guard.check(result, record):  # host values only: no extra sync
+                    state = _rollback(objs, guard, state, state.step, reason, metrics, bar)
+                    clock.lap()
+                    window_tokens = window_steps = 0
+                    continue
                 if config.eval_every and state.step % config.eval_every == 0 and state.step < config.steps:
                     eval_losses.append((state.step, _evaluate(objs, metrics, state.step)))
                     clock.lap()  # evaluation time is not step time
                 if config.checkpoint_every and state.step % config.checkpoint_every == 0:
-                    write_checkpoint(objs, run_dir, state)
+                    if not write_checkpoint(objs, run_dir, state):
+                        metrics.write({"event": "checkpoint_skipped", "step": state.step,
+                                       "reason": "non-finite weights or optimizer state"})
                     clock.lap()
-                if stops.signum is not None:
+                # Ranks stop at the same step (agreed at log steps), or a checkpoint collective would hang.
+                if (signum := objs.parallel.agreed_signal(stops.signum, check=record is not None)) is not None:
+                    stops.signum = signum
                     status = "stopped"
                     break
         except TrainingError as err:
             status, error = "failed", str(err)
+        finally:
+            diagnostics.close()
         eval_losses.append((state.step, _evaluate(objs, metrics, state.step)))
     if status in ("completed", "stopped") and not (config.checkpoint_every and state.step % config.checkpoint_every == 0):
         try:
@@ -178,7 +239,9 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
             status, error = "failed", str(err)
     summary = build_summary(objs, state, timings, eval_losses, wall_s=time.perf_counter() - started,
                             status=status, error=error)
-    write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    summary.update(guard=guard.summary(), diagnostics=diagnostics.summary(), parallel=objs.parallel.describe())
+    if main:
+        write_json_atomic(run_dir / SUMMARY_FILE, summary)
     if error:
         raise TrainingError(f"{error} (partial summary in {run_dir / SUMMARY_FILE})")
     if status == "stopped":
@@ -186,6 +249,32 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
         raise RunInterrupted(f"stopped by {name} at step {state.step} after writing a checkpoint; "
                              f"continue with: ampkit train --resume {run_dir}", signum=stops.signum)
     return summary
+
+
+class _NoMetrics:
+    """metrics.jsonl on ranks other than 0: records are dropped (rank 0 writes the reduced ones)."""
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Dropped."""
+
+    def __enter__(self) -> "_NoMetrics":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Nothing to close."""
+
+
+def _metrics_writer(run_dir: Path, *, append: bool, main: bool) -> MetricsWriter | _NoMetrics:
+    return MetricsWriter(run_dir / METRICS_FILE, append=append) if main else _NoMetrics()
+
+
+def _rollback(objs: RunObjects, guard, state: Progress_, step: int, reason: str, metrics: MetricsWriter,
+              bar) -> Progress_:
+    """The guard restores the last checkpoint; counters continue from it (skips stay counted)."""
+    restored = Progress_(**guard.rollback(objs, step=step, reason=reason, metrics=metrics))
+    restored.skipped = max(restored.skipped, state.skipped)
+    bar.update(bar.task_ids[0], completed=restored.step, status=f"rolled back: {reason}")
+    return restored
 
 
 def _evaluate(objs: RunObjects, metrics: MetricsWriter, step: int) -> float:
@@ -199,7 +288,7 @@ def _log_record(objs, state: Progress_, result, seconds: float, steps: int, toke
     return {
         "event": "train",
         "step": state.step,
-        "loss": result.loss.item(),  # sync point (log steps only)
+        "loss": objs.parallel.mean(result.loss).item(),  # sync point (log steps only); mean over ranks
         "lr": objs.optimizer.param_groups[0]["lr"],
         "tokens": state.tokens,
         "tokens_per_s": tokens / seconds if seconds > 0 else math.inf,
@@ -248,5 +337,6 @@ def build_summary(objs: RunObjects, state: Progress_, timings, eval_losses, *, w
         "skipped_steps": state.skipped,
         "final_loss_scale": objs.policy.loss_scale(),
         "peak_memory": peak_memory_bytes(objs.device),
+        "throughput": objs.features_summary(),
         "wall_s": wall_s,
     }
