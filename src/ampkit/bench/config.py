@@ -7,6 +7,7 @@ filled in by `resolve_for_device` once the device is known, before any worker st
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 from dataclasses import dataclass, field
 
@@ -25,7 +26,7 @@ CUDA_DEFAULTS = {"model": "gpt2-124m", "seq_len": 512, "batch_size": 16}
 # The precisions a plain `ampkit bench` compares, in run order (fp32 first: the reference).
 CPU_PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 CUDA_PRECISIONS = ("fp32", "tf32", "fp16-mixed", "bf16-mixed")
-FP8_PRECISION = "fp8"  # seam: joins the CUDA defaults once the fp8 regime exists in precision.SPECS
+FP8_PRECISION = "fp8"  # joins the CUDA defaults on sm89+ when torchao (the 'fp8' extra) is installed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,7 +101,7 @@ def default_precisions(info) -> list[str]:
     if info.type != "cuda":
         return list(CPU_PRECISIONS)
     candidates = list(CUDA_PRECISIONS)
-    if info.has_fp8 and FP8_PRECISION in SPECS:
+    if info.has_fp8 and FP8_PRECISION in SPECS and importlib.util.find_spec("torchao") is not None:
         candidates.append(FP8_PRECISION)
     usable = []
     for name in candidates:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ampkit.errors import UsageError
 from ampkit.models import IGNORE_INDEX, causal_lm_loss
 
 HEALTHY_COSINE = 0.99
@@ -66,6 +67,8 @@ def _subsample(grad: torch.Tensor) -> torch.Tensor:
 
 def fixed_batch(val_batches: list, *, rows: int = FIDELITY_ROWS):
     """The capture batch: the first held-out batch, cut to `rows` rows (same in every precision)."""
+    if not val_batches:
+        raise UsageError("the corpus is too small to hold out a batch for the fidelity check; give more text")
     batch = val_batches[0]
     if batch.input_ids.shape[0] <= rows:
         return batch

@@ -17,7 +17,7 @@ from ampkit.hardware.device import BF16_CPU_FLAGS, FP16_CPU_FLAGS
 
 REFERENCE = "fp32"
 
-SIMPLICITY = ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true", "fp16-true", "fp8")
+SIMPLICITY = ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true", "fp16-true", "fp8", "fp8-emulated")
 """Simpler first: fewer moving parts (no scaler, fp32 master weights) and fewer ways to lose fidelity."""
 
 MEMORY_BOUND_FRACTION = 0.85  # a peak above this share of the device's memory earns memory advice
@@ -64,13 +64,22 @@ def simplicity_rank(name: str) -> int:
     return SIMPLICITY.index(name) if name in SIMPLICITY else len(SIMPLICITY)
 
 
+def compute_key(spec) -> str:
+    """The dtype key ("fp32", "tf32", "bf16", "fp16", "fp8") of a precision's matmuls (a PrecisionSpec):
+    the key of the peak-FLOP/s tables and of `DeviceInfo.is_native`. Emulated fp8 multiplies in bf16."""
+    if spec.tf32:
+        return "tf32"
+    if getattr(spec, "fp8", None) == "native":
+        return "fp8"
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(
+        str(spec.compute_dtype).removeprefix("torch."), "fp32")
+
+
 def native_support(info, precision_spec) -> tuple[bool, str]:
     """(native?, note) for a precision's compute dtype on `info`'s device (a hardware.DeviceInfo)."""
-    if precision_spec.tf32:
-        key = "tf32"
-    else:
-        key = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(
-            str(precision_spec.compute_dtype).removeprefix("torch."), "fp32")
+    key = compute_key(precision_spec)
+    if getattr(precision_spec, "fp8", None) == "emulated":
+        return False, "emulated: fp8 rounding in software, no fp8 matmuls"
     if key == "fp32":
         return True, "native"
     native = info.is_native(key)
@@ -91,8 +100,7 @@ def disqualification(c: Candidate, *, threshold: float) -> str | None:
     if c.tokens_per_s is None or not c.tokens_per_s > 0:
         return "no throughput measured"
     if c.name != REFERENCE and not c.fidelity_passed:
-        cos = "n/a" if c.logits_cosine is None or not math.isfinite(c.logits_cosine) else f"{c.logits_cosine:.4f}"
-        return f"fidelity: logits cos {cos} < {threshold}"
+        return f"fidelity: logits cos {format_cosine(c.logits_cosine)} < {threshold}"
     return None
 
 
@@ -122,6 +130,13 @@ def format_speedup(ratio: float) -> str:
     return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
 
 
+def format_cosine(value: float | None) -> str:
+    """Enough digits to tell 0.99999 from 1: six decimals above 0.9999, four below."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:.6f}" if value > 0.9999 else f"{value:.4f}"
+
+
 def format_memory_change(ratio: float) -> str:
     """0.62 -> "-38% memory"; 1.0 -> "same memory"."""
     change = round((ratio - 1.0) * 100)
@@ -132,7 +147,7 @@ def _why_faster(chosen: Candidate, ref: Candidate, fastest: Candidate) -> str:
     parts = [f"{format_speedup(chosen.tokens_per_s / ref.tokens_per_s)} tokens/s"]
     if chosen.peak_bytes and ref.peak_bytes:
         parts.append(format_memory_change(chosen.peak_bytes / ref.peak_bytes))
-    parts.append(f"logits cos {chosen.logits_cosine:.4f} vs fp32")
+    parts.append(f"logits cos {format_cosine(chosen.logits_cosine)} vs fp32")
     reason = f"{chosen.name}: " + ", ".join(parts)
     if fastest.name != chosen.name:
         reason += (f" ({fastest.name} was {format_speedup(fastest.tokens_per_s / chosen.tokens_per_s)} as fast: "

@@ -8,6 +8,7 @@ for the device, an output directory that exists) is refused here before any work
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -23,14 +24,18 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from ampkit.bench.config import REFERENCE, BenchConfig, resolve_for_device
 from ampkit.bench.memory_check import check_model_fits
 from ampkit.bench.summary import build_summary
-from ampkit.data import DEFAULT_CORPUS_NAME, ByteTokenizer
+from ampkit.data import DEFAULT_CORPUS_NAME
+from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.errors import TrainingError, UsageError
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
-from ampkit.models import ModelConfig, get_preset
+from ampkit.models import ModelConfig
+from ampkit.models.hf import HFModelInfo
 from ampkit.models.flops import training_flops_per_token
 from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
+from ampkit.train.build import resolve_model_config
 
 WORKERS_DIR = "workers"
+BUSY_LOAD_PER_CPU = 2.0  # a load average above this many runnable processes per CPU earns a warning
 MIN_WORKER_TIMEOUT_S = 900.0  # hang protection only: a slow emulated precision still finishes within it
 
 
@@ -42,7 +47,7 @@ class BenchPlan:
     info: DeviceInfo
     precisions: list[str]
     warnings: list[str]
-    model_config: ModelConfig
+    model_config: ModelConfig | HFModelInfo
     flops_per_token: float
 
 
@@ -50,7 +55,7 @@ def plan_bench(config: BenchConfig) -> BenchPlan:
     """Resolve "auto" settings for the device and refuse what cannot run, before any worker starts."""
     info = describe_device(pick_device(config.device))
     resolved, names, warnings = resolve_for_device(config, info)
-    model_config = get_preset(resolved.model, vocab_size=ByteTokenizer().vocab_size)
+    model_config = resolve_model_config(resolved.model, tokenizer_for_model(resolved.model))  # a preset or hf:PATH
     if resolved.seq_len > model_config.max_seq_len:
         raise UsageError(f"--seq-len {resolved.seq_len} exceeds model '{model_config.name}' max_seq_len "
                          f"{model_config.max_seq_len}; use a shorter --seq-len")
@@ -61,6 +66,25 @@ def plan_bench(config: BenchConfig) -> BenchPlan:
     check_model_fits(model_config, names, capacity_bytes=info.total_memory_bytes, device_label=label)
     return BenchPlan(config=resolved, info=info, precisions=names, warnings=warnings, model_config=model_config,
                      flops_per_token=training_flops_per_token(model_config, resolved.seq_len))
+
+
+def host_load() -> list[float] | None:
+    """The host's 1, 5 and 15 minute load averages (runnable processes), where the OS reports them."""
+    try:
+        return list(os.getloadavg())
+    except (OSError, AttributeError):
+        return None
+
+
+def busy_host_warning(load: dict) -> list[str]:
+    """Other processes competing for the CPUs inflate and scatter step times: say so in the report.
+    The bench's own worker accounts for up to ~one runnable thread per core, hence the 2x margin."""
+    end = load["end"]
+    if not end or not load["cpus"] or end[0] <= BUSY_LOAD_PER_CPU * load["cpus"]:
+        return []
+    return [f"the host was busy while measuring (1-minute load average {end[0]:.1f} on {load['cpus']} CPUs): "
+            "other processes competed for the cores, so step times are inflated and noisy; re-run on an idle "
+            "machine for figures to quote"]
 
 
 def worker_timeout_s(config: BenchConfig) -> float:
@@ -90,7 +114,7 @@ def run_worker(job_path: Path, log_path: Path, *, on_event: Callable[[dict], Non
             watchdog.cancel()
             code = proc.wait()
     if timed_out.is_set():
-        return f"no result after {timeout_s:.0f} s; killed (lower --max-steps or --budget-s)"
+        return f"no result after {timeout_s:g} s; killed (lower --max-steps or --budget-s)"
     if code < 0:
         return f"worker killed by signal {-code} (signal 9 is usually the out-of-memory killer)"
     return None
@@ -114,7 +138,7 @@ def measure_precision(name: str, plan: BenchPlan, run_dir: Path, progress) -> di
         result = json.loads(paths["result"].read_text(encoding="utf-8"))
     else:
         why = death or f"worker exited without a result ({_last_log_line(paths['log'])})"
-        result = {"precision": name, "status": "failed", "error": why}
+        result = {"precision": name, "status": "failed", "error": why, "error_kind": "killed" if death else "error"}
     rel = {key: str(path.relative_to(run_dir)) for key, path in paths.items() if key != "job"}
     rel["fidelity"] = rel["fidelity"] if paths["fidelity"].is_file() else None
     result["files"] = rel
@@ -126,8 +150,8 @@ def _refuse_without_reference(result: dict[str, Any]) -> None:
     """fp32 is the yardstick: without it nothing can be compared, so the bench stops."""
     error = result["error"]
     message = f"{REFERENCE} (the reference) failed: {error}; see {result['files']['log']}"
-    if error.startswith("out of memory") or "killed by signal 9" in error:
-        raise UsageError(message)
+    if result.get("error_kind") in ("oom", "usage") or "killed by signal 9" in error:
+        raise UsageError(message)  # the user can fix it: smaller shapes, other data, an extra installed
     raise TrainingError(message)
 
 
@@ -137,13 +161,13 @@ def run_bench(config: BenchConfig, *, out: str | None = None, console: Console |
     from ampkit.bench.render import render_report  # matplotlib: loaded only once there is something to draw
 
     console = console or Console(stderr=True)
-    started = time.perf_counter()
+    started, load_start = time.perf_counter(), host_load()
     plan = plan_bench(config)
     run_dir = create_run_dir(out, "bench")
     (run_dir / WORKERS_DIR).mkdir()
     write_json_atomic(run_dir / "config.json", plan.config.to_dict())
     for warning in plan.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)  # one line, never folded
     results = []
     with BenchProgress(console, plan, enabled=show_progress) as progress:
         for name in plan.precisions:
@@ -152,11 +176,13 @@ def run_bench(config: BenchConfig, *, out: str | None = None, console: Console |
             if result["status"] != "ok":
                 if name == REFERENCE:
                     _refuse_without_reference(result)
-                console.print(f"[red]{name} failed:[/] {result['error']}")
+                console.print(f"[red]{name} failed:[/] {result['error']}", soft_wrap=True)
     corpus = DEFAULT_CORPUS_NAME if plan.config.data == "default" else str(plan.config.data)
+    load = {"cpus": os.cpu_count() or 0, "start": load_start, "end": host_load()}
     summary = build_summary(config=plan.config, info=plan.info, model_config=plan.model_config,
                             flops_per_token=plan.flops_per_token, corpus=corpus, results=results,
-                            warnings=plan.warnings, run_dir=run_dir, wall_s=time.perf_counter() - started)
+                            warnings=plan.warnings + busy_host_warning(load), run_dir=run_dir,
+                            wall_s=time.perf_counter() - started, host_load=load)
     write_json_atomic(run_dir / SUMMARY_FILE, summary)
     render_report(summary, run_dir)
     return summary, run_dir

@@ -41,13 +41,14 @@ PRECISION = {
     "loss": Opt({"first": OPT_NUM, "final": OPT_NUM, "last": OPT_NUM, "curve": ListOf(OPT_NUM)}),
     "stability": Opt({"stable": bool, "reason": Opt(str), "skipped_steps": int, "nonfinite_loss_steps": int,
                       "nonfinite_grad_steps": int, "final_loss_scale": OPT_NUM}),
-    "vs_fp32": Opt({"speedup": NUM, "memory_ratio": NUM}),
+    "vs_fp32": Opt({"speedup": NUM, "steps_compared": int, "memory_ratio": NUM}),
     "fidelity": Opt(FIDELITY),
     "files": {"result": str, "log": str, "fidelity": Opt(str)},
 }
 SUMMARY = {
     "schema": str, "schema_version": int, "command": str, "ampkit_version": str, "torch_version": str,
     "created_utc": str, "wall_s": NUM, "config": dict,
+    "host_load": Opt({"cpus": int, "start": Opt(ListOf(NUM)), "end": Opt(ListOf(NUM))}),
     "device": {"type": str, "name": str, "gpu_model": Opt(str), "compute_capability": Opt(ListOf(int)),
                "total_memory_bytes": int, "native_bf16": bool, "native_fp16": bool, "has_tf32": bool,
                "has_fp8": bool, "cpu_flags": ListOf(str), "cpu_threads": int},

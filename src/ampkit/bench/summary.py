@@ -81,19 +81,28 @@ def precision_entry(result: dict[str, Any], *, flops_per_token: float, info) -> 
     return entry
 
 
-def add_comparisons(entries: list[dict[str, Any]], run_dir: Path, *, threshold: float) -> None:
+def common_speedup(result: dict[str, Any], reference: dict[str, Any]) -> tuple[float, int]:
+    """tokens/s ratio over the measured steps both ran -- the same batches, step for step -- so a
+    precision that got fewer steps (a slow one, on a budget) is not compared on a different batch mix.
+    Returns (speedup, steps compared)."""
+    n = min(len(result["step_s"]), len(reference["step_s"]))
+    mine = summarize_steps(result["step_s"][:n], result["tokens"][:n], result["slots"][:n])
+    ref = summarize_steps(reference["step_s"][:n], reference["tokens"][:n], reference["slots"][:n])
+    return mine.tokens_per_s / ref.tokens_per_s, n
+
+
+def add_comparisons(entries: list[dict[str, Any]], results: list[dict[str, Any]], run_dir: Path, *,
+                    threshold: float) -> None:
     """Speedup, memory ratio and fidelity of every measured precision against the fp32 entry."""
-    ref = next((e for e in entries if e["name"] == REFERENCE and e["status"] == "ok"), None)
+    pairs = [(e, r) for e, r in zip(entries, results) if e["status"] == "ok"]
+    ref, ref_result = next(((e, r) for e, r in pairs if e["name"] == REFERENCE), (None, None))
     if ref is None:
         return
     ref_capture = _load_capture(run_dir, ref)
-    for entry in entries:
-        if entry["status"] != "ok":
-            continue
-        entry["vs_fp32"] = {
-            "speedup": entry["timing"]["tokens_per_s"] / ref["timing"]["tokens_per_s"],
-            "memory_ratio": entry["memory"]["peak_bytes"] / ref["memory"]["peak_bytes"],
-        }
+    for entry, result in pairs:
+        speedup, steps = common_speedup(result, ref_result)
+        entry["vs_fp32"] = {"speedup": speedup, "steps_compared": steps,
+                            "memory_ratio": entry["memory"]["peak_bytes"] / ref["memory"]["peak_bytes"]}
         capture = ref_capture if entry is ref else _load_capture(run_dir, entry)
         fidelity = compare_fidelity(ref_capture, capture, threshold=threshold).to_dict()
         fidelity["loss_curve"] = loss_curve_gap(ref["loss"]["curve"], entry["loss"]["curve"])
@@ -104,18 +113,25 @@ def _load_capture(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
     return torch.load(run_dir / entry["files"]["fidelity"], weights_only=True)
 
 
-def candidate_from(entry: dict[str, Any]) -> Candidate:
-    """The recommendation's view of one summary entry."""
+def candidate_from(entry: dict[str, Any], reference_tokens_per_s: float | None) -> Candidate:
+    """The recommendation's view of one summary entry. Its tokens/s is fp32's times the same-batch
+    speedup, so every candidate is ranked on batches it shares with the reference."""
     if entry["status"] != "ok":
         return Candidate(name=entry["name"], ok=False, error=entry["error"], native=entry["native"],
                          native_note=entry["native_note"])
     fidelity = entry["fidelity"] or {}
     return Candidate(
         name=entry["name"], ok=True, stable=entry["stability"]["stable"], instability=entry["stability"]["reason"],
-        tokens_per_s=entry["timing"]["tokens_per_s"], peak_bytes=entry["memory"]["peak_bytes"],
+        tokens_per_s=_ranked_tokens_per_s(entry, reference_tokens_per_s), peak_bytes=entry["memory"]["peak_bytes"],
         logits_cosine=fidelity.get("logits_cosine"), fidelity_passed=bool(fidelity.get("passed")),
         native=entry["native"], native_note=entry["native_note"],
     )
+
+
+def _ranked_tokens_per_s(entry: dict[str, Any], reference_tokens_per_s: float | None) -> float:
+    if entry["vs_fp32"] is None or reference_tokens_per_s is None:
+        return entry["timing"]["tokens_per_s"]
+    return reference_tokens_per_s * entry["vs_fp32"]["speedup"]
 
 
 def device_block(info) -> dict[str, Any]:
@@ -127,16 +143,18 @@ def device_block(info) -> dict[str, Any]:
 
 
 def build_summary(*, config: BenchConfig, info, model_config, flops_per_token: float, corpus: str,
-                  results: list[dict[str, Any]], warnings: list[str], run_dir: Path, wall_s: float) -> dict[str, Any]:
+                  results: list[dict[str, Any]], warnings: list[str], run_dir: Path, wall_s: float,
+                  host_load: dict[str, Any] | None = None) -> dict[str, Any]:
     entries = [precision_entry(r, flops_per_token=flops_per_token, info=info) for r in results]
-    add_comparisons(entries, run_dir, threshold=config.fidelity_threshold)
-    rec = recommend([candidate_from(e) for e in entries], threshold=config.fidelity_threshold,
+    add_comparisons(entries, results, run_dir, threshold=config.fidelity_threshold)
+    ref_tps = next((e["timing"]["tokens_per_s"] for e in entries if e["name"] == REFERENCE and e["timing"]), None)
+    rec = recommend([candidate_from(e, ref_tps) for e in entries], threshold=config.fidelity_threshold,
                     tie_tolerance=config.tie_tolerance, capacity_bytes=info.total_memory_bytes)
     summary = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "command": "bench",
         "ampkit_version": __version__, "torch_version": torch.__version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": wall_s,
-        "config": config.to_dict(), "device": device_block(info),
+        "config": config.to_dict(), "device": device_block(info), "host_load": host_load,
         "model": {"preset": model_config.name, "parameters": model_config.num_parameters(),
                   "flops_per_token": flops_per_token,
                   "flops_formula": "6N + 12*layers*d_model*seq_len (PaLM; N = matmul parameters)"},

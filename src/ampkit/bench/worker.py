@@ -27,6 +27,7 @@ import torch
 
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import capture_fidelity, fixed_batch
+from ampkit.bench.recommend import compute_key
 from ampkit.bench.timing import make_step_timer, synchronize
 from ampkit.errors import TrainingError, UsageError
 from ampkit.hardware import matmul_size_for, measure_matmul_flops, measured_peak_flops, peak_flops
@@ -38,8 +39,6 @@ from ampkit.train import TrainConfig, build_run
 LR_WARMUP_STEPS = 10  # the LR schedule's warmup; the same in every precision (not the timing warmup)
 PROGRESS_EVERY_S = 0.25  # at most ~4 progress lines a second on stdout
 
-# Compute dtype -> the dtype key of the peak-FLOP/s tables. SEAM: fp8 adds its key here.
-_DTYPE_KEYS = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 class ProgressEmitter:
@@ -90,14 +89,16 @@ def measure_steps(objs, config: BenchConfig, emit: ProgressEmitter) -> dict[str,
     lo, hi = config.measured_steps_range
     budget_s = math.inf if config.steps else config.budget_s
     start = time.perf_counter()
-    measured = 0
+    measured = tokens = 0
     emit.emit("phase", phase="measure")
     while measured < hi and (measured < lo or time.perf_counter() - start < budget_s):
         timer.start()
         results.append(trainer.train_step())
         timer.stop()
         measured += 1
-        emit.emit("step", force=False, measured=measured, elapsed_s=time.perf_counter() - start)
+        tokens += results[-1].n_tokens
+        emit.emit("step", force=measured == hi, measured=measured, tokens=tokens,
+                  elapsed_s=time.perf_counter() - start)
     step_s = timer.seconds()
     measured_results = results[config.warmup_steps:]
     losses = torch.stack([r.loss.float() for r in results]).cpu().tolist()  # one sync for the whole run
@@ -132,7 +133,7 @@ def peak_flops_for(precision: str, device: torch.device, info) -> dict[str, Any]
     """The MFU denominator: the GPU table's dense peak for this precision's compute dtype, else
     (CPU, unknown GPU) a matmul measured here in that dtype."""
     spec = get_spec(precision)
-    key = "tf32" if spec.tf32 else _DTYPE_KEYS.get(spec.compute_dtype, "fp32")
+    key = compute_key(spec)
     if info.type == "cuda":
         table = peak_flops(info, key)
         if table:
@@ -140,6 +141,8 @@ def peak_flops_for(precision: str, device: torch.device, info) -> dict[str, Any]
     if key == "tf32":
         measured = measure_matmul_flops(torch.float32, device=device, size=matmul_size_for(info, "tf32"),
                                         allow_tf32=True)
+    elif key == "fp8":  # no fp8 matmul probe here: an unknown fp8 GPU gets no MFU
+        return {"peak_flops": None, "source": "unknown", "dtype": key}
     else:
         measured = measured_peak_flops(device, spec.compute_dtype)
     return {"peak_flops": measured, "source": "measured-matmul", "dtype": key}
@@ -164,14 +167,16 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
             "fidelity_path": job["fidelity_path"], **steps, "memory": memory, "peak": peak}
 
 
-def describe_failure(err: BaseException) -> str:
-    """One line saying what went wrong and what to change."""
+def describe_failure(err: BaseException) -> tuple[str, str]:
+    """(kind, one line saying what went wrong and what to change); kind is "oom", "usage" or "error"."""
     text = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
     if isinstance(err, torch.OutOfMemoryError) or "can't allocate memory" in text:
-        return f"out of memory ({text}); lower --batch-size or --seq-len, or pick a smaller --model"
-    if isinstance(err, (UsageError, TrainingError)):
-        return text
-    return f"{type(err).__name__}: {text}"
+        return "oom", f"out of memory ({text}); lower --batch-size or --seq-len, or pick a smaller --model"
+    if isinstance(err, UsageError):
+        return "usage", text
+    if isinstance(err, TrainingError):
+        return "error", text
+    return "error", f"{type(err).__name__}: {text}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run_job(job, ProgressEmitter())
     except Exception as err:  # noqa: BLE001 - every failure becomes a one-line result for the parent
         traceback.print_exc(file=sys.stderr)  # the full story goes to the worker's log file
-        result = {"precision": job["precision"], "status": "failed", "error": describe_failure(err)}
+        kind, message = describe_failure(err)
+        result = {"precision": job["precision"], "status": "failed", "error": message, "error_kind": kind}
     write_json_atomic(job["result_path"], result)
     return 0 if result["status"] == "ok" else 1
 

@@ -1,0 +1,343 @@
+"""Render a bench summary: the console table (rich) and report.html / report.md (ampkit.report).
+
+Works from summary.json alone, so `ampkit report RUN_DIR` re-renders any bench run.
+Units shown: tokens/s of real (non-padding) tokens; step time in ms; memory in MiB (1024**2 bytes).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from rich.table import Table
+
+from ampkit.bench.recommend import format_cosine
+from ampkit.report import Report, plt
+
+MIB = 1024**2
+COLORS = {"fp32": "#4c72b0", "tf32": "#64b5cd", "bf16-mixed": "#55a868", "fp16-mixed": "#dd8452",
+          "bf16-true": "#8172b3", "fp16-true": "#c44e52", "fp8": "#937860"}
+
+
+# ---- formatting helpers (shared by the console table and the report tables) -------------------------
+
+def _ok(summary: dict) -> list[dict]:
+    return [e for e in summary["precisions"] if e["status"] == "ok"]
+
+
+def _num(value, fmt: str, empty: str = "-") -> str:
+    return empty if value is None else format(value, fmt)
+
+
+def _ratio(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
+
+
+def _mib(value) -> str:
+    return "-" if value is None else f"{value / MIB:,.0f} MiB"
+
+
+def _cos(value) -> str:
+    return "-" if value is None else format_cosine(value)
+
+
+def _steps(entry: dict) -> str:
+    s = entry["steps"]
+    if not s:
+        return "-"
+    text = f"{s['measured']} (+{s['warmup']} warmup)"
+    return text + (f", {s['stalled']} stalled" if s["stalled"] else "")
+
+
+def _ms(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _step_ms(entry: dict) -> str:
+    t = entry["timing"]
+    return "-" if not t else f"{_ms(t['step_ms_median'])} ({_ms(t['step_ms_p10'])}-{_ms(t['step_ms_p90'])})"
+
+
+def _mfu(entry: dict) -> str:
+    m = entry["mfu"]
+    return "-" if not m or m["value"] is None else f"{100 * m['value']:.1f}% of {m['peak_dtype']}"
+
+
+def _memory_ratio(entry: dict) -> str:
+    return _ratio(entry["vs_fp32"]["memory_ratio"]) if entry["vs_fp32"] else "-"
+
+
+def _scale(entry: dict) -> str:
+    st = entry["stability"]
+    if not st:
+        return "-"
+    scale = "" if st["final_loss_scale"] is None else f", scale {st['final_loss_scale']:g}"
+    return f"{st['skipped_steps']} / {st['nonfinite_grad_steps']}{scale}"
+
+
+def _status(entry: dict, recommended: str | None) -> str:
+    if entry["status"] != "ok":
+        return f"failed: {entry['error']}"
+    words = []
+    if entry["name"] == recommended:
+        words.append("RECOMMENDED")
+    if entry["stability"] and not entry["stability"]["stable"]:
+        words.append(f"unstable: {entry['stability']['reason']}")
+    fid = entry["fidelity"]
+    if fid and entry["name"] != "fp32":
+        words.append(fid["verdict"] if fid["passed"] else f"fidelity fails ({fid['verdict']})")
+    if not entry["native"]:
+        words.append(entry["native_note"])
+    return "; ".join(words) or "reference"
+
+
+def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
+    """The side-by-side table, one row per precision (shared by console and report)."""
+    headers = ["precision", "steps measured", "tokens/s", "vs fp32", "step ms median (p10-p90)", "MFU",
+               "peak memory", "memory vs fp32", "loss (final)", "logits cos", "skipped / non-finite", "status"]
+    recommended = summary["recommendation"]["precision"]
+    rows = []
+    for e in summary["precisions"]:
+        timing, fid = e["timing"], e["fidelity"]
+        rows.append([
+            e["name"], _steps(e), _num(timing and timing["tokens_per_s"], ",.0f"),
+            _ratio(e["vs_fp32"]["speedup"]) if e["vs_fp32"] else "-", _step_ms(e), _mfu(e),
+            _mib(e["memory"] and e["memory"]["peak_bytes"]), _memory_ratio(e),
+            _num(e["loss"] and e["loss"]["final"], ".4f"), _cos(fid and fid["logits_cosine"]), _scale(e),
+            _status(e, recommended),
+        ])
+    return headers, rows
+
+
+def console_table(summary: dict) -> Table:
+    headers, rows = main_rows(summary)
+    table = Table(title=_title(summary), title_justify="left")
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i in (0, len(headers) - 1) else "right",
+                         overflow="fold")
+    recommended = summary["recommendation"]["precision"]
+    for e, row in zip(summary["precisions"], rows):
+        table.add_row(*row, style="bold green" if e["name"] == recommended else None)
+    return table
+
+
+def recommendation_text(summary: dict) -> str:
+    """"Recommendation: bf16-mixed: 2.14x tokens/s, ..." (the reason starts with the precision's name)."""
+    rec = summary["recommendation"]
+    return f"Recommendation: {rec['reason']}" if rec["precision"] else rec["reason"].capitalize()
+
+
+def _title(summary: dict) -> str:
+    m, d = summary["model"], summary["device"]
+    return (f"ampkit bench · {m['preset']} ({m['parameters'] / 1e6:.2f}M params) · {d['name']} · "
+            f"seq {summary['data']['seq_len']} x batch {summary['data']['batch_size']}")
+
+
+# ---- the report ---------------------------------------------------------------------------------------
+
+def setup_text(summary: dict) -> list[str]:
+    d, m, c = summary["device"], summary["model"], summary["config"]
+    flags = ", ".join(d["cpu_flags"]) or "none readable"
+    budget = f"exactly {c['steps']} measured steps" if c["steps"] else (
+        f"{c['budget_s']:g} s of measured steps (min {c['min_steps']}, max {c['max_steps']})")
+    lines = [
+        f"Device: {d['name']} ({d['type']}; {d['total_memory_bytes'] / 1024**3:.1f} GiB; "
+        + (f"CPU flags: {flags}; {d['cpu_threads']} threads" if d["type"] == "cpu" else
+           f"compute capability {'.'.join(map(str, d['compute_capability'] or []))}") + ").",
+        f"Model: {m['preset']}, {m['parameters']:,} parameters, {m['flops_per_token'] / 1e6:,.1f} MFLOPs per "
+        f"training token ({m['flops_formula']}). Data: {summary['data']['corpus']} ({summary['data']['tokenizer']} "
+        f"tokens), seq_len {summary['data']['seq_len']}, batch {summary['data']['batch_size']}, seed {c['seed']}.",
+        f"Each precision ran in its own process from the same initial weights on the same batches: "
+        f"{c['warmup_steps']} untimed warmup steps, then {budget}. Tokens/s counts real (non-padding) tokens; "
+        "steps stalled by something outside the process (over 4x the median) are left out of it and counted.",
+        _mfu_note(summary),
+        _memory_note(summary),
+    ]
+    return lines
+
+
+def _mfu_note(summary: dict) -> str:
+    sources = {(e["mfu"]["peak_dtype"], e["mfu"]["peak_source"], e["mfu"]["peak_flops"]) for e in _ok(summary)
+               if e["mfu"]}
+    parts = [f"{dtype}: {flops / 1e9:,.0f} GFLOP/s ({'GPU data sheet' if src == 'gpu-table' else 'matmul measured here'})"
+             for dtype, src, flops in sorted(sources, key=lambda s: s[0]) if flops]
+    return ("MFU = tokens/s x FLOPs per token / the device's peak for that precision's compute dtype -- "
+            + "; ".join(parts) + ". Denominators differ by dtype, so compare tokens/s across precisions, "
+            "MFU within one.")
+
+
+def _memory_note(summary: dict) -> str:
+    if summary["device"]["type"] == "cuda":
+        return "Peak memory: torch.cuda.max_memory_allocated (reserved shown in the memory table)."
+    return ("Peak memory: the worker process's peak resident set (ru_maxrss), which includes the Python "
+            "interpreter and torch (~300-400 MiB); 'run' is its growth over the resident set before the model "
+            "was built.")
+
+
+def fidelity_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
+    headers = ["precision", "logits cos", "logits max abs diff", "loss diff", "grad cos",
+               "loss-curve gap max / mean (steps)", "verdict"]
+    rows = []
+    for e in _ok(summary):
+        f = e["fidelity"]
+        if not f:
+            continue
+        curve = f["loss_curve"]
+        gap = "-" if curve["max_gap"] is None else (
+            f"{curve['max_gap']:.4f} / {curve['mean_gap']:.4f} ({curve['steps_compared']})")
+        rows.append([e["name"], _cos(f["logits_cosine"]), _num(f["logits_max_abs_diff"], ".3g"),
+                     _num(f["loss_diff"], "+.2e"), _cos(f["grad_cosine"]), gap,
+                     "reference" if e["name"] == summary["reference"] else f["verdict"]])
+    return headers, rows
+
+
+def memory_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
+    cuda = summary["device"]["type"] == "cuda"
+    headers = ["precision", "max allocated" if cuda else "peak RSS", "max reserved" if cuda else "run (growth)",
+               "vs fp32"]
+    rows = []
+    for e in _ok(summary):
+        mem = e["memory"]
+        second = mem.get("max_reserved_bytes") if cuda else mem.get("run_bytes")
+        rows.append([e["name"], _mib(mem["peak_bytes"]), _mib(second), _memory_ratio(e)])
+    return headers, rows
+
+
+def _color(name: str) -> str:
+    return COLORS.get(name, "#777777")
+
+
+def throughput_figure(summary: dict):
+    entries = _ok(summary)
+    names = [e["name"] for e in entries]
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 3.8))
+    tps = [e["timing"]["tokens_per_s"] for e in entries]
+    bars = ax_t.bar(names, tps, color=[_color(n) for n in names])
+    for bar, e in zip(bars, entries):
+        ax_t.annotate(_ratio(e["vs_fp32"]["speedup"]) if e["vs_fp32"] else "", (bar.get_x() + bar.get_width() / 2,
+                      bar.get_height()), ha="center", va="bottom", fontsize=9)
+    ax_t.set_title("tokens/s (real tokens; higher is better)")
+    ax_t.set_ylabel("tokens/s")
+    mem = [e["memory"]["peak_bytes"] / MIB for e in entries]
+    bars = ax_m.bar(names, mem, color=[_color(n) for n in names])
+    for bar, e in zip(bars, entries):
+        ax_m.annotate(_memory_ratio(e), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                      ha="center", va="bottom", fontsize=9)
+    ax_m.set_title("peak memory (MiB; lower is better)")
+    ax_m.set_ylabel("MiB")
+    for ax in (ax_t, ax_m):
+        ax.tick_params(axis="x", rotation=15)
+        ax.margins(y=0.15)
+    fig.tight_layout()
+    return fig
+
+
+def _curve(entry: dict) -> list[float]:
+    return [math.nan if v is None else v for v in entry["loss"]["curve"]]
+
+
+def loss_figure(summary: dict):
+    """Left: the loss curves. Right: each minus fp32's, step for step (the curves often overlap)."""
+    fig, (ax, ax_gap) = plt.subplots(1, 2, figsize=(11, 3.8))
+    entries = _ok(summary)
+    ref = next((e for e in entries if e["name"] == summary["reference"]), None)
+    for e in entries:
+        curve = _curve(e)
+        ax.plot(range(1, len(curve) + 1), curve, label=e["name"], color=_color(e["name"]), linewidth=1.2)
+        if ref is not None:
+            gap = [a - b for a, b in zip(curve, _curve(ref))]
+            ax_gap.plot(range(1, len(gap) + 1), gap, label=e["name"], color=_color(e["name"]), linewidth=1.2)
+    warmup = summary["config"]["warmup_steps"]
+    for axis in (ax, ax_gap):
+        if warmup:
+            axis.axvline(warmup + 0.5, color="#999", linestyle=":", linewidth=1)
+        axis.set_xlabel("step (same batch at the same step everywhere)")
+    ax.set_ylabel("training loss")
+    ax.set_title("loss curves (dotted: timing starts)")
+    ax.legend()
+    ax_gap.set_ylabel("loss minus fp32's loss")
+    ax_gap.set_title("loss-curve gap vs fp32")
+    fig.tight_layout()
+    return fig
+
+
+def step_time_figure(summary: dict):
+    entries = _ok(summary)
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    data = [e["timing"]["step_ms"] for e in entries]
+    box = ax.boxplot(data, patch_artist=True, whis=(5, 95), showfliers=True)
+    ax.set_xticks(range(1, len(entries) + 1), [e["name"] for e in entries])
+    for patch, e in zip(box["boxes"], entries):
+        patch.set_facecolor(_color(e["name"]))
+        patch.set_alpha(0.6)
+    values = [v for series in data for v in series if v > 0]
+    if values and max(values) / min(values) > 20:  # an emulated precision 20x slower squashes the rest
+        ax.set_yscale("log")
+    ax.set_ylabel("ms per step")
+    ax.set_title("step time distribution (box: quartiles; whiskers: 5th-95th percentile)")
+    fig.tight_layout()
+    return fig
+
+
+def fidelity_figure(summary: dict):
+    """1 - cosine on a log scale: 0.9996 and 0.99 are far apart there, and the thresholds are lines."""
+    entries = [e for e in _ok(summary) if e["fidelity"] and e["name"] != summary["reference"]]
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    floor = 1e-9
+    width = 0.38
+    for offset, key, label, alpha in ((-width / 2, "logits_cosine", "logits", 0.9), (width / 2, "grad_cosine",
+                                                                                     "gradients", 0.5)):
+        values = [max(floor, 1.0 - (e["fidelity"][key] if e["fidelity"][key] is not None else -1.0))
+                  for e in entries]
+        ax.bar([i + offset for i in range(len(entries))], values, width, label=f"1 - cos ({label})", alpha=alpha,
+               color=[_color(e["name"]) for e in entries], edgecolor="#333")
+    threshold = 1.0 - summary["config"]["fidelity_threshold"]
+    ax.axhline(threshold, color="#c44e52", linestyle="--", linewidth=1, label=f"pass line (cos {1 - threshold:g})")
+    ax.axhline(0.1, color="#999", linestyle=":", linewidth=1, label="cos 0.9: error amplified below")
+    ax.set_xticks(range(len(entries)), [e["name"] for e in entries])
+    ax.set_yscale("log")
+    ax.set_ylabel("1 - cosine vs fp32 (lower is closer)")
+    ax.set_title("fidelity against fp32 at identical initial weights, fixed batch")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def build_report(summary: dict) -> Report:
+    report = Report(title=_title(summary))
+    report.text(recommendation_text(summary), kind="note")
+    for line in summary["recommendation"]["advice"] + summary["warnings"]:
+        report.text(line, kind="warn")
+    for e in summary["precisions"]:
+        if e["status"] != "ok":
+            report.text(f"{e['name']} failed: {e['error']}", kind="warn")
+    report.heading("Setup")
+    for line in setup_text(summary):
+        report.text(line)
+    report.heading("Side by side")
+    report.table(*main_rows(summary))
+    if _ok(summary):
+        report.figure(throughput_figure(summary), "tokens/s and peak memory per precision (labels: ratio to fp32)")
+        report.heading("Fidelity against fp32")
+        report.text("Same initial weights, same fixed held-out batch: cosine similarity of the logits "
+                    "(>= 0.99 healthy, < 0.9 a layer's error is being amplified), their max absolute difference, "
+                    "the loss difference, the cosine of the whole gradient vector, and the gap between the loss "
+                    "curves over the steps both precisions ran.")
+        report.table(*fidelity_rows(summary))
+        if any(e["name"] != summary["reference"] and e["fidelity"] for e in _ok(summary)):
+            report.figure(fidelity_figure(summary), "1 - cosine similarity vs fp32 (log scale)")
+        report.heading("Loss curves")
+        report.figure(loss_figure(summary), "training loss per step")
+        report.heading("Step time")
+        report.figure(step_time_figure(summary), "distribution of measured step times")
+        report.heading("Memory")
+        report.text(_memory_note(summary))
+        report.table(*memory_rows(summary))
+    return report
+
+
+def render_report(summary: dict, run_dir: str | Path) -> tuple[Path, Path]:
+    """Write report.html (self-contained, plots embedded) and report.md into run_dir."""
+    return build_report(summary).write(run_dir)

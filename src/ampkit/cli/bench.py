@@ -1,0 +1,49 @@
+"""`ampkit bench`: train the same model on the same data from the same seed under every precision this
+device supports, side by side; report tokens/s, step time, MFU, memory, fidelity and stability; recommend one.
+
+Progress goes to stderr; the final table to stdout. `--json` prints summary.json to stdout and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+
+from ampkit.bench import BenchConfig, run_bench
+from ampkit.config import add_config_flags, resolve_config
+
+WIDE_COLUMNS = 200
+
+
+def register(sub) -> argparse.ArgumentParser:
+    parser = sub.add_parser("bench", help="every precision side by side on this device, with a recommendation",
+                            description="Measure every precision this device supports on the same model, data "
+                                        "and seed: tokens/s, step time, MFU, peak memory, fidelity against fp32, "
+                                        "stability; then recommend one. No arguments: the tiny model on the "
+                                        "embedded corpus.")
+    add_config_flags(parser, BenchConfig)
+    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
+    parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-bench); never overwritten")
+    parser.add_argument("--json", action="store_true", help="print summary.json to stdout (no progress bars)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from ampkit.bench.render import console_table, recommendation_text  # matplotlib loads with the report
+
+    config = resolve_config(BenchConfig, args, toml_path=args.config)
+    summary, run_dir = run_bench(config, out=args.out, console=Console(stderr=True), show_progress=not args.json)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    out = Console(width=None if sys.stdout.isatty() else WIDE_COLUMNS)  # a pipe or file gets the whole row
+    out.print(console_table(summary))
+    rec_style = "bold green" if summary["recommendation"]["precision"] else "bold red"
+    out.print(f"[{rec_style}]{recommendation_text(summary)}[/]", highlight=False, soft_wrap=True)
+    for line in summary["recommendation"]["advice"]:
+        out.print(f"[yellow]{line}[/]", soft_wrap=True)
+    out.print(f"run directory: {run_dir} (report.html, report.md, summary.json)")
+    return 0

@@ -1,0 +1,235 @@
+"""`ampkit bench` and `ampkit report` through `ampkit.cli.main`: a real two-precision run on the tiny model,
+the synthetic-worker pipeline (summary, recommendation, reports), and one-line refusals of bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import ampkit.bench.runner as runner
+from ampkit.bench.schema import validate_summary
+from ampkit.cli import main
+from ampkit.hardware import parse_cpuinfo
+from ampkit.hardware.device import describe_cpu
+
+AVX2_CPU = describe_cpu(parse_cpuinfo("model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma\n"))
+TINY = ["--seq-len", "32", "--batch-size", "2", "--steps", "3", "--warmup-steps", "1"]
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """One real bench (fp32 + bf16-mixed, 1 warmup + 3 measured steps, tiny shapes), shared by the tests."""
+    out = tmp_path_factory.mktemp("bench") / "run"
+    import io
+    from contextlib import redirect_stdout
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        code = main(["bench", "--precisions", "fp32,bf16-mixed", *TINY, "--out", str(out), "--json"])
+    return code, buf.getvalue(), out
+
+
+def test_real_bench_writes_summary_and_reports(real_run):
+    code, stdout, out = real_run
+    assert code == 0
+    summary = json.loads(stdout)  # --json: stdout is the summary and nothing else
+    assert summary == json.loads((out / "summary.json").read_text())
+    assert validate_summary(summary) == []
+    names = [e["name"] for e in summary["precisions"]]
+    assert names == ["fp32", "bf16-mixed"]
+    for entry in summary["precisions"]:
+        assert entry["status"] == "ok", entry["error"]
+        assert entry["steps"] == {"warmup": 1, "measured": 3, "stalled": entry["steps"]["stalled"]}
+        assert len(entry["timing"]["step_ms"]) == 3 and len(entry["loss"]["curve"]) == 4
+        assert entry["timing"]["tokens_per_s"] > 0 and entry["mfu"]["peak_flops"] > 0
+        assert entry["memory"]["peak_bytes"] > 0
+    fp32, bf16 = summary["precisions"]
+    assert fp32["fidelity"]["logits_cosine"] == 1.0 and fp32["fidelity"]["logits_max_abs_diff"] == 0.0
+    assert fp32["vs_fp32"] == {"speedup": 1.0, "steps_compared": 3, "memory_ratio": 1.0}
+    assert fp32["loss"]["curve"][0] == pytest.approx(bf16["loss"]["curve"][0], abs=0.05)  # same weights, batch
+    assert bf16["fidelity"]["logits_cosine"] < 1.0
+    assert summary["recommendation"]["precision"] in ("fp32", "bf16-mixed")
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html and "Recommendation:" in html
+    assert (out / "report.md").read_text().count("](report-fig") >= 3
+    for name in names:
+        assert (out / "workers" / f"{name}.fidelity.pt").is_file()
+
+
+def test_report_rerenders_from_summary(real_run, capsys):
+    _, _, out = real_run
+    (out / "report.html").unlink()
+    (out / "report.md").unlink()
+    code, stdout, _ = run_cli(capsys, "report", str(out))
+    assert code == 0 and "report.html" in stdout
+    assert "data:image/png;base64," in (out / "report.html").read_text()
+    assert (out / "report.md").is_file()
+
+
+def test_report_refuses_what_it_cannot_render(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "report", str(tmp_path))
+    assert code == 2 and "holds no summary.json" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "summary.json").write_text(json.dumps({"command": "kv"}))
+    code, _, err = run_cli(capsys, "report", str(tmp_path))
+    assert code == 2 and "no report renderer for 'kv'" in err
+    (tmp_path / "summary.json").write_text(json.dumps({"command": "bench", "schema": "ampkit.bench/1"}))
+    code, _, err = run_cli(capsys, "report", str(tmp_path))
+    assert code == 2 and "does not match its schema" in err
+
+
+# ---- the pipeline on synthetic workers (no subprocess) ------------------------------------------------
+
+def fake_worker(speeds: dict, *, failures: dict | None = None, cos_noise: dict | None = None):
+    """A stand-in for `runner.run_worker`: writes a synthetic result (and fidelity capture) per job.
+    `speeds`: precision -> ms per step."""
+
+    def run(job_path: Path, log_path: Path, *, on_event, timeout_s):
+        job = json.loads(Path(job_path).read_text())
+        name = job["precision"]
+        log_path.write_text("")
+        on_event({"event": "phase", "phase": "measure"})
+        if name in (failures or {}):
+            kind = "oom" if failures[name].startswith("out of memory") else "error"
+            Path(job["result_path"]).write_text(json.dumps({"precision": name, "status": "failed",
+                                                            "error": failures[name], "error_kind": kind}))
+            return None
+        gen = torch.Generator().manual_seed(0)
+        logits, grad = torch.randn(40, 256, generator=gen), torch.randn(500, generator=gen)
+        noise = (cos_noise or {}).get(name, 0.0)
+        torch.save({"logits": logits + noise * torch.randn(40, 256, generator=gen), "loss": 5.5,
+                    "grad": grad, "grad_numel": 500}, job["fidelity_path"])
+        result = {
+            "precision": name, "status": "ok", "error": None, "threads": 2, "warmup_steps": 2, "measured_steps": 10,
+            "step_s": [speeds[name] / 1000] * 10, "tokens": [500] * 10, "slots": [512] * 10,
+            "loss_curve": [5.5 - 0.1 * i for i in range(12)], "skipped_steps": 0, "nonfinite_loss_steps": 0,
+            "nonfinite_grad_steps": 0, "final_loss_scale": 65536.0 if name == "fp16-mixed" else None,
+            "memory": {"kind": "cpu-rss", "peak_bytes": 400 * 2**20, "max_rss_bytes": 400 * 2**20,
+                       "baseline_rss_bytes": 300 * 2**20, "run_bytes": 100 * 2**20},
+            "peak": {"peak_flops": 1e11, "source": "measured-matmul", "dtype": "fp32"},
+        }
+        Path(job["result_path"]).write_text(json.dumps(result))
+        on_event({"event": "step", "measured": 10, "tokens": 5000, "elapsed_s": 1.0})
+        return None
+
+    return run
+
+
+@pytest.fixture
+def avx2_cpu(monkeypatch):
+    monkeypatch.setattr(runner, "describe_device", lambda device: AVX2_CPU)
+
+
+def test_emulated_cpu_recommends_fp32_and_says_why(tmp_path, capsys, monkeypatch, avx2_cpu):
+    monkeypatch.setattr(runner, "run_worker", fake_worker({"fp32": 50, "bf16-mixed": 1000, "fp16-mixed": 250}))
+    code, stdout, err = run_cli(capsys, "bench", "--out", str(tmp_path / "run"))
+    assert code == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert validate_summary(summary) == []
+    rec = summary["recommendation"]
+    assert rec["precision"] == "fp32"
+    assert "bf16-mixed 0.05x tokens/s (emulated: no avx512_bf16/amx_bf16)" in rec["reason"]
+    assert "fp16-mixed 0.20x tokens/s (emulated: no avx512_fp16/amx_fp16)" in rec["reason"]
+    assert "Recommendation: fp32" in stdout and "emulated" in err  # table on stdout, warnings on stderr
+    assert "data:image/png;base64," in (tmp_path / "run" / "report.html").read_text()
+
+
+def test_a_failed_precision_is_one_line_and_the_rest_still_compare(tmp_path, capsys, monkeypatch, avx2_cpu):
+    oom = "out of memory (can't allocate memory); lower --batch-size or --seq-len, or pick a smaller --model"
+    monkeypatch.setattr(runner, "run_worker", fake_worker({"fp32": 50, "fp16-mixed": 40},
+                                                          failures={"bf16-mixed": oom}))
+    code, _, err = run_cli(capsys, "bench", "--out", str(tmp_path / "run"), "--json")
+    assert code == 0
+    assert f"bf16-mixed failed: {oom}" in err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert validate_summary(summary) == []
+    assert summary["recommendation"]["precision"] == "fp16-mixed"
+    assert summary["recommendation"]["disqualified"]["bf16-mixed"].startswith("failed: out of memory")
+
+
+def test_low_fidelity_is_not_recommended_even_when_fastest(tmp_path, capsys, monkeypatch, avx2_cpu):
+    monkeypatch.setattr(runner, "run_worker", fake_worker({"fp32": 50, "bf16-mixed": 10, "fp16-mixed": 30},
+                                                          cos_noise={"bf16-mixed": 3.0}))
+    assert run_cli(capsys, "bench", "--out", str(tmp_path / "run"), "--json")[0] == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    bf16 = next(e for e in summary["precisions"] if e["name"] == "bf16-mixed")
+    assert bf16["fidelity"]["logits_cosine"] < 0.9 and bf16["fidelity"]["verdict"] == "amplified"
+    assert summary["recommendation"]["precision"] == "fp16-mixed"
+
+
+def test_reference_out_of_memory_is_a_one_line_usage_error(tmp_path, capsys, monkeypatch, avx2_cpu):
+    monkeypatch.setattr(runner, "run_worker", fake_worker({}, failures={"fp32": "out of memory (x); lower it"}))
+    code, _, err = run_cli(capsys, "bench", "--out", str(tmp_path / "run"))
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith("ampkit bench: error: fp32 (the reference) failed: out of memory")
+
+
+def test_reference_crash_is_a_failed_run(tmp_path, capsys, monkeypatch, avx2_cpu):
+    monkeypatch.setattr(runner, "run_worker", fake_worker({}, failures={"fp32": "RuntimeError: boom"}))
+    code, _, err = run_cli(capsys, "bench", "--out", str(tmp_path / "run"))
+    assert code == 1 and "fp32 (the reference) failed: RuntimeError: boom; see workers/fp32.log" in err
+
+
+def test_worker_failures_become_one_line_with_a_kind():
+    from ampkit.bench.worker import describe_failure
+    from ampkit.errors import UsageError
+
+    kind, text = describe_failure(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB\nmore"))
+    assert kind == "oom" and text.startswith("out of memory (DefaultCPUAllocator") and "\n" not in text
+    assert describe_failure(UsageError("fp8 needs torchao")) == ("usage", "fp8 needs torchao")
+    assert describe_failure(ValueError("bad")) == ("error", "ValueError: bad")
+
+
+# ---- bad input: one line, exit 2, before any worker starts --------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["--precisions", "fp32,bf17"], "unknown precision 'bf17'"),
+    (["--budget-s", "0"], "--budget-s must be a positive number"),
+    (["--precisions", "tf32"], "tf32 needs an NVIDIA GPU"),
+    (["--model", "7b"], "model '7b' does not fit"),
+    (["--model", "nope"], "unknown model preset 'nope'"),
+    (["--seq-len", "4096"], "exceeds model 'tiny' max_seq_len"),
+])
+def test_bad_input_is_refused_in_one_line(tmp_path, capsys, monkeypatch, argv, message):
+    def no_worker(*args, **kwargs):
+        raise AssertionError("a worker started despite bad input")
+
+    monkeypatch.setattr(runner, "run_worker", no_worker)
+    if "7b" in argv:  # make the host small enough that 7B cannot fit, whatever this machine has
+        monkeypatch.setattr(runner, "describe_device",
+                            lambda device: __import__("dataclasses").replace(AVX2_CPU, total_memory_bytes=16 * 2**30))
+    code, stdout, err = run_cli(capsys, "bench", *argv, "--out", str(tmp_path / "run"))
+    assert code == 2 and stdout == ""
+    assert len(err.strip().splitlines()) == 1 and message in err
+    assert not (tmp_path / "run").exists()  # refused before the run directory was made
+
+
+def test_existing_output_directory_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(runner, "run_worker", lambda *a, **k: pytest.fail("a worker started"))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "keep.txt").write_text("x")
+    code, _, err = run_cli(capsys, "bench", "--out", str(tmp_path / "run"))
+    assert code == 2 and "already exists" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_hung_worker_is_killed_with_a_one_line_reason(tmp_path):
+    job = tmp_path / "job.json"
+    job.write_text("{}")
+    events = []
+    why = runner.run_worker(job, tmp_path / "w.log", on_event=events.append, timeout_s=0.3)
+    assert why == "no result after 0.3 s; killed (lower --max-steps or --budget-s)"
+
+
+def test_a_busy_host_is_called_out():
+    assert runner.busy_host_warning({"cpus": 2, "start": [1.0, 1, 1], "end": [3.9, 2, 1]}) == []
+    (warning,) = runner.busy_host_warning({"cpus": 2, "start": None, "end": [8.9, 7, 5]})
+    assert warning.startswith("the host was busy while measuring (1-minute load average 8.9 on 2 CPUs)")
+    assert runner.busy_host_warning({"cpus": 2, "start": None, "end": None}) == []
