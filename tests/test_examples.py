@@ -64,3 +64,24 @@ def test_custom_loop_example_runs_and_locates_the_fault():
     assert summary["findings"] == [{"step": 6, "module": "layers.1.fc2", "phase": "backward", "stepped": False}]
     assert set(summary["layer_grad_norms"]) == {"embed", "layers.0", "layers.1", "head"}
     assert "the backward of layers.1.fc2 (Linear)" in proc.stdout
+
+
+def test_readme_python_api_snippet_compiles_and_imports():
+    """The README's loop snippet is the docs' snippet; it compiles and every ampkit name it imports exists."""
+    import ast
+    import importlib
+
+    root = EXAMPLES.parent
+    readme = (root / "README.md").read_text()
+    snippet = readme[readme.index("```python") + len("```python"):]
+    snippet = snippet[: snippet.index("```")]
+    assert snippet in (root / "docs" / "python_api.md").read_text()
+    tree = ast.parse(snippet)
+    imported = [(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for alias in node.names]
+    assert imported and all(hasattr(importlib.import_module(mod), name) for mod, name in imported)
+    policy_calls = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name) and node.value.id == "policy"}
+    from ampkit.precision import Precision
+
+    assert policy_calls and all(hasattr(Precision, name) for name in policy_calls)
