@@ -95,3 +95,24 @@ def test_train_stops_cleanly_when_a_checkpoint_cannot_be_written(tmp_path, run_c
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["steps"] == 4
     assert load_latest(out)["step"] == 2
+
+
+def test_allow_no_checkpoint_keeps_training_and_logs_the_failure(tmp_path, run_cli):
+    out = tmp_path / "run"
+    real_save = torch.save
+    calls = {"n": 0}
+
+    def failing_second_save(obj, f, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *a, **kw)
+
+    with mock.patch("torch.save", side_effect=failing_second_save):
+        code, _, err = run_cli("train", *TINY_ARGS, "--steps", "6", "--checkpoint-every", "2",
+                               "--allow-no-checkpoint", "--out", str(out))
+    assert code == 0 and "continuing" in err
+    events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in events if e["event"] == "checkpoint_failed"] == [4]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 6
+    assert load_latest(out)["step"] == 6

@@ -33,6 +33,7 @@ class TrainConfig:
     eval_every: int = field(default=0, metadata={"help": "held-out evaluation every N steps (0 = only at the end)"})
     eval_batches: int = field(default=8, metadata={"help": "held-out batches per evaluation"})
     checkpoint_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0 = only at the end)"})
+    allow_no_checkpoint: bool = field(default=False, metadata={"help": "keep training when a periodic checkpoint write fails (default: stop cleanly)"})
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
     log_every: int = field(default=0, metadata={"help": "log metrics every N steps (0 = auto: 1 on CPU, 10 on CUDA)"})
     init_scale: float = field(default=65536.0, metadata={"help": "fp16 loss scaler: initial scale (4096 tames early overflow)"})
@@ -89,7 +90,7 @@ class TrainConfig:
 
 
 # Settings that may change when resuming; everything else must match the checkpoint.
-RESUMABLE_OVERRIDES = frozenset({"nproc", "steps", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints", "log_every", "device",
+RESUMABLE_OVERRIDES = frozenset({"allow_no_checkpoint", "nproc", "steps", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints", "log_every", "device",
                                  "activation_checkpointing", "compile",
                                  "guard", "guard_max_skips", "guard_lr_factor", "guard_max_rollbacks",
                                  "detect_nonfinite", "grad_stats_every", "log"})  # speed, memory, logging only: same model

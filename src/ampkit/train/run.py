@@ -68,6 +68,10 @@ def run_state(objs: RunObjects, state: Progress_) -> dict[str, Any]:
     }
 
 
+class CheckpointWriteFailed(TrainingError):
+    """A checkpoint could not be written (disk full, read-only directory); the previous one stays."""
+
+
 def write_checkpoint(objs: RunObjects, run_dir: Path, state: Progress_) -> bool:
     """Save a checkpoint; a failed write (disk full, read-only) stops the run cleanly: training on
     without a safe checkpoint would risk losing everything since the last one. A state holding a
@@ -82,8 +86,8 @@ def write_checkpoint(objs: RunObjects, run_dir: Path, state: Progress_) -> bool:
         save_checkpoint(run_dir, state.step, checkpoint_payload(objs, state), keep=objs.config.keep_checkpoints,
                         identity=run_identity(objs.config))
     except OSError as err:
-        raise TrainingError(f"checkpoint write at step {state.step} failed ({err.strerror or err}); the previous "
-                            "checkpoint stays the latest: free disk space or fix permissions, then --resume") from None
+        raise CheckpointWriteFailed(f"checkpoint write at step {state.step} failed ({err.strerror or err}); the previous "
+                                    "checkpoint stays the latest: free disk space or fix permissions, then --resume") from None
     return True
 
 
@@ -96,7 +100,7 @@ def _write_sharded(objs: RunObjects, run_dir: Path, state: Progress_) -> bool:
                      run_dir=run_dir, step=state.step, keep=objs.config.keep_checkpoints,
                      identity=run_identity(objs.config))
     except OSError as err:
-        raise TrainingError(f"checkpoint write at step {state.step} failed "
+        raise CheckpointWriteFailed(f"checkpoint write at step {state.step} failed "
                             f"({err.strerror or err}); the previous checkpoint stays the latest: free disk space or "
                             "fix permissions, then --resume") from None
     return True
@@ -218,9 +222,16 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
                     eval_losses.append((state.step, _evaluate(objs, metrics, state.step)))
                     clock.lap()  # evaluation time is not step time
                 if config.checkpoint_every and state.step % config.checkpoint_every == 0:
-                    if not write_checkpoint(objs, run_dir, state):
-                        metrics.write({"event": "checkpoint_skipped", "step": state.step,
-                                       "reason": "non-finite weights or optimizer state"})
+                    try:
+                        if not write_checkpoint(objs, run_dir, state):
+                            metrics.write({"event": "checkpoint_skipped", "step": state.step,
+                                           "reason": "non-finite weights or optimizer state"})
+                    except CheckpointWriteFailed as err:
+                        if not config.allow_no_checkpoint:
+                            raise
+                        metrics.write({"event": "checkpoint_failed", "step": state.step, "reason": str(err)})
+                        if main:
+                            console.print(f"[yellow]warning:[/] {err} (continuing: --allow-no-checkpoint)")
                     clock.lap()
                 # Ranks stop at the same step (agreed at log steps), or a checkpoint collective would hang.
                 if (signum := objs.parallel.agreed_signal(stops.signum, check=record is not None)) is not None:
