@@ -18,7 +18,10 @@ from ampkit.plan.config import KvConfig, PlanConfig
 from ampkit.train import TrainConfig
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-CONFIGS = {"train": TrainConfig, "bench": BenchConfig, "doctor": DoctorConfig, "plan": PlanConfig, "kv": KvConfig}
+from ampkit.cli.hw import HwConfig  # noqa: E402
+
+CONFIGS = {"train": TrainConfig, "bench": BenchConfig, "doctor": DoctorConfig, "plan": PlanConfig, "kv": KvConfig,
+           "hw": HwConfig}
 
 
 def test_every_command_has_one_example():

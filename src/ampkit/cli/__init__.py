@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from ampkit import __version__
@@ -79,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingError as err:
         print(f"ampkit {args.command}: run failed: {err}", file=sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError:  # stdout closed early (e.g. `ampkit ... --json | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"ampkit {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -8,6 +8,7 @@ and states, per dtype, whether it is native and how it compares with fp32 here.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 import json
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -26,9 +27,18 @@ from ampkit.hardware import (
     throughput_note,
     throughput_verdict,
 )
+from ampkit.config import add_config_flags, resolve_config
 from ampkit.runs import create_run_dir, write_json_atomic
 
 SCHEMA = "ampkit.hw/1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HwConfig:
+    """`ampkit hw`'s settings (flags or a TOML file)."""
+
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
+    quick: bool = field(default=False, metadata={"help": "smaller matmuls and shorter timing (for tests)"})
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -37,21 +47,22 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="what this device can do: native dtypes, TF32, FP8, measured matmul FLOP/s",
         description="Describe this device and measure matmul throughput per dtype (fp32, tf32, bf16, fp16).",
     )
-    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    add_config_flags(parser, HwConfig)
+    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
-    parser.add_argument("--quick", action="store_true", help="smaller matmuls and shorter timing (for tests)")
     parser.add_argument("--out", default=None, help="also write the result to OUT/summary.json")
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    device = pick_device(args.device)
+    config = resolve_config(HwConfig, args, toml_path=args.config)
+    device = pick_device(config.device)
     info = describe_device(device)
     out_dir = create_run_dir(args.out, "hw") if args.out else None  # refuse a bad --out before measuring
     console = Console(stderr=True)
     with _progress(console, "measuring matmul throughput per dtype"):
-        results = survey_matmul(info, device, quick=args.quick)
-    summary = build_summary(info, results, quick=args.quick)
+        results = survey_matmul(info, device, quick=config.quick)
+    summary = build_summary(info, results, quick=config.quick)
     if out_dir is not None:
         write_json_atomic(out_dir / "summary.json", summary)
     if args.json:
