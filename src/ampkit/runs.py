@@ -6,6 +6,7 @@ command is resuming into it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -108,3 +109,23 @@ def truncate_metrics_after(path: str | Path, step: int) -> None:
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+_HASH_CHUNK_BYTES = 1 << 22  # 4 MiB reads while hashing
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename or a new file in `folder` durable (the directory entry itself is fsync'ed)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -16,7 +16,6 @@ one, but the per-rank sampler positions and the global batch would not carry ove
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -30,12 +29,12 @@ from torch import nn
 
 from ampkit import __version__
 from ampkit.errors import UsageError
+from ampkit.runs import file_sha256, fsync_dir
 
 CHECKPOINT_DIR = "checkpoints"
 FORMAT = "ampkit-dcp-1"
 MANIFEST = "manifest.json"
 _NAME = re.compile(r"^step-(\d{8})\.dcp$")
-_HASH_CHUNK_BYTES = 1 << 22  # 4 MiB reads while hashing
 
 
 def sharded_path(run_dir: Path, step: int) -> Path:
@@ -55,22 +54,6 @@ def _rank_file(rank: int) -> str:
     return f"rank-{rank:05d}.pt"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_rank_state(path: Path, state: dict[str, Any]) -> None:
     with open(path, "wb") as fh:
         torch.save(state, fh)
@@ -84,7 +67,7 @@ def _own_files(folder: Path, rank: int) -> list[Path]:
 
 
 def _describe(paths: list[Path]) -> dict[str, dict[str, Any]]:
-    return {p.name: {"sha256": _sha256(p), "bytes": p.stat().st_size} for p in paths}
+    return {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size} for p in paths}
 
 
 def save_sharded(run, *, model: nn.Module, optimizer: torch.optim.Optimizer, rank_state: dict[str, Any],
@@ -128,12 +111,12 @@ def _publish(tmp: Path, final: Path, *, files: list[dict], step: int, world_size
         json.dump(manifest, fh, indent=2)
         fh.flush()
         os.fsync(fh.fileno())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     if final.exists():  # the same step written again after a resume from an earlier checkpoint
         (final / MANIFEST).unlink(missing_ok=True)
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
 
 
 def _prune(run_dir: Path, *, keep: int) -> None:
@@ -169,7 +152,7 @@ def _corrupt_files(path: Path, manifest: dict[str, Any], *, rank: int, world_siz
     bad = []
     for name in sorted(manifest["files"])[rank::world_size]:
         file, expected = path / name, manifest["files"][name]
-        if not file.is_file() or file.stat().st_size != expected["bytes"] or _sha256(file) != expected["sha256"]:
+        if not file.is_file() or file.stat().st_size != expected["bytes"] or file_sha256(file) != expected["sha256"]:
             bad.append(name)
     return bad
 

@@ -11,7 +11,6 @@ with the reason, never loaded.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -23,11 +22,11 @@ import torch
 
 from ampkit import __version__
 from ampkit.errors import UsageError
+from ampkit.runs import file_sha256, fsync_dir
 
 CHECKPOINT_DIR = "checkpoints"
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^step-(\d{8})\.pt$")
-_HASH_CHUNK_BYTES = 1 << 22  # 4 MiB reads while hashing
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -62,14 +61,6 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _write_atomic(path: Path, write) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
@@ -101,19 +92,11 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any], *, keep: 
         if not manifest_path(path).is_file():
             path.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     for old in list_checkpoints(run_dir)[:-keep]:
         manifest_path(old).unlink(missing_ok=True)  # manifest first: a half-deleted checkpoint is incomplete
         old.unlink(missing_ok=True)
     return path
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
