@@ -19,8 +19,10 @@ DOC = ROOT / "docs" / "benchmarks.md"
 # (name, argv after `python`, what it measures). Order: cheapest first.
 BENCHMARKS = [
     ("hw", ["-m", "ampkit", "hw"], "native dtypes and measured matmul throughput per dtype"),
+    ("train_acceptance", ["benchmarks/train_acceptance.py"], "ampkit train: 300 fp32 steps under 3 min, loss drop >= 40%; fp16-mixed 20 steps"),
     ("loop_overhead", ["benchmarks/loop_overhead.py"], "ampkit train vs a hand-written autocast+GradScaler loop (target >= 0.98)"),
     ("mfu", ["benchmarks/mfu.py"], "MFU of fp32 training vs the measured matmul peak (target >= 0.6 on small)"),
+    ("profile_loop", ["benchmarks/profile_loop.py"], "torch.profiler of the small preset's step; fused AdamW and per-step sync costs"),
     ("bench_vs_plain_loop", ["benchmarks/bench_vs_plain_loop.py"], "bench's fp32 tokens/s vs an independent plain loop (within 5%)"),
     ("diagnostics_overhead", ["benchmarks/diagnostics_overhead.py"], "cost of gradient statistics and the locator (target < 5%)"),
     ("throughput_stack", ["benchmarks/throughput_stack.py"], "pack/bucket vs pad, checkpointing, 8-bit Adam, compile"),
@@ -45,6 +47,14 @@ def run_one(name: str, argv: list[str]) -> tuple[int, str, float]:
     return proc.returncode, output, time.perf_counter() - started
 
 
+def existing_sections() -> dict[str, str]:
+    """Sections already in docs/benchmarks.md, by benchmark name (kept when a run skips them)."""
+    if not DOC.is_file():
+        return {}
+    parts = DOC.read_text().split("\n## ")[1:]
+    return {part.split("\n", 1)[0].split(" ")[0]: "## " + part.rstrip() + "\n" for part in parts}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="")
@@ -52,16 +62,19 @@ def main() -> int:
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     skip = set(filter(None, args.skip.split(",")))
-    sections, failures = [], 0
+    sections, failures, kept = [], 0, existing_sections()
     for name, argv, what in BENCHMARKS:
         if (only and name not in only) or name in skip or not (ROOT / argv[0]).exists() and argv[0] != "-m":
+            if name in kept:
+                sections.append(kept[name])  # measured by an earlier run; its command and date stay with it
             continue
         print(f"== {name}: {what}", flush=True)
         code, output, seconds = run_one(name, argv)
         print(output, flush=True)
         failures += code != 0
         status = "" if code == 0 else f" **(failed, exit {code})**"
-        sections.append(f"## {name}{status}\n\n{what}. Command: `python {' '.join(argv)}` ({seconds:.0f} s)\n\n"
+        sections.append(f"## {name}{status}\n\n{what}. Command: `python {' '.join(argv)}` ({seconds:.0f} s, "
+                        f"{time.strftime('%Y-%m-%d')})\n\n"
                         f"```\n{output}\n```\n")
     DOC.write_text(
         "# Benchmarks\n\n"
