@@ -80,7 +80,9 @@ def main() -> int:
         "# Benchmarks\n\n"
         f"Written by `make bench` (`python benchmarks/run_all.py`) on {time.strftime('%Y-%m-%d %H:%M %Z')}.\n"
         f"Machine: {machine_line()}.\n"
-        "Figures are ratios measured within one run; absolute numbers move with machine load.\n\n"
+        "Figures are ratios measured within one run; absolute numbers move with machine load.\n"
+        "GPU figures come from `bash benchmarks/gpu_check.sh` on a lent GPU (its JSON lands in "
+        "benchmarks/results/gpu_check.json); the `gpu_check_dry_run` section below is its CPU dry run only.\n\n"
         + "\n".join(sections)
     )
     print(f"wrote {DOC}")
