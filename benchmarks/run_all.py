@@ -28,7 +28,7 @@ BENCHMARKS = [
     ("throughput_stack", ["benchmarks/throughput_stack.py"], "pack/bucket vs pad, checkpointing, 8-bit Adam, compile"),
     ("plan_speed", ["benchmarks/plan_speed.py"], "planner speed: analytic 70b, traced 1b"),
     ("kill_resume", ["benchmarks/kill_resume.py", "--kills", "20"], "20 SIGKILLs, resumed; bitwise equal to an uninterrupted run"),
-    ("gpu_check_dry_run", ["benchmarks/gpu_check.py", "--dry-run"], "the GPU check's code paths, on CPU"),
+    ("gpu_check_dry_run", ["benchmarks/gpu_check.py", "--dry-run", "--out", "benchmarks/results/gpu_check_dry_run.json"], "the GPU check's code paths, on CPU"),
 ]
 
 
