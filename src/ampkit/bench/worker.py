@@ -14,6 +14,7 @@ Progress goes to stdout as JSON lines (the parent draws the bars); the result go
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -153,7 +154,10 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
     precision = job["precision"]
     rss_before = current_rss_bytes()
     emit.emit("phase", phase="build")
-    objs = build_run(train_config_for(config, precision))
+    train_config = train_config_for(config, precision)
+    if job.get("features"):  # `bench --sweep`: one combination of throughput switches
+        train_config = dataclasses.replace(train_config, **job["features"])
+    objs = build_run(train_config)
     reset_peak_memory(objs.device)
     with objs.policy.run_context():
         emit.emit("phase", phase="fidelity")
@@ -164,7 +168,8 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
     emit.emit("phase", phase="peak")
     peak = peak_flops_for(precision, objs.device, objs.device_info)
     return {"precision": precision, "status": "ok", "error": None, "threads": torch.get_num_threads(),
-            "fidelity_path": job["fidelity_path"], **steps, "memory": memory, "peak": peak}
+            "fidelity_path": job["fidelity_path"], **steps, "memory": memory, "peak": peak,
+            "throughput": objs.features_summary()}
 
 
 def describe_failure(err: BaseException) -> tuple[str, str]:

@@ -28,6 +28,10 @@ def register(sub) -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
     parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-bench); never overwritten")
     parser.add_argument("--json", action="store_true", help="print summary.json to stdout (no progress bars)")
+    parser.add_argument("--sweep", nargs="?", const="all", default=None, metavar="NAMES",
+                        help="instead of precisions, compare throughput switches under one precision: all, or "
+                             "comma-separated names (baseline, bucket, pack, pack+checkpointing, pack+adamw-8bit, "
+                             "pack+compile, pack+dedup)")
     return parser
 
 
@@ -35,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from ampkit.bench.render import console_table, recommendation_text  # matplotlib loads with the report
 
     config = resolve_config(BenchConfig, args, toml_path=args.config)
+    if args.sweep is not None:
+        return _run_sweep(config, args)
     summary, run_dir = run_bench(config, out=args.out, console=Console(stderr=True), show_progress=not args.json)
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -46,4 +52,18 @@ def run(args: argparse.Namespace) -> int:
     for line in summary["recommendation"]["advice"]:
         out.print(f"[yellow]{line}[/]", soft_wrap=True)
     out.print(f"run directory: {run_dir} (report.html, report.md, summary.json)")
+    return 0
+
+
+def _run_sweep(config: BenchConfig, args: argparse.Namespace) -> int:
+    from ampkit.bench.sweep import run_sweep, sweep_names_ok, sweep_table
+
+    sweep_names_ok(args.sweep)  # unknown names are refused before anything runs
+    summary, run_dir = run_sweep(config, names=args.sweep, out=args.out, console=Console(stderr=True))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    out = Console(width=None if sys.stdout.isatty() else WIDE_COLUMNS)
+    out.print(sweep_table(summary))
+    out.print(f"fastest: {summary['fastest']}; run directory: {run_dir} (report.html, report.md, summary.json)")
     return 0

@@ -17,6 +17,7 @@ from ampkit.runs import SUMMARY_FILE
 # command -> (module, renderer function, validator function or None)
 RENDERERS: dict[str, tuple[str, str, str | None]] = {
     "bench": ("ampkit.bench.render", "render_report", "ampkit.bench.schema:validate_summary"),
+    "bench-sweep": ("ampkit.bench.sweep", "render_sweep_report", None),
 }
 
 

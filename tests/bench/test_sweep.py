@@ -1,0 +1,35 @@
+"""`ampkit bench --sweep`: throughput switches side by side under one precision, each in its own worker."""
+
+from __future__ import annotations
+
+import json
+
+from ampkit.cli import main
+
+TINY = ["--seq-len", "48", "--batch-size", "4", "--steps", "3", "--warmup-steps", "1"]
+
+
+def test_sweep_runs_baseline_and_pack_and_re_renders(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["bench", "--sweep", "pack", *TINY, "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["command"] == "bench-sweep" and summary["precision"] == "fp32"
+    rows = {r["variant"]: r for r in summary["rows"]}
+    assert list(rows) == ["baseline", "pack"]  # the baseline is always measured first
+    assert all(r["status"] == "ok" and r["measured_steps"] == 3 for r in rows.values())
+    assert rows["baseline"]["vs_baseline"]["tokens_per_s"] == 1.0
+    assert rows["pack"]["padding_fraction"] < rows["baseline"]["padding_fraction"]
+    assert rows["pack"]["throughput"]["batching"] == "pack"
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64" in html and "pack" in html
+    (out / "report.html").unlink()
+    assert main(["report", str(out)]) == 0 and (out / "report.html").is_file()
+
+
+def test_sweep_bad_inputs_are_one_line(tmp_path, capsys):
+    assert main(["bench", "--sweep", "turbo", "--out", str(tmp_path / "a")]) == 2
+    assert "unknown feature set 'turbo'" in capsys.readouterr().err
+    assert main(["bench", "--sweep", "pack", "--precisions", "bf16-mixed,fp16-mixed", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "ONE precision" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
