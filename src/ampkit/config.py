@@ -128,3 +128,12 @@ def config_to_toml(config) -> str:
         else:
             lines.append(f"{key} = {json.dumps(str(value))}")  # JSON string escapes are valid TOML basic strings
     return "\n".join(lines) + "\n"
+
+
+def add_command_flags(parser: argparse.ArgumentParser, cls, *, command: str,
+                      json_help: str = "print summary.json to stdout and nothing else") -> None:
+    """What every run-writing command shares: one flag per config field, `--config`, `--out`, `--json`."""
+    add_config_flags(parser, cls)
+    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
+    parser.add_argument("--out", metavar="DIR", help=f"run directory (default runs/<time>-{command}); never overwritten")
+    parser.add_argument("--json", action="store_true", help=json_help)

@@ -13,7 +13,7 @@ import sys
 from rich.console import Console
 
 from ampkit.bench import BenchConfig, run_bench
-from ampkit.config import add_config_flags, resolve_config
+from ampkit.config import add_command_flags, resolve_config
 
 WIDE_COLUMNS = 200
 
@@ -24,10 +24,8 @@ def register(sub) -> argparse.ArgumentParser:
                                         "and seed: tokens/s, step time, MFU, peak memory, fidelity against fp32, "
                                         "stability; then recommend one. No arguments: the tiny model on the "
                                         "embedded corpus.")
-    add_config_flags(parser, BenchConfig)
-    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
-    parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-bench); never overwritten")
-    parser.add_argument("--json", action="store_true", help="print summary.json to stdout (no progress bars)")
+    add_command_flags(parser, BenchConfig, command="bench",
+                      json_help="print summary.json to stdout (no progress bars)")
     parser.add_argument("--sweep", nargs="?", const="all", default=None, metavar="NAMES",
                         help="instead of precisions, compare throughput switches under one precision: all, or "
                              "comma-separated names (baseline, bucket, pack, pack+checkpointing, pack+adamw-8bit, "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ampkit.config import add_config_flags, resolve_config
+from ampkit.config import add_command_flags, resolve_config
 from ampkit.diagnostics.doctor import DoctorConfig, run_doctor
 from ampkit.diagnostics.doctor_report import build_report, print_console
 from ampkit.errors import UsageError
@@ -29,10 +29,7 @@ def register(sub) -> argparse.ArgumentParser:
                             description="Numerics diagnosis: first non-finite module (forward and backward), "
                                         "gradient underflow/overflow forecast, loss-scale trajectory, smoke "
                                         "overfit test, per-layer fidelity against fp32, advice.")
-    add_config_flags(parser, DoctorConfig)
-    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
-    parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-doctor); never overwritten")
-    parser.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    add_command_flags(parser, DoctorConfig, command="doctor", json_help="print summary.json to stdout")
     return parser
 
 

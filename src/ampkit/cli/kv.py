@@ -11,7 +11,7 @@ import argparse
 import json
 
 from ampkit.cli.plan import wide_console
-from ampkit.config import add_config_flags, resolve_config
+from ampkit.config import add_command_flags, resolve_config
 from ampkit.plan.config import KvConfig
 from ampkit.plan.describe import describe_model
 from ampkit.plan.planner import build_kv
@@ -23,10 +23,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "kv", help="KV-cache token budget for serving, per KV dtype",
         description="How many tokens and requests a GPU's KV cache holds, per KV dtype (GiB = 1024^3 B).")
-    add_config_flags(parser, KvConfig)
-    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
-    parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-kv); never overwritten")
-    parser.add_argument("--json", action="store_true", help="print summary.json to stdout and nothing else")
+    add_command_flags(parser, KvConfig, command="kv")
     return parser
 
 

@@ -15,7 +15,7 @@ import json
 
 from rich.console import Console
 
-from ampkit.config import add_config_flags, resolve_config
+from ampkit.config import add_command_flags, resolve_config
 from ampkit.plan.config import PlanConfig
 from ampkit.plan.describe import describe_model
 from ampkit.plan.planner import build_plan
@@ -34,10 +34,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "plan", help="memory and compute ledger per precision x optimizer x checkpointing, on a target GPU",
         description="Plan a training step's memory (GiB = 1024^3 B) and compute without the GPU.")
-    add_config_flags(parser, PlanConfig)
-    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
-    parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-plan); never overwritten")
-    parser.add_argument("--json", action="store_true", help="print summary.json to stdout and nothing else")
+    add_command_flags(parser, PlanConfig, command="plan")
     return parser
 
 

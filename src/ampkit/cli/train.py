@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ampkit.config import add_config_flags, config_to_toml, given_flags, resolve_config
+from ampkit.config import add_command_flags, config_to_toml, given_flags, resolve_config
 from ampkit.distributed.checkpoint import latest_sharded, load_sharded
 from ampkit.distributed.context import launch_env, rank_error, shared_run_dir
 from ampkit.distributed.launch import relaunch, worker_argv
@@ -24,13 +24,11 @@ from ampkit.train.config import RESUMABLE_OVERRIDES
 def register(sub) -> argparse.ArgumentParser:
     parser = sub.add_parser("train", help="train a model under a chosen precision",
                             description="Train with a chosen precision; checkpoints, resumes, logs tokens/s.")
-    add_config_flags(parser, TrainConfig)
-    parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
-    parser.add_argument("--out", metavar="DIR", help="run directory (default runs/<time>-train); never overwritten")
+    add_command_flags(parser, TrainConfig, command="train",
+                      json_help="print summary.json to stdout (no progress bar)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     parser.add_argument("--stop-after", type=int, default=0, metavar="N",
                         help="stop with a checkpoint after N steps in this invocation (resume later)")
-    parser.add_argument("--json", action="store_true", help="print summary.json to stdout (no progress bar)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved config as TOML (usable with --config) and exit")
     return parser
