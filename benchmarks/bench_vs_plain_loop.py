@@ -34,14 +34,26 @@ def plain_loop(args: argparse.Namespace) -> dict:
     from ampkit.data import ByteTokenizer, build_samplers, load_corpus
     from ampkit.models import build_model, get_preset
 
-    sampler, _ = build_samplers(load_corpus(None), ByteTokenizer(), seq_len=args.seq_len,
-                                batch_size=args.batch_size, seed=args.seed, max_val_batches=1)
+    sampler, _ = build_samplers(
+        load_corpus(None),
+        ByteTokenizer(),
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        max_val_batches=1,
+    )
     model = build_model(get_preset(args.model, vocab_size=256), seed=args.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
-        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+        [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        fused=True,
+    )
     model.train()
     step_s, tokens, slots = [], [], []
     for step in range(args.warmup + args.steps):
@@ -68,22 +80,58 @@ def stall_filtered(step_s: list[float], tokens: list[int], slots: list[int]) -> 
 
 
 def run_plain(args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--plain-worker", "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--seq-len", str(args.seq_len), "--batch-size", str(args.batch_size), "--model", args.model]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--plain-worker",
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--seq-len",
+        str(args.seq_len),
+        "--batch-size",
+        str(args.batch_size),
+        "--model",
+        args.model,
+    ]
     raw = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-    return {"tokens_per_s_all": sum(raw["tokens"]) / sum(raw["step_s"]),
-            "tokens_per_s": stall_filtered(raw["step_s"], raw["tokens"], raw["slots"]),
-            "step_ms_median": 1000 * statistics.median(raw["step_s"])}
+    return {
+        "tokens_per_s_all": sum(raw["tokens"]) / sum(raw["step_s"]),
+        "tokens_per_s": stall_filtered(raw["step_s"], raw["tokens"], raw["slots"]),
+        "step_ms_median": 1000 * statistics.median(raw["step_s"]),
+    }
 
 
 def run_bench(args: argparse.Namespace, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "ampkit", "bench", "--precisions", "fp32", "--steps", str(args.steps),
-           "--warmup-steps", str(args.warmup), "--seq-len", str(args.seq_len), "--batch-size", str(args.batch_size),
-           "--model", args.model, "--out", str(out), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ampkit",
+        "bench",
+        "--precisions",
+        "fp32",
+        "--steps",
+        str(args.steps),
+        "--warmup-steps",
+        str(args.warmup),
+        "--seq-len",
+        str(args.seq_len),
+        "--batch-size",
+        str(args.batch_size),
+        "--model",
+        args.model,
+        "--out",
+        str(out),
+        "--json",
+    ]
     summary = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     timing = summary["precisions"][0]["timing"]
-    return {"tokens_per_s_all": timing["tokens_per_s_all"], "tokens_per_s": timing["tokens_per_s"],
-            "step_ms_median": timing["step_ms_median"]}
+    return {
+        "tokens_per_s_all": timing["tokens_per_s_all"],
+        "tokens_per_s": timing["tokens_per_s"],
+        "step_ms_median": timing["step_ms_median"],
+    }
 
 
 def main() -> int:
@@ -107,24 +155,28 @@ def main() -> int:
             bench = run_bench(args, Path(tmp) / f"bench-{i}")
             plain = run_plain(args)
             rounds.append({"bench": bench, "plain": plain})
-            print(f"round {i + 1}: bench {bench['tokens_per_s']:,.0f} tok/s, plain {plain['tokens_per_s']:,.0f} "
-                  f"tok/s (all steps: {bench['tokens_per_s_all']:,.0f} vs {plain['tokens_per_s_all']:,.0f})")
+            print(
+                f"round {i + 1}: bench {bench['tokens_per_s']:,.0f} tok/s, plain {plain['tokens_per_s']:,.0f} "
+                f"tok/s (all steps: {bench['tokens_per_s_all']:,.0f} vs {plain['tokens_per_s_all']:,.0f})"
+            )
     result = {"settings": {k: v for k, v in vars(args).items() if k != "plain_worker"}, "rounds": rounds}
     for key in ("tokens_per_s", "tokens_per_s_all"):
         bench = statistics.mean(r["bench"][key] for r in rounds)
         plain = statistics.mean(r["plain"][key] for r in rounds)
         result[f"ratio_{key}"] = bench / plain
     # the same comparison on the median step time (robust to stalls on either side); > 1: bench is faster
-    result["ratio_step_ms_median"] = (statistics.mean(r["plain"]["step_ms_median"] for r in rounds)
-                                      / statistics.mean(r["bench"]["step_ms_median"] for r in rounds))
+    result["ratio_step_ms_median"] = statistics.mean(r["plain"]["step_ms_median"] for r in rounds) / statistics.mean(
+        r["bench"]["step_ms_median"] for r in rounds
+    )
     ratio = result["ratio_tokens_per_s"]
-    result.update(target=f"|ratio - 1| < {TARGET}", within_target=abs(ratio - 1) < TARGET,
-                  load_average=_load_average())
+    result.update(target=f"|ratio - 1| < {TARGET}", within_target=abs(ratio - 1) < TARGET, load_average=_load_average())
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"bench / plain tokens/s = {ratio:.3f} (all steps: {result['ratio_tokens_per_s_all']:.3f}; "
-          f"by median step time: {result['ratio_step_ms_median']:.3f}); "
-          f"{'within' if result['within_target'] else 'OUTSIDE'} the {TARGET:.0%} target -> {RESULTS}")
+    print(
+        f"bench / plain tokens/s = {ratio:.3f} (all steps: {result['ratio_tokens_per_s_all']:.3f}; "
+        f"by median step time: {result['ratio_step_ms_median']:.3f}); "
+        f"{'within' if result['within_target'] else 'OUTSIDE'} the {TARGET:.0%} target -> {RESULTS}"
+    )
     return 0
 
 

@@ -16,8 +16,14 @@ def machine() -> dict:
     from ampkit.hardware import describe_device
 
     info = describe_device()
-    return {"device": info.name, "type": info.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+    return {
+        "device": info.name,
+        "type": info.type,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
 
 def write_result(name: str, payload: dict) -> Path:

@@ -3,8 +3,8 @@ the locator switched off costs nothing measurable)
 
 One process, one run (one model, one optimizer), the `train` step itself (`Trainer.train_step`),
 fp32, on one fixed batch repeated, the one of median width among the first 31 (a padded batch's
-width changes from batch to batch, and with it the step time: that noise would swamp a few percent). Variants alternate in short blocks, in a
-rotating order, so drift and background load hit them all alike:
+width changes from batch to batch, and with it the step time: that noise would swamp a few percent).
+Variants alternate in short blocks, in a rotating order, so drift and background load hit them all alike:
   plain        a build without any diagnostics hook (the loop calls nothing extra)
   off          the loop as `train` runs it with every diagnostic off: `build_train_diagnostics`
                returns its do-nothing object, called before each step and at each log step
@@ -66,8 +66,9 @@ class _Metrics:
 def _diagnostics(objs, variant: str):
     if variant == "plain":
         return None
-    config = dataclasses.replace(objs.config, grad_stats_every=1 if variant == "grad_stats" else 0,
-                                 detect_nonfinite=variant == "locator")
+    config = dataclasses.replace(
+        objs.config, grad_stats_every=1 if variant == "grad_stats" else 0, detect_nonfinite=variant == "locator"
+    )
     return build_train_diagnostics(objs, config)
 
 
@@ -93,8 +94,16 @@ def run_block(objs, variant: str, steps: int, step0: int, metrics: _Metrics) -> 
 
 def measure(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
-    config = TrainConfig(model=args.model, precision="fp32", seq_len=args.seq_len, batch_size=args.batch_size,
-                         steps=10**6, warmup_steps=0, eval_batches=1, seed=0)
+    config = TrainConfig(
+        model=args.model,
+        precision="fp32",
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        steps=10**6,
+        warmup_steps=0,
+        eval_batches=1,
+        seed=0,
+    )
     objs = build_run(config)
     batch = _typical_batch(objs.sampler)
     objs.trainer.sampler = _SameBatch(batch)
@@ -106,7 +115,7 @@ def measure(args: argparse.Namespace) -> dict:
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     per_round: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for r in range(args.rounds):
-        order = VARIANTS[r % len(VARIANTS):] + VARIANTS[: r % len(VARIANTS)]
+        order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
         round_median = {}
         for variant in order:
             seconds = run_block(objs, variant, args.block, step, metrics)
@@ -119,8 +128,13 @@ def measure(args: argparse.Namespace) -> dict:
     median_ratio = {v: statistics.median(per_round[v]) for v in VARIANTS}
     overhead = 1.0 - median_ratio["grad_stats"]
     return {
-        "model": args.model, "precision": "fp32", "seq_len": args.seq_len, "batch_size": args.batch_size,
-        "threads": args.threads, "rounds": args.rounds, "steps_per_block": args.block,
+        "model": args.model,
+        "precision": "fp32",
+        "seq_len": args.seq_len,
+        "batch_size": args.batch_size,
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "steps_per_block": args.block,
         "parameters": sum(p.numel() for p in objs.model.parameters()),
         "tokens_per_step": batch.n_tokens,
         "batch_shape": list(batch.input_ids.shape),
@@ -152,14 +166,20 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     tps, ratio = result["tokens_per_s"], result["ratio_vs_plain_median"]
-    print(f"{args.model} fp32, seq {args.seq_len} x batch {args.batch_size}, {args.threads} threads, "
-          f"{args.rounds} rounds x {args.block} steps per variant")
+    print(
+        f"{args.model} fp32, seq {args.seq_len} x batch {args.batch_size}, {args.threads} threads, "
+        f"{args.rounds} rounds x {args.block} steps per variant"
+    )
     for variant in VARIANTS:
         print(f"  {variant:<11} {tps[variant]:>10,.0f} tokens/s   median ratio vs plain {ratio[variant]:.3f}")
-    print(f"gradient statistics every step: {100 * result['grad_stats_overhead']:+.1f}% overhead "
-          f"(target < {100 * TARGET_GRAD_STATS:.0f}%: {'met' if result['grad_stats_target_met'] else 'NOT met'})")
-    print(f"diagnostics off vs no hooks: {100 * result['locator_off_overhead']:+.1f}%; "
-          f"locator on: {result['locator_on_slowdown_x']:.1f}x slower")
+    print(
+        f"gradient statistics every step: {100 * result['grad_stats_overhead']:+.1f}% overhead "
+        f"(target < {100 * TARGET_GRAD_STATS:.0f}%: {'met' if result['grad_stats_target_met'] else 'NOT met'})"
+    )
+    print(
+        f"diagnostics off vs no hooks: {100 * result['locator_off_overhead']:+.1f}%; "
+        f"locator on: {result['locator_on_slowdown_x']:.1f}x slower"
+    )
     print(f"wrote {args.out}")
 
 

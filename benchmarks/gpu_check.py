@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def ampkit(*args: str, timeout_s: float) -> dict:
     """Run an ampkit command with --json; return its parsed summary (raises with stderr on failure)."""
-    proc = subprocess.run([sys.executable, "-m", "ampkit", *args, "--json"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout_s)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ampkit", *args, "--json"], capture_output=True, text=True, cwd=ROOT, timeout=timeout_s
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"ampkit {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
     return json.loads(proc.stdout)
@@ -37,17 +38,37 @@ def ampkit(*args: str, timeout_s: float) -> dict:
 
 def sizes(dry_run: bool) -> dict:
     if dry_run:
-        return {"device": "cpu", "bench_model": "tiny", "bench_seq": 64, "bench_batch": 2, "budget_s": 1.0,
-                "precisions": ["fp32", "bf16-mixed"], "train_model": "tiny", "train_seq": 64, "train_batch": 2,
-                "train_steps": 4, "compile": False}
+        return {
+            "device": "cpu",
+            "bench_model": "tiny",
+            "bench_seq": 64,
+            "bench_batch": 2,
+            "budget_s": 1.0,
+            "precisions": ["fp32", "bf16-mixed"],
+            "train_model": "tiny",
+            "train_seq": 64,
+            "train_batch": 2,
+            "train_steps": 4,
+            "compile": False,
+        }
     precisions = ["fp32", "tf32", "fp16-mixed", "bf16-mixed"]
     import torch
 
     if importlib.util.find_spec("torchao") and torch.cuda.get_device_capability() >= (8, 9):
         precisions.append("fp8")
-    return {"device": "cuda", "bench_model": "gpt2-124m", "bench_seq": 1024, "bench_batch": 16, "budget_s": 15.0,
-            "precisions": precisions, "train_model": "1b", "train_seq": 2048, "train_batch": 4,
-            "train_steps": 20, "compile": True}
+    return {
+        "device": "cuda",
+        "bench_model": "gpt2-124m",
+        "bench_seq": 1024,
+        "bench_batch": 16,
+        "budget_s": 15.0,
+        "precisions": precisions,
+        "train_model": "1b",
+        "train_seq": 2048,
+        "train_batch": 4,
+        "train_steps": 20,
+        "compile": True,
+    }
 
 
 def planner_peak_bytes(model: str, seq_len: int, batch: int) -> int:
@@ -85,29 +106,69 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         hw = ampkit("hw", "--device", s["device"], *(["--quick"] if args.dry_run else []), timeout_s=120)
         result["hw"] = hw
-        bench = ampkit("bench", "--device", s["device"], "--model", s["bench_model"], "--precisions", ",".join(s["precisions"]),
-                       "--seq-len", str(s["bench_seq"]), "--batch-size", str(s["bench_batch"]),
-                       "--budget-s", str(s["budget_s"]), "--out", f"{tmp}/bench", timeout_s=300)
+        bench = ampkit(
+            "bench",
+            "--device",
+            s["device"],
+            "--model",
+            s["bench_model"],
+            "--precisions",
+            ",".join(s["precisions"]),
+            "--seq-len",
+            str(s["bench_seq"]),
+            "--batch-size",
+            str(s["bench_batch"]),
+            "--budget-s",
+            str(s["budget_s"]),
+            "--out",
+            f"{tmp}/bench",
+            timeout_s=300,
+        )
         result["bench"] = bench
         from ampkit.hardware import describe_device, peak_flops
 
         info = describe_device(s["device"])
         bf16_peak = peak_flops(info, "bf16") if info.type == "cuda" else None
         runs = {}
-        for compiled in ([False, True] if s["compile"] else [False]):
+        for compiled in [False, True] if s["compile"] else [False]:
             name = "compile" if compiled else "eager"
-            summary = ampkit("train", "--device", s["device"], "--model", s["train_model"], "--precision", "bf16-mixed",
-                             "--steps", str(s["train_steps"]), "--seq-len", str(s["train_seq"]),
-                             "--batch-size", str(s["train_batch"]), "--batching", "pack", "--eval-batches", "1",
-                             *(["--compile"] if compiled else []), "--out", f"{tmp}/train-{name}", timeout_s=300)
-            runs[name] = {"tokens_per_s": summary["tokens_per_s"], "step_ms_median": summary["step_ms_median"],
-                          "peak_memory": summary["peak_memory"],
-                          "mfu": mfu(summary, s["train_model"], s["train_seq"], bf16_peak)}
+            summary = ampkit(
+                "train",
+                "--device",
+                s["device"],
+                "--model",
+                s["train_model"],
+                "--precision",
+                "bf16-mixed",
+                "--steps",
+                str(s["train_steps"]),
+                "--seq-len",
+                str(s["train_seq"]),
+                "--batch-size",
+                str(s["train_batch"]),
+                "--batching",
+                "pack",
+                "--eval-batches",
+                "1",
+                *(["--compile"] if compiled else []),
+                "--out",
+                f"{tmp}/train-{name}",
+                timeout_s=300,
+            )
+            runs[name] = {
+                "tokens_per_s": summary["tokens_per_s"],
+                "step_ms_median": summary["step_ms_median"],
+                "peak_memory": summary["peak_memory"],
+                "mfu": mfu(summary, s["train_model"], s["train_seq"], bf16_peak),
+            }
         result["train_1b"] = runs
         predicted = planner_peak_bytes(s["train_model"], s["train_seq"], s["train_batch"])
         measured = runs["eager"]["peak_memory"].get("max_allocated_bytes")
-        result["planner"] = {"predicted_tensor_peak_bytes": predicted, "measured_max_allocated_bytes": measured,
-                             "ratio": predicted / measured if measured else None}
+        result["planner"] = {
+            "predicted_tensor_peak_bytes": predicted,
+            "measured_max_allocated_bytes": measured,
+            "ratio": predicted / measured if measured else None,
+        }
     result["wall_s"] = round(time.perf_counter() - started, 1)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
@@ -119,14 +180,18 @@ def print_report(result: dict) -> None:
     print(f"gpu check ({'dry run on CPU' if result['dry_run'] else 'CUDA'}), {result['wall_s']} s")
     for row in result["bench"]["precisions"]:
         timing, vs = row.get("timing") or {}, row.get("vs_fp32") or {}
-        print(f"  bench {row['name']:>12}: {row['status']:>9}  tokens/s {timing.get('tokens_per_s') or 0:>12,.0f}"
-              f"  vs fp32 {vs.get('speedup') or 0:.2f}x  MFU {(row.get('mfu') or {}).get('value') or 0:.1%}")
+        print(
+            f"  bench {row['name']:>12}: {row['status']:>9}  tokens/s {timing.get('tokens_per_s') or 0:>12,.0f}"
+            f"  vs fp32 {vs.get('speedup') or 0:.2f}x  MFU {(row.get('mfu') or {}).get('value') or 0:.1%}"
+        )
     rec = result["bench"].get("recommendation") or {}
     print(f"  recommendation: {rec.get('precision')}: {rec.get('reason')}")
     for name, run in result["train_1b"].items():
         m = run["mfu"]
-        print(f"  train {result['sizes']['train_model']} bf16-mixed {name}: tokens/s {run['tokens_per_s']:,.0f}"
-              f"  MFU {'n/a (CPU)' if m is None else f'{m:.1%}'}")
+        print(
+            f"  train {result['sizes']['train_model']} bf16-mixed {name}: tokens/s {run['tokens_per_s']:,.0f}"
+            f"  MFU {'n/a (CPU)' if m is None else f'{m:.1%}'}"
+        )
     p = result["planner"]
     ratio = "n/a (CPU: no allocator peak)" if p["ratio"] is None else f"{p['ratio']:.3f}"
     print(f"  planner tensor peak {p['predicted_tensor_peak_bytes'] / 2**30:.3f} GiB vs measured: {ratio}")

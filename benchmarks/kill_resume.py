@@ -24,8 +24,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from ampkit.train.checkpoint import list_checkpoints  # noqa: E402
 
-TRAIN_ARGS = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--warmup-steps", "2",
-              "--eval-batches", "1", "--checkpoint-every", "1", "--keep-checkpoints", "2"]
+TRAIN_ARGS = [
+    "--model",
+    "tiny",
+    "--seq-len",
+    "32",
+    "--batch-size",
+    "4",
+    "--warmup-steps",
+    "2",
+    "--eval-batches",
+    "1",
+    "--checkpoint-every",
+    "1",
+    "--keep-checkpoints",
+    "2",
+]
 RESUMED = re.compile(r"resuming .* at step (\d+)")
 
 
@@ -60,8 +74,11 @@ def _kill_during_write(proc: subprocess.Popen, folder: Path, timeout_s: float) -
 
 def _one_cycle(run_dir: Path, steps: int, rng: random.Random, *, during_write: bool) -> dict:
     expected = _latest_step(run_dir)
-    argv = _ampkit("--resume", str(run_dir)) if expected is not None else \
-        _ampkit(*TRAIN_ARGS, "--steps", str(steps), "--out", str(run_dir))
+    argv = (
+        _ampkit("--resume", str(run_dir))
+        if expected is not None
+        else _ampkit(*TRAIN_ARGS, "--steps", str(steps), "--out", str(run_dir))
+    )
     if expected is None and run_dir.exists():
         shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing to resume, start again
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -92,8 +109,12 @@ def _one_cycle(run_dir: Path, steps: int, rng: random.Random, *, during_write: b
 def run_campaign(kills: int, steps: int, seed: int, workdir: Path) -> dict:
     rng = random.Random(seed)
     ref, victim = workdir / "reference", workdir / "victim"
-    subprocess.run(_ampkit(*TRAIN_ARGS, "--steps", str(steps), "--out", str(ref)), check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        _ampkit(*TRAIN_ARGS, "--steps", str(steps), "--out", str(ref)),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     cycles = []
     while len([c for c in cycles if c["returncode"] == -signal.SIGKILL]) < kills:
         cycle = _one_cycle(victim, steps, rng, during_write=len(cycles) % 2 == 0)
@@ -131,10 +152,12 @@ def main() -> int:
     Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json_out).write_text(json.dumps(result, indent=2))
     ok = result["losses_bitwise_equal"] and result["every_resume_loaded_latest_complete_checkpoint"]
-    print(f"kills survived: {result['kills']} (during checkpoint writes: {result['kills_during_checkpoint_write']}), "
-          f"resumes: {result['resumes']}, every resume loaded the latest complete checkpoint: "
-          f"{result['every_resume_loaded_latest_complete_checkpoint']}, final losses bitwise equal to an "
-          f"uninterrupted run over {steps} steps: {result['losses_bitwise_equal']}, wall {result['wall_s']} s")
+    print(
+        f"kills survived: {result['kills']} (during checkpoint writes: {result['kills_during_checkpoint_write']}), "
+        f"resumes: {result['resumes']}, every resume loaded the latest complete checkpoint: "
+        f"{result['every_resume_loaded_latest_complete_checkpoint']}, final losses bitwise equal to an "
+        f"uninterrupted run over {steps} steps: {result['losses_bitwise_equal']}, wall {result['wall_s']} s"
+    )
     return 0 if ok else 1
 
 

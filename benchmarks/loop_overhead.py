@@ -17,10 +17,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, write_result  # noqa: E402
-
 from ampkit.models import causal_lm_loss  # noqa: E402
 from ampkit.train import TrainConfig, build_run, run_training  # noqa: E402
+from common import print_table, write_result  # noqa: E402
 
 WARMUP = 2
 
@@ -70,21 +69,42 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    config = TrainConfig(model=args.model, precision=args.precision, seq_len=args.seq_len,
-                         batch_size=args.batch_size, steps=args.steps, eval_batches=1, warmup_steps=5)
+    config = TrainConfig(
+        model=args.model,
+        precision=args.precision,
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        eval_batches=1,
+        warmup_steps=5,
+    )
     ampkit_tps, plain_tps = [], []
     for _ in range(args.rounds):  # interleaved: drift in machine load hits both sides alike
         plain_tps.append(plain_round(config))
         ampkit_tps.append(ampkit_round(config))
     ratio = statistics.median(ampkit_tps) / statistics.median(plain_tps)
-    rows = [[f"round {i + 1}", f"{a:,.0f}", f"{p:,.0f}", f"{a / p:.3f}"] for i, (a, p) in enumerate(zip(ampkit_tps, plain_tps))]
-    rows.append(["median", f"{statistics.median(ampkit_tps):,.0f}", f"{statistics.median(plain_tps):,.0f}", f"{ratio:.3f}"])
-    print(f"loop overhead: {args.model}, {args.precision}, seq {args.seq_len}, batch {args.batch_size}, "
-          f"{args.steps} steps x {args.rounds} rounds (tokens/s, real tokens)")
+    rows = [
+        [f"round {i + 1}", f"{a:,.0f}", f"{p:,.0f}", f"{a / p:.3f}"]
+        for i, (a, p) in enumerate(zip(ampkit_tps, plain_tps))
+    ]
+    rows.append(
+        ["median", f"{statistics.median(ampkit_tps):,.0f}", f"{statistics.median(plain_tps):,.0f}", f"{ratio:.3f}"]
+    )
+    print(
+        f"loop overhead: {args.model}, {args.precision}, seq {args.seq_len}, batch {args.batch_size}, "
+        f"{args.steps} steps x {args.rounds} rounds (tokens/s, real tokens)"
+    )
     print_table(["", "ampkit train", "hand-written", "ratio"], rows)
-    write_result(f"loop_overhead_{args.model}_{args.precision}", {
-        "settings": vars(args), "ampkit_tokens_per_s": ampkit_tps, "plain_tokens_per_s": plain_tps,
-        "ratio_median": ratio, "target": 0.98})
+    write_result(
+        f"loop_overhead_{args.model}_{args.precision}",
+        {
+            "settings": vars(args),
+            "ampkit_tokens_per_s": ampkit_tps,
+            "plain_tokens_per_s": plain_tps,
+            "ratio_median": ratio,
+            "target": 0.98,
+        },
+    )
     return 0
 
 

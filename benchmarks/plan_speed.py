@@ -26,8 +26,22 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "plan_speed.json"
 ANALYTIC_ARGS = ["plan", "--model", "70b", "--gpu", "H100-80GB"]
-TRACED_ARGS = ["plan", "--model", "1b", "--gpu", "A100-80GB", "--precisions", "bf16-mixed", "--checkpointing",
-               "none", "--micro-batch", "1", "--seq-len", "2048", "--trace"]
+TRACED_ARGS = [
+    "plan",
+    "--model",
+    "1b",
+    "--gpu",
+    "A100-80GB",
+    "--precisions",
+    "bf16-mixed",
+    "--checkpointing",
+    "none",
+    "--micro-batch",
+    "1",
+    "--seq-len",
+    "2048",
+    "--trace",
+]
 TRACED_ALL_ARGS = ["plan", "--model", "1b", "--gpu", "A100-80GB", "--trace"]  # every precision x checkpointing
 
 
@@ -35,6 +49,7 @@ def in_process(repeats: int = 5) -> dict:
     start = time.perf_counter()
     from ampkit.plan.config import PlanConfig
     from ampkit.plan.planner import build_plan
+
     imported = time.perf_counter() - start
     config = PlanConfig(model="70b", gpu="H100-80GB")
     times = []
@@ -42,8 +57,12 @@ def in_process(repeats: int = 5) -> dict:
         t0 = time.perf_counter()
         summary = build_plan(config)
         times.append(time.perf_counter() - t0)
-    return {"import_s": imported, "build_plan_s_median": statistics.median(times), "build_plan_s_runs": times,
-            "rows": len(summary["rows"])}
+    return {
+        "import_s": imported,
+        "build_plan_s_median": statistics.median(times),
+        "build_plan_s_runs": times,
+        "rows": len(summary["rows"]),
+    }
 
 
 def run_command(args: list[str]) -> dict:
@@ -63,9 +82,13 @@ def run_command(args: list[str]) -> dict:
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(args)} failed: {err.strip()}")
     summary = json.loads(text)
-    return {"argv": args, "answer_s": answered, "exit_s": exited,
-            "max_rss_mib": usage.ru_maxrss / 1024 if sys.platform != "darwin" else usage.ru_maxrss / 2**20,
-            "summary": summary}
+    return {
+        "argv": args,
+        "answer_s": answered,
+        "exit_s": exited,
+        "max_rss_mib": usage.ru_maxrss / 1024 if sys.platform != "darwin" else usage.ru_maxrss / 2**20,
+        "summary": summary,
+    }
 
 
 def main() -> None:
@@ -79,14 +102,18 @@ def main() -> None:
         "analytic_in_process": in_process(),
         "analytic_command": [{k: v for k, v in r.items() if k != "summary"} for r in analytic_cmd],
         "traced_command": {k: v for k, v in traced.items() if k != "summary"},
-        "traced_all_command": {**{k: v for k, v in traced_all.items() if k != "summary"},
-                               "traced_rows": len(agreements),
-                               "largest_total_diff": max(abs(a["tensor_peak_relative"]) for a in agreements),
-                               "all_within_tolerance": all(a["within"] for a in agreements)},
-        "traced_1b": {"analytic_total_gib": row["analytic"]["total_gib"],
-                      "traced_total_gib": row["traced"]["total_gib"],
-                      "tensor_peak_relative": row["agreement"]["tensor_peak_relative"],
-                      "within_tolerance": row["agreement"]["within"]},
+        "traced_all_command": {
+            **{k: v for k, v in traced_all.items() if k != "summary"},
+            "traced_rows": len(agreements),
+            "largest_total_diff": max(abs(a["tensor_peak_relative"]) for a in agreements),
+            "all_within_tolerance": all(a["within"] for a in agreements),
+        },
+        "traced_1b": {
+            "analytic_total_gib": row["analytic"]["total_gib"],
+            "traced_total_gib": row["traced"]["total_gib"],
+            "tensor_peak_relative": row["agreement"]["tensor_peak_relative"],
+            "within_tolerance": row["agreement"]["within"],
+        },
         "targets": {"analytic_command_s": 2.0, "traced_command_s": 60.0, "traced_rss_gib": 2.0},
     }
     result["meets_targets"] = {
@@ -96,8 +123,22 @@ def main() -> None:
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps({k: result[k] for k in ("analytic_in_process", "analytic_command", "traced_command",
-                                             "traced_all_command", "traced_1b", "meets_targets")}, indent=2))
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in (
+                    "analytic_in_process",
+                    "analytic_command",
+                    "traced_command",
+                    "traced_all_command",
+                    "traced_1b",
+                    "meets_targets",
+                )
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -19,9 +19,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, write_result  # noqa: E402
-
 from ampkit.train import TrainConfig, build_run  # noqa: E402
+from common import print_table, write_result  # noqa: E402
 
 GROUPS = {  # operator-name fragments -> what they are
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"),
@@ -31,8 +30,9 @@ GROUPS = {  # operator-name fragments -> what they are
 
 
 def _objs(model: str, **overrides):
-    config = TrainConfig(model=model, steps=100, seq_len=256, batch_size=8, batching="pack", eval_batches=1,
-                         warmup_steps=2, **overrides)
+    config = TrainConfig(
+        model=model, steps=100, seq_len=256, batch_size=8, batching="pack", eval_batches=1, warmup_steps=2, **overrides
+    )
     return build_run(config)
 
 
@@ -53,8 +53,10 @@ def profile_steps(objs, steps: int):
         wall = sum(step_times(objs, steps))
     events = prof.key_averages()
     total_self_us = sum(e.self_cpu_time_total for e in events)
-    shares = {name: sum(e.self_cpu_time_total for e in events if any(f in e.key for f in frags)) / total_self_us
-              for name, frags in GROUPS.items()}
+    shares = {
+        name: sum(e.self_cpu_time_total for e in events if any(f in e.key for f in frags)) / total_self_us
+        for name, frags in GROUPS.items()
+    }
     shares["other"] = 1.0 - sum(shares.values())
     top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
     return wall / steps, shares, [(e.key, e.self_cpu_time_total / 1e3 / steps, e.count // steps) for e in top]
@@ -67,7 +69,11 @@ def fused_vs_foreach(model: str, steps: int) -> float:
     groups = foreach.optimizer.param_groups
     foreach.optimizer = foreach.trainer.optimizer = torch.optim.AdamW(
         [{k: v for k, v in g.items() if k in ("params", "weight_decay")} for g in groups],
-        lr=groups[0]["lr"], betas=(0.9, 0.95), eps=1e-8, foreach=True)
+        lr=groups[0]["lr"],
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        foreach=True,
+    )
     foreach.trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(foreach.optimizer, lambda s: 1.0)
     a, b = [], []
     for _ in range(steps):  # interleaved
@@ -83,8 +89,10 @@ def main() -> int:
     args = parser.parse_args()
     objs = _objs(args.model)
     step_s, shares, top = profile_steps(objs, args.steps)
-    print(f"profile of ampkit's training step: {args.model}, fp32, seq 256 x batch 8 packed, {args.steps} steps, "
-          f"{step_s * 1000:.0f} ms/step under the profiler")
+    print(
+        f"profile of ampkit's training step: {args.model}, fp32, seq 256 x batch 8 packed, {args.steps} steps, "
+        f"{step_s * 1000:.0f} ms/step under the profiler"
+    )
     print_table(["operator", "self ms/step", "calls/step"], [[k, f"{ms:.1f}", n] for k, ms, n in top])
     print_table(["where", "share of self CPU time"], [[k, f"{v:.1%}"] for k, v in shares.items()])
     plain, synced = [], []
@@ -93,12 +101,24 @@ def main() -> int:
         synced += step_times(objs, 1, sync_each_step=True)
     base, synced = statistics.median(plain[1:]), statistics.median(synced[1:])
     fused_gain = fused_vs_foreach(args.model, args.steps + 1)
-    print_table(["choice", "step-time ratio"], [
-        ["AdamW foreach / fused (fused is what ampkit uses)", f"{fused_gain:.3f}"],
-        ["loss.item() every step / only at log steps", f"{synced / base:.3f}"],
-    ])
-    write_result("profile_loop", {"settings": vars(args), "step_ms": step_s * 1000, "shares": shares,
-                                  "top_ops": top, "foreach_over_fused": fused_gain, "item_each_step_ratio": synced / base})
+    print_table(
+        ["choice", "step-time ratio"],
+        [
+            ["AdamW foreach / fused (fused is what ampkit uses)", f"{fused_gain:.3f}"],
+            ["loss.item() every step / only at log steps", f"{synced / base:.3f}"],
+        ],
+    )
+    write_result(
+        "profile_loop",
+        {
+            "settings": vars(args),
+            "step_ms": step_s * 1000,
+            "shares": shares,
+            "top_ops": top,
+            "foreach_over_fused": fused_gain,
+            "item_each_step_ratio": synced / base,
+        },
+    )
     return 0
 
 

@@ -19,24 +19,60 @@ DOC = ROOT / "docs" / "benchmarks.md"
 # (name, argv after `python`, what it measures). Order: cheapest first.
 BENCHMARKS = [
     ("hw", ["-m", "ampkit", "hw"], "native dtypes and measured matmul throughput per dtype"),
-    ("train_acceptance", ["benchmarks/train_acceptance.py"], "ampkit train: 300 fp32 steps under 3 min, loss drop >= 40%; fp16-mixed 20 steps"),
-    ("loop_overhead", ["benchmarks/loop_overhead.py"], "ampkit train vs a hand-written autocast+GradScaler loop (target >= 0.98)"),
+    (
+        "train_acceptance",
+        ["benchmarks/train_acceptance.py"],
+        "ampkit train: 300 fp32 steps under 3 min, loss drop >= 40%; fp16-mixed 20 steps",
+    ),
+    (
+        "loop_overhead",
+        ["benchmarks/loop_overhead.py"],
+        "ampkit train vs a hand-written autocast+GradScaler loop (target >= 0.98)",
+    ),
     ("mfu", ["benchmarks/mfu.py"], "MFU of fp32 training vs the measured matmul peak (target >= 0.6 on small)"),
-    ("profile_loop", ["benchmarks/profile_loop.py"], "torch.profiler of the small preset's step; fused AdamW and per-step sync costs"),
-    ("bench_vs_plain_loop", ["benchmarks/bench_vs_plain_loop.py"], "bench's fp32 tokens/s vs an independent plain loop (within 5%)"),
-    ("diagnostics_overhead", ["benchmarks/diagnostics_overhead.py"], "cost of gradient statistics and the locator (target < 5%)"),
+    (
+        "profile_loop",
+        ["benchmarks/profile_loop.py"],
+        "torch.profiler of the small preset's step; fused AdamW and per-step sync costs",
+    ),
+    (
+        "bench_vs_plain_loop",
+        ["benchmarks/bench_vs_plain_loop.py"],
+        "bench's fp32 tokens/s vs an independent plain loop (within 5%)",
+    ),
+    (
+        "diagnostics_overhead",
+        ["benchmarks/diagnostics_overhead.py"],
+        "cost of gradient statistics and the locator (target < 5%)",
+    ),
     ("throughput_stack", ["benchmarks/throughput_stack.py"], "pack/bucket vs pad, checkpointing, 8-bit Adam, compile"),
     ("plan_speed", ["benchmarks/plan_speed.py"], "planner speed: analytic 70b, traced 1b"),
-    ("kill_resume", ["benchmarks/kill_resume.py", "--kills", "20"], "20 SIGKILLs, resumed; bitwise equal to an uninterrupted run"),
-    ("gpu_check_dry_run", ["benchmarks/gpu_check.py", "--dry-run", "--out", "benchmarks/results/gpu_check_dry_run.json"], "the GPU check's code paths, on CPU"),
+    (
+        "kill_resume",
+        ["benchmarks/kill_resume.py", "--kills", "20"],
+        "20 SIGKILLs, resumed; bitwise equal to an uninterrupted run",
+    ),
+    (
+        "gpu_check_dry_run",
+        ["benchmarks/gpu_check.py", "--dry-run", "--out", "benchmarks/results/gpu_check_dry_run.json"],
+        "the GPU check's code paths, on CPU",
+    ),
 ]
 
 
 def machine_line() -> str:
-    out = subprocess.run([sys.executable, "-c", "import torch, platform; from ampkit.hardware import describe_device; "
-                          "i = describe_device(); print(f'{i.name} ({i.type}), torch {torch.__version__}, "
-                          "{torch.get_num_threads()} threads, Python {platform.python_version()}')"],
-                         capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import torch, platform; from ampkit.hardware import describe_device; "
+            "i = describe_device(); print(f'{i.name} ({i.type}), torch {torch.__version__}, "
+            "{torch.get_num_threads()} threads, Python {platform.python_version()}')",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     return out.stdout.strip() or "unknown"
 
 
@@ -73,9 +109,11 @@ def main() -> int:
         print(output, flush=True)
         failures += code != 0
         status = "" if code == 0 else f" **(failed, exit {code})**"
-        sections.append(f"## {name}{status}\n\n{what}. Command: `python {' '.join(argv)}` ({seconds:.0f} s, "
-                        f"{time.strftime('%Y-%m-%d')})\n\n"
-                        f"```\n{output}\n```\n")
+        sections.append(
+            f"## {name}{status}\n\n{what}. Command: `python {' '.join(argv)}` ({seconds:.0f} s, "
+            f"{time.strftime('%Y-%m-%d')})\n\n"
+            f"```\n{output}\n```\n"
+        )
     DOC.write_text(
         "# Benchmarks\n\n"
         f"Written by `make bench` (`python benchmarks/run_all.py`) on {time.strftime('%Y-%m-%d %H:%M %Z')}.\n"

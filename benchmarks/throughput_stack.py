@@ -101,10 +101,17 @@ def _replayed(runs: dict, *, min_tokens: int, rounds: int) -> dict[str, dict]:
         tokens = sum(b.n_tokens for b in fixed[name])
         slots = sum(b.n_padded for b in fixed[name])
         n = len(fixed[name])
-        out[name] = {"batches": n, "rounds": rounds, "real_tokens": tokens, "slots": slots,
-                     "real_tokens_per_s": tokens / sum(cpu[name]), "step_ms": 1000 * sum(cpu[name]) / n,
-                     "wall_real_tokens_per_s": tokens / sum(wall[name]), "wall_step_ms": 1000 * sum(wall[name]) / n,
-                     "padding_fraction": 1 - tokens / slots}
+        out[name] = {
+            "batches": n,
+            "rounds": rounds,
+            "real_tokens": tokens,
+            "slots": slots,
+            "real_tokens_per_s": tokens / sum(cpu[name]),
+            "step_ms": 1000 * sum(cpu[name]) / n,
+            "wall_real_tokens_per_s": tokens / sum(wall[name]),
+            "wall_step_ms": 1000 * sum(wall[name]) / n,
+            "padding_fraction": 1 - tokens / slots,
+        }
     return out
 
 
@@ -119,8 +126,9 @@ def _epoch_padding(strategy: str) -> float:
     """Padding fraction over one epoch's worth of units (data only, no model)."""
     from ampkit.data import ByteTokenizer, build_samplers, load_default_corpus
 
-    train, _ = build_samplers(load_default_corpus(), ByteTokenizer(), seq_len=SEQ_LEN, batch_size=8, seed=0,
-                              strategy=strategy)
+    train, _ = build_samplers(
+        load_default_corpus(), ByteTokenizer(), seq_len=SEQ_LEN, batch_size=8, seed=0, strategy=strategy
+    )
     tokens = slots = 0
     while train.epoch == 0 and train.cursor < len(train.units):
         batch = train.next_batch()
@@ -136,9 +144,16 @@ def bench_batching(quick: bool) -> dict:
     for name, row in rows.items():
         row["epoch_padding_fraction"] = _epoch_padding(name)
         row["vs_pad"] = row["real_tokens_per_s"] / rows["pad"]["real_tokens_per_s"]
-    return {"model": "tiny", "batch_size": 8, "seq_len": SEQ_LEN, "precision": "fp32", "strategies": rows,
-            "pack_vs_pad": rows["pack"]["vs_pad"], "target_pack_vs_pad": PACK_TARGET,
-            "meets_target": rows["pack"]["vs_pad"] >= PACK_TARGET}
+    return {
+        "model": "tiny",
+        "batch_size": 8,
+        "seq_len": SEQ_LEN,
+        "precision": "fp32",
+        "strategies": rows,
+        "pack_vs_pad": rows["pack"]["vs_pad"],
+        "target_pack_vs_pad": PACK_TARGET,
+        "meets_target": rows["pack"]["vs_pad"] >= PACK_TARGET,
+    }
 
 
 # ---------------------------------------------------------------- checkpointing (one subprocess per config)
@@ -166,8 +181,9 @@ def _saved_activation_bytes(objs, batch) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = causal_lm_loss(objs.model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask),
-                              batch.targets)
+        loss = causal_lm_loss(
+            objs.model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask), batch.targets
+        )
     loss.backward()
     objs.model.zero_grad(set_to_none=True)
     return sum(seen.values())
@@ -183,19 +199,28 @@ def checkpointing_worker(spec: str, steps: int) -> dict:
     floor = _rss_bytes()
     times = [_timed_step(objs) for _ in range(steps + 1)]  # the first allocates optimizer states: not timed
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    return {"spec": spec, "checkpointed_blocks": objs.features.checkpointed_blocks,
-            "step_ms_min": 1000 * min(c for c, _ in times[1:]), "wall_step_ms_min": 1000 * min(w for _, w in times[1:]),
-            "peak_rss_bytes": peak,
-            "rss_before_steps_bytes": floor, "step_peak_above_floor_bytes": peak - floor,
-            "saved_activation_bytes": _saved_activation_bytes(objs, batch)}
+    return {
+        "spec": spec,
+        "checkpointed_blocks": objs.features.checkpointed_blocks,
+        "step_ms_min": 1000 * min(c for c, _ in times[1:]),
+        "wall_step_ms_min": 1000 * min(w for _, w in times[1:]),
+        "peak_rss_bytes": peak,
+        "rss_before_steps_bytes": floor,
+        "step_peak_above_floor_bytes": peak - floor,
+        "saved_activation_bytes": _saved_activation_bytes(objs, batch),
+    }
 
 
 def bench_checkpointing(quick: bool) -> dict:
     steps = 1 if quick else 2  # timed steps per config, fastest kept; a small-model step takes seconds
     rows = {}
     for spec in ("none", "every-2", "full"):
-        out = subprocess.run([sys.executable, __file__, "--checkpointing-worker", spec, "--worker-steps", str(steps)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--checkpointing-worker", spec, "--worker-steps", str(steps)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows[spec] = json.loads(out.stdout.strip().splitlines()[-1])
     base = rows["none"]
     for row in rows.values():
@@ -203,8 +228,14 @@ def bench_checkpointing(quick: bool) -> dict:
         row["peak_rss_reduction"] = 1 - row["peak_rss_bytes"] / base["peak_rss_bytes"]
         row["step_peak_reduction"] = 1 - row["step_peak_above_floor_bytes"] / base["step_peak_above_floor_bytes"]
         row["saved_activation_reduction"] = 1 - row["saved_activation_bytes"] / base["saved_activation_bytes"]
-    return {"model": "small", "batch_size": 4, "seq_len": SEQ_LEN, "batching": "pack", "precision": "fp32",
-            "configs": rows}
+    return {
+        "model": "small",
+        "batch_size": 4,
+        "seq_len": SEQ_LEN,
+        "batching": "pack",
+        "precision": "fp32",
+        "configs": rows,
+    }
 
 
 # ---------------------------------------------------------------- optimizer states
@@ -231,8 +262,11 @@ def bench_optimizer_states() -> dict:
             started = time.thread_time()
             optimizer.step()
             times.append(time.thread_time() - started)
-        rows[name] = {"state_bytes": optimizer_state_bytes(optimizer), "step_ms_min": 1000 * min(times),
-                      "parameters": sum(p.numel() for p in model.parameters())}
+        rows[name] = {
+            "state_bytes": optimizer_state_bytes(optimizer),
+            "step_ms_min": 1000 * min(times),
+            "parameters": sum(p.numel() for p in model.parameters()),
+        }
     out = {"model": "small", "optimizers": rows, "target_ratio": EIGHT_BIT_TARGET}
     if "state_bytes" in rows.get("adamw-8bit", {}):
         ratio = rows["adamw-8bit"]["state_bytes"]["total"] / rows["adamw"]["state_bytes"]["total"]
@@ -249,10 +283,18 @@ def bench_compile(quick: bool) -> dict:
     compiled = build_run(_config(batching="pack", compile=True))
     eager = build_run(_config(batching="pack"))
     rows = _replayed({"eager": eager, "compiled": compiled}, min_tokens=8_000 if quick else 12_000, rounds=2)
-    return {"model": "tiny", "batch_size": 8, "seq_len": SEQ_LEN, "batching": "pack", "precision": "fp32",
-            "compile_s": compiled.features.compile_s, "inductor_cache": "empty (fresh TORCHINDUCTOR_CACHE_DIR)",
-            "eager_step_ms": rows["eager"]["step_ms"], "compiled_step_ms": rows["compiled"]["step_ms"],
-            "step_time_ratio": rows["compiled"]["step_ms"] / rows["eager"]["step_ms"]}
+    return {
+        "model": "tiny",
+        "batch_size": 8,
+        "seq_len": SEQ_LEN,
+        "batching": "pack",
+        "precision": "fp32",
+        "compile_s": compiled.features.compile_s,
+        "inductor_cache": "empty (fresh TORCHINDUCTOR_CACHE_DIR)",
+        "eager_step_ms": rows["eager"]["step_ms"],
+        "compiled_step_ms": rows["compiled"]["step_ms"],
+        "step_time_ratio": rows["compiled"]["step_ms"] / rows["eager"]["step_ms"],
+    }
 
 
 def bench_dedup() -> dict:
@@ -272,19 +314,27 @@ def print_report(r: dict) -> None:
     print("| strategy | real tokens/s | vs pad | step ms | padding (timed batches) | padding (one epoch) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, row in b["strategies"].items():
-        print(f"| {name} | {row['real_tokens_per_s']:,.0f} | {row['vs_pad']:.2f}x | {row['step_ms']:.0f} | "
-              f"{row['padding_fraction']:.1%} | {row['epoch_padding_fraction']:.1%} |")
+        print(
+            f"| {name} | {row['real_tokens_per_s']:,.0f} | {row['vs_pad']:.2f}x | {row['step_ms']:.0f} | "
+            f"{row['padding_fraction']:.1%} | {row['epoch_padding_fraction']:.1%} |"
+        )
     if "checkpointing" in r:
-        print(f"\n## Activation checkpointing (small, pack, batch 4, seq_len {SEQ_LEN}; fresh process each; "
-              "CPU time of 1 thread)\n")
-        print("| config | step ms | overhead | peak RSS MiB | step peak MiB | reduction "
-              "| saved activations MiB | reduction |")
+        print(
+            f"\n## Activation checkpointing (small, pack, batch 4, seq_len {SEQ_LEN}; fresh process each; "
+            "CPU time of 1 thread)\n"
+        )
+        print(
+            "| config | step ms | overhead | peak RSS MiB | step peak MiB | reduction "
+            "| saved activations MiB | reduction |"
+        )
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for name, row in r["checkpointing"]["configs"].items():
-            print(f"| {name} | {row['step_ms_min']:,.0f} | {row['step_time_overhead']:+.0%} | "
-                  f"{row['peak_rss_bytes'] / MIB:,.0f} | {row['step_peak_above_floor_bytes'] / MIB:,.0f} | "
-                  f"{row['step_peak_reduction']:.0%} | {row['saved_activation_bytes'] / MIB:,.0f} | "
-                  f"{row['saved_activation_reduction']:.0%} |")
+            print(
+                f"| {name} | {row['step_ms_min']:,.0f} | {row['step_time_overhead']:+.0%} | "
+                f"{row['peak_rss_bytes'] / MIB:,.0f} | {row['step_peak_above_floor_bytes'] / MIB:,.0f} | "
+                f"{row['step_peak_reduction']:.0%} | {row['saved_activation_bytes'] / MIB:,.0f} | "
+                f"{row['saved_activation_reduction']:.0%} |"
+            )
     o = r["optimizer_states"]
     print("\n## Optimizer states (small, after one step)\n")
     print("| optimizer | state MiB | bytes/param | optimizer step ms |")
@@ -300,12 +350,16 @@ def print_report(r: dict) -> None:
     if "compile" in r:
         c = r["compile"]
         print(f"\n## Compile (tiny, pack, batch 8, seq_len {SEQ_LEN}; steps in CPU time of 1 thread)\n")
-        print(f"compile time {c['compile_s']:.1f} s wall (empty cache; reported apart); "
-              f"step {c['eager_step_ms']:.0f} ms eager -> {c['compiled_step_ms']:.0f} ms compiled: "
-              f"ratio {c['step_time_ratio']:.2f}")
+        print(
+            f"compile time {c['compile_s']:.1f} s wall (empty cache; reported apart); "
+            f"step {c['eager_step_ms']:.0f} ms eager -> {c['compiled_step_ms']:.0f} ms compiled: "
+            f"ratio {c['step_time_ratio']:.2f}"
+        )
     d = r["dedup"]
-    print(f"\n## Dedup exact (embedded corpus)\n\n{d['items_removed']} of {d['items_before']} paragraphs, "
-          f"{d['tokens_removed']:,} of {d['tokens_before']:,} tokens ({d['tokens_removed_fraction']:.1%}) removed")
+    print(
+        f"\n## Dedup exact (embedded corpus)\n\n{d['items_removed']} of {d['items_before']} paragraphs, "
+        f"{d['tokens_removed']:,} of {d['tokens_before']:,} tokens ({d['tokens_removed_fraction']:.1%}) removed"
+    )
 
 
 def main() -> int:
@@ -323,12 +377,22 @@ def main() -> int:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="ampkit-inductor-")
     torch.set_num_threads(1)  # see the module docstring
     started = time.perf_counter()
-    result: dict = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                                "torch": torch.__version__, "threads": torch.get_num_threads(),
-                                "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"),
-                                "load_average_at_start": os.getloadavg()}}
-    sections = {"batching": lambda: bench_batching(args.quick), "optimizer_states": bench_optimizer_states,
-                "dedup": bench_dedup}
+    result: dict = {
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d"),
+            "load_average_at_start": os.getloadavg(),
+        }
+    }
+    sections = {
+        "batching": lambda: bench_batching(args.quick),
+        "optimizer_states": bench_optimizer_states,
+        "dedup": bench_dedup,
+    }
     if not args.skip_checkpointing:
         sections["checkpointing"] = lambda: bench_checkpointing(args.quick)
     if not args.skip_compile:

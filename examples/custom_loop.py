@@ -102,15 +102,25 @@ def train(precision: str, steps: int, inject: str, log_every: int) -> dict:
                 for snapshot in stats.drain():
                     layer_norms = {layer.name: layer.norm for layer in snapshot.layers}
                 scale = policy.loss_scale()
-                print(f"step {step}: loss {losses[-1]:.4f}, scale {scale if scale is not None else '-'}, "
-                      f"layer grad norms " + ", ".join(f"{k} {v:.2e}" for k, v in layer_norms.items()))
+                print(
+                    f"step {step}: loss {losses[-1]:.4f}, scale {scale if scale is not None else '-'}, "
+                    f"layer grad norms " + ", ".join(f"{k} {v:.2e}" for k, v in layer_norms.items())
+                )
     for hook in (stats, locator, injector):
         if hook is not None:
             hook.detach()
     tail = long_tail(layer_norms)  # a layer whose gradient norm is >= 100x the median's
-    return {"precision": policy.name, "steps": steps, "first_loss": losses[0], "final_loss": losses[-1],
-            "skipped_steps": skipped, "findings": findings, "final_loss_scale": policy.loss_scale(),
-            "layer_grad_norms": layer_norms, "long_tail": tail.to_dict() if tail else None}
+    return {
+        "precision": policy.name,
+        "steps": steps,
+        "first_loss": losses[0],
+        "final_loss": losses[-1],
+        "skipped_steps": skipped,
+        "findings": findings,
+        "final_loss_scale": policy.loss_scale(),
+        "layer_grad_norms": layer_norms,
+        "long_tail": tail.to_dict() if tail else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,6 +7,7 @@ import torch
 
 from ampkit.cli import main
 
+
 @pytest.fixture(autouse=True)
 def _two_threads():
     """Deterministic thread count (bitwise-comparable results within one process)."""

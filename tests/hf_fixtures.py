@@ -27,9 +27,19 @@ TRAINING_LINES = [
 def make_tiny_llama(path: Path, **overrides) -> Path:
     from transformers import LlamaConfig
 
-    values = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
-                  pad_token_id=None, tie_word_embeddings=False)
+    values = dict(
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
     values.update(overrides)
     LlamaConfig(**values).save_pretrained(path)
     return Path(path)
@@ -43,11 +53,14 @@ def save_tiny_tokenizer(path: Path) -> int:
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=TOKENIZER_VOCAB, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     backend.train_from_iterator(TRAINING_LINES, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>",
-                                        bos_token="<|endoftext|>")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
     tokenizer.save_pretrained(path)
     return len(tokenizer)
 
@@ -56,8 +69,18 @@ def make_tiny_gpt2(path: Path, *, tokenizer: bool = True, **overrides) -> Path:
     from transformers import GPT2Config
 
     vocab = save_tiny_tokenizer(path) if tokenizer else 256
-    values = dict(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=128, resid_pdrop=0.0,
-                  embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    values = dict(
+        vocab_size=vocab,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=128,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     values.update(overrides)
     GPT2Config(**values).save_pretrained(path)
     return Path(path)
@@ -68,8 +91,10 @@ def write_small_corpus(path: Path) -> Path:
     subjects = ["The scaler", "A bf16 matmul", "The optimizer", "Each block", "The tokenizer", "An fp16 gradient"]
     verbs = ["keeps", "rounds", "skips", "doubles", "halves", "checks"]
     objects = ["the loss", "every weight", "small values", "the step", "its inputs", "the running mean"]
-    paragraphs = [f"{s} {v} {o} at step {i}." for i, (s, v, o) in
-                  enumerate((s, v, o) for s in subjects for v in verbs for o in objects[:3])]
+    paragraphs = [
+        f"{s} {v} {o} at step {i}."
+        for i, (s, v, o) in enumerate((s, v, o) for s in subjects for v in verbs for o in objects[:3])
+    ]
     path.write_text("\n\n".join(paragraphs + TRAINING_LINES[:4]) + "\n", encoding="utf-8")
     return path
 
@@ -78,5 +103,8 @@ def write_small_corpus(path: Path) -> Path:
 def hf_dirs(tmp_path_factory) -> dict[str, Path]:
     """{"llama": folder, "gpt2": folder, "data": small corpus file}, built once per test module."""
     root = tmp_path_factory.mktemp("hf")
-    return {"llama": make_tiny_llama(root / "tiny-llama"), "gpt2": make_tiny_gpt2(root / "tiny-gpt2"),
-            "data": write_small_corpus(root / "small.txt")}
+    return {
+        "llama": make_tiny_llama(root / "tiny-llama"),
+        "gpt2": make_tiny_gpt2(root / "tiny-gpt2"),
+        "data": write_small_corpus(root / "small.txt"),
+    }

@@ -20,8 +20,14 @@ from ampkit.train import TrainConfig
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 from ampkit.cli.hw import HwConfig  # noqa: E402
 
-CONFIGS = {"train": TrainConfig, "bench": BenchConfig, "doctor": DoctorConfig, "plan": PlanConfig, "kv": KvConfig,
-           "hw": HwConfig}
+CONFIGS = {
+    "train": TrainConfig,
+    "bench": BenchConfig,
+    "doctor": DoctorConfig,
+    "plan": PlanConfig,
+    "kv": KvConfig,
+    "hw": HwConfig,
+}
 
 
 def test_every_command_has_one_example():
@@ -53,9 +59,23 @@ def test_analytic_examples_run(tmp_path, capsys, command):
 
 def test_custom_loop_example_runs_and_locates_the_fault():
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "custom_loop.py"), "--precision", "fp16-mixed", "--steps",
-                           "15", "--log-every", "5", "--inject", "layers.1.fc2:backward:inf@6"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "custom_loop.py"),
+            "--precision",
+            "fp16-mixed",
+            "--steps",
+            "15",
+            "--log-every",
+            "5",
+            "--inject",
+            "layers.1.fc2:backward:inf@6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -76,15 +96,19 @@ def test_readme_python_api_snippet_compiles_and_imports():
 
     root = EXAMPLES.parent
     readme = (root / "README.md").read_text()
-    snippet = readme[readme.index("```python") + len("```python"):]
+    snippet = readme[readme.index("```python") + len("```python") :]
     snippet = snippet[: snippet.index("```")]
     assert snippet in (root / "docs" / "python_api.md").read_text()
     tree = ast.parse(snippet)
-    imported = [(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                for alias in node.names]
+    imported = [
+        (node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names
+    ]
     assert imported and all(hasattr(importlib.import_module(mod), name) for mod, name in imported)
-    policy_calls = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
-                    and isinstance(node.value, ast.Name) and node.value.id == "policy"}
+    policy_calls = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "policy"
+    }
     from ampkit.precision import Precision
 
     assert policy_calls and all(hasattr(Precision, name) for name in policy_calls)

@@ -14,8 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_gpu_check_dry_run(tmp_path):
     out = tmp_path / "gpu_check.json"
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["dry_run"] is True
@@ -29,5 +33,7 @@ def test_gpu_check_dry_run(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_gpu_check_without_cuda_says_so():
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh")], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh")], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2 and "--dry-run" in proc.stderr

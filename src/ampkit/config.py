@@ -9,8 +9,8 @@ line. Unknown TOML keys and wrong types are user errors (exit 2), never silently
 from __future__ import annotations
 
 import argparse
-import json
 import dataclasses
+import json
 import sys
 import types
 import typing
@@ -53,11 +53,13 @@ def add_config_flags(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, .
         default = f.default if f.default is not dataclasses.MISSING else None
         help_text = f"{f.metadata.get('help', '')} (default: {default})"
         if tp is bool:
-            parser.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=None, help=help_text)
+            parser.add_argument(
+                _flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
         else:
-            parser.add_argument(_flag(f.name), dest=f.name, type=tp, default=None, help=help_text,
-                                metavar=f.name.upper())
+            parser.add_argument(
+                _flag(f.name), dest=f.name, type=tp, default=None, help=help_text, metavar=f.name.upper()
+            )
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -88,8 +90,13 @@ def _check_value(cls, key: str, value: Any, source: str) -> Any:
     return value
 
 
-def resolve_config(cls: type[T], args: argparse.Namespace | None = None, *, toml_path: str | Path | None = None,
-                   base: dict[str, Any] | None = None) -> T:
+def resolve_config(
+    cls: type[T],
+    args: argparse.Namespace | None = None,
+    *,
+    toml_path: str | Path | None = None,
+    base: dict[str, Any] | None = None,
+) -> T:
     """defaults <- base (e.g. a resumed run's config) <- TOML file <- flags that were given."""
     values: dict[str, Any] = {}
     for key, value in (base or {}).items():
@@ -130,10 +137,17 @@ def config_to_toml(config) -> str:
     return "\n".join(lines) + "\n"
 
 
-def add_command_flags(parser: argparse.ArgumentParser, cls, *, command: str,
-                      json_help: str = "print summary.json to stdout and nothing else") -> None:
+def add_command_flags(
+    parser: argparse.ArgumentParser,
+    cls,
+    *,
+    command: str,
+    json_help: str = "print summary.json to stdout and nothing else",
+) -> None:
     """What every run-writing command shares: one flag per config field, `--config`, `--out`, `--json`."""
     add_config_flags(parser, cls)
     parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
-    parser.add_argument("--out", metavar="DIR", help=f"run directory (default runs/<time>-{command}); never overwritten")
+    parser.add_argument(
+        "--out", metavar="DIR", help=f"run directory (default runs/<time>-{command}); never overwritten"
+    )
     parser.add_argument("--json", action="store_true", help=json_help)

@@ -88,6 +88,7 @@ def test_report_refuses_what_it_cannot_render(tmp_path, capsys):
 
 # ---- the pipeline on synthetic workers (no subprocess) ------------------------------------------------
 
+
 def fake_worker(speeds: dict, *, failures: dict | None = None, cos_noise: dict | None = None):
     """A stand-in for `runner.run_worker`: writes a synthetic result (and fidelity capture) per job.
     `speeds`: precision -> ms per step."""
@@ -99,21 +100,44 @@ def fake_worker(speeds: dict, *, failures: dict | None = None, cos_noise: dict |
         on_event({"event": "phase", "phase": "measure"})
         if name in (failures or {}):
             kind = "oom" if failures[name].startswith("out of memory") else "error"
-            Path(job["result_path"]).write_text(json.dumps({"precision": name, "status": "failed",
-                                                            "error": failures[name], "error_kind": kind}))
+            Path(job["result_path"]).write_text(
+                json.dumps({"precision": name, "status": "failed", "error": failures[name], "error_kind": kind})
+            )
             return None
         gen = torch.Generator().manual_seed(0)
         logits, grad = torch.randn(40, 256, generator=gen), torch.randn(500, generator=gen)
         noise = (cos_noise or {}).get(name, 0.0)
-        torch.save({"logits": logits + noise * torch.randn(40, 256, generator=gen), "loss": 5.5,
-                    "grad": grad, "grad_numel": 500}, job["fidelity_path"])
+        torch.save(
+            {
+                "logits": logits + noise * torch.randn(40, 256, generator=gen),
+                "loss": 5.5,
+                "grad": grad,
+                "grad_numel": 500,
+            },
+            job["fidelity_path"],
+        )
         result = {
-            "precision": name, "status": "ok", "error": None, "threads": 2, "warmup_steps": 2, "measured_steps": 10,
-            "step_s": [speeds[name] / 1000] * 10, "tokens": [500] * 10, "slots": [512] * 10,
-            "loss_curve": [5.5 - 0.1 * i for i in range(12)], "skipped_steps": 0, "nonfinite_loss_steps": 0,
-            "nonfinite_grad_steps": 0, "final_loss_scale": 65536.0 if name == "fp16-mixed" else None,
-            "memory": {"kind": "cpu-rss", "peak_bytes": 400 * 2**20, "max_rss_bytes": 400 * 2**20,
-                       "baseline_rss_bytes": 300 * 2**20, "run_bytes": 100 * 2**20},
+            "precision": name,
+            "status": "ok",
+            "error": None,
+            "threads": 2,
+            "warmup_steps": 2,
+            "measured_steps": 10,
+            "step_s": [speeds[name] / 1000] * 10,
+            "tokens": [500] * 10,
+            "slots": [512] * 10,
+            "loss_curve": [5.5 - 0.1 * i for i in range(12)],
+            "skipped_steps": 0,
+            "nonfinite_loss_steps": 0,
+            "nonfinite_grad_steps": 0,
+            "final_loss_scale": 65536.0 if name == "fp16-mixed" else None,
+            "memory": {
+                "kind": "cpu-rss",
+                "peak_bytes": 400 * 2**20,
+                "max_rss_bytes": 400 * 2**20,
+                "baseline_rss_bytes": 300 * 2**20,
+                "run_bytes": 100 * 2**20,
+            },
             "peak": {"peak_flops": 1e11, "source": "measured-matmul", "dtype": "fp32"},
         }
         Path(job["result_path"]).write_text(json.dumps(result))
@@ -144,8 +168,7 @@ def test_emulated_cpu_recommends_fp32_and_says_why(tmp_path, capsys, monkeypatch
 
 def test_a_failed_precision_is_one_line_and_the_rest_still_compare(tmp_path, capsys, monkeypatch, avx2_cpu):
     oom = "out of memory (can't allocate memory); lower --batch-size or --seq-len, or pick a smaller --model"
-    monkeypatch.setattr(runner, "run_worker", fake_worker({"fp32": 50, "fp16-mixed": 40},
-                                                          failures={"bf16-mixed": oom}))
+    monkeypatch.setattr(runner, "run_worker", fake_worker({"fp32": 50, "fp16-mixed": 40}, failures={"bf16-mixed": oom}))
     code, _, err = run_cli(capsys, "bench", "--out", str(tmp_path / "run"), "--json")
     assert code == 0
     assert f"bf16-mixed failed: {oom}" in err
@@ -156,8 +179,11 @@ def test_a_failed_precision_is_one_line_and_the_rest_still_compare(tmp_path, cap
 
 
 def test_low_fidelity_is_not_recommended_even_when_fastest(tmp_path, capsys, monkeypatch, avx2_cpu):
-    monkeypatch.setattr(runner, "run_worker", fake_worker({"fp32": 50, "bf16-mixed": 10, "fp16-mixed": 30},
-                                                          cos_noise={"bf16-mixed": 3.0}))
+    monkeypatch.setattr(
+        runner,
+        "run_worker",
+        fake_worker({"fp32": 50, "bf16-mixed": 10, "fp16-mixed": 30}, cos_noise={"bf16-mixed": 3.0}),
+    )
     assert run_cli(capsys, "bench", "--out", str(tmp_path / "run"), "--json")[0] == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     bf16 = next(e for e in summary["precisions"] if e["name"] == "bf16-mixed")
@@ -190,22 +216,29 @@ def test_worker_failures_become_one_line_with_a_kind():
 
 # ---- bad input: one line, exit 2, before any worker starts --------------------------------------------
 
-@pytest.mark.parametrize("argv, message", [
-    (["--precisions", "fp32,bf17"], "unknown precision 'bf17'"),
-    (["--budget-s", "0"], "--budget-s must be a positive number"),
-    (["--precisions", "tf32"], "tf32 needs an NVIDIA GPU"),
-    (["--model", "7b"], "model '7b' does not fit"),
-    (["--model", "nope"], "unknown model preset 'nope'"),
-    (["--seq-len", "4096"], "exceeds model 'tiny' max_seq_len"),
-])
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--precisions", "fp32,bf17"], "unknown precision 'bf17'"),
+        (["--budget-s", "0"], "--budget-s must be a positive number"),
+        (["--precisions", "tf32"], "tf32 needs an NVIDIA GPU"),
+        (["--model", "7b"], "model '7b' does not fit"),
+        (["--model", "nope"], "unknown model preset 'nope'"),
+        (["--seq-len", "4096"], "exceeds model 'tiny' max_seq_len"),
+    ],
+)
 def test_bad_input_is_refused_in_one_line(tmp_path, capsys, monkeypatch, argv, message):
     def no_worker(*args, **kwargs):
         raise AssertionError("a worker started despite bad input")
 
     monkeypatch.setattr(runner, "run_worker", no_worker)
     if "7b" in argv:  # make the host small enough that 7B cannot fit, whatever this machine has
-        monkeypatch.setattr(runner, "describe_device",
-                            lambda device: __import__("dataclasses").replace(AVX2_CPU, total_memory_bytes=16 * 2**30))
+        monkeypatch.setattr(
+            runner,
+            "describe_device",
+            lambda device: __import__("dataclasses").replace(AVX2_CPU, total_memory_bytes=16 * 2**30),
+        )
     code, stdout, err = run_cli(capsys, "bench", *argv, "--out", str(tmp_path / "run"))
     assert code == 2 and stdout == ""
     assert len(err.strip().splitlines()) == 1 and message in err

@@ -17,9 +17,19 @@ AVX2_CPU = describe_cpu(parse_cpuinfo("model name\t: AMD EPYC 7B13\nflags\t\t: f
 
 
 def cuda_info(cc: tuple[int, int], **overrides):
-    base = dict(type="cuda", name="NVIDIA Test GPU", compute_capability=cc, native_bf16=cc >= (8, 0),
-                native_fp16=cc >= (7, 0), has_tf32=cc >= (8, 0), has_fp8=cc >= (8, 9), cpu_flags=frozenset(),
-                total_memory_bytes=80 * 1024**3, gpu_model=None, index=0)
+    base = dict(
+        type="cuda",
+        name="NVIDIA Test GPU",
+        compute_capability=cc,
+        native_bf16=cc >= (8, 0),
+        native_fp16=cc >= (7, 0),
+        has_tf32=cc >= (8, 0),
+        has_fp8=cc >= (8, 9),
+        cpu_flags=frozenset(),
+        total_memory_bytes=80 * 1024**3,
+        gpu_model=None,
+        index=0,
+    )
     base.update(overrides)
     return dataclasses.replace(AVX2_CPU, **base)
 

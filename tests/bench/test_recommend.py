@@ -15,13 +15,19 @@ GIB = 1024**3
 
 
 def cand(name, tps, *, cos=0.9999, mem=GIB, **kw) -> Candidate:
-    return Candidate(name=name, ok=True, tokens_per_s=tps, logits_cosine=cos, fidelity_passed=cos >= 0.99,
-                     peak_bytes=mem, **kw)
+    return Candidate(
+        name=name, ok=True, tokens_per_s=tps, logits_cosine=cos, fidelity_passed=cos >= 0.99, peak_bytes=mem, **kw
+    )
 
 
 def test_fastest_passing_precision_wins_with_reason_in_numbers():
-    rec = recommend([cand("fp32", 1000, cos=1.0), cand("bf16-mixed", 2700, cos=0.99963, mem=int(0.62 * GIB)),
-                     cand("fp16-mixed", 2000)])
+    rec = recommend(
+        [
+            cand("fp32", 1000, cos=1.0),
+            cand("bf16-mixed", 2700, cos=0.99963, mem=int(0.62 * GIB)),
+            cand("fp16-mixed", 2000),
+        ]
+    )
     assert rec.precision == "bf16-mixed"
     assert rec.reason == "bf16-mixed: 2.70x tokens/s, -38% memory, logits cos 0.9996 vs fp32"
 
@@ -33,20 +39,23 @@ def test_failing_fidelity_disqualifies_the_fastest():
 
 
 def test_instability_and_failure_disqualify():
-    rec = recommend([
-        cand("fp32", 1000, cos=1.0),
-        cand("fp16-mixed", 3000, stable=False, instability="the loss scaler skipped 9 of 12 steps"),
-        Candidate(name="bf16-true", ok=False, error="out of memory"),
-        cand("bf16-mixed", 1500),
-    ])
+    rec = recommend(
+        [
+            cand("fp32", 1000, cos=1.0),
+            cand("fp16-mixed", 3000, stable=False, instability="the loss scaler skipped 9 of 12 steps"),
+            Candidate(name="bf16-true", ok=False, error="out of memory"),
+            cand("bf16-mixed", 1500),
+        ]
+    )
     assert rec.precision == "bf16-mixed"
     assert rec.disqualified["fp16-mixed"].startswith("unstable: the loss scaler skipped")
     assert rec.disqualified["bf16-true"] == "failed: out of memory"
 
 
 def test_ties_go_to_the_simpler_regime():
-    rec = recommend([cand("fp32", 1000, cos=1.0), cand("bf16-mixed", 2000), cand("fp16-mixed", 2060)],
-                    tie_tolerance=0.05)
+    rec = recommend(
+        [cand("fp32", 1000, cos=1.0), cand("bf16-mixed", 2000), cand("fp16-mixed", 2060)], tie_tolerance=0.05
+    )
     assert rec.precision == "bf16-mixed"  # fp16-mixed is 3% faster: a tie, and bf16 needs no scaler
     assert "fp16-mixed was 1.03x as fast" in rec.reason
     assert recommend([cand("fp32", 1000, cos=1.0), cand("bf16-mixed", 1040)]).precision == "fp32"
@@ -55,11 +64,13 @@ def test_ties_go_to_the_simpler_regime():
 
 def test_emulated_bf16_on_an_avx2_cpu_recommends_fp32_and_names_the_missing_support():
     notes = {name: native_support(AVX2_CPU, get_spec(name)) for name in ("bf16-mixed", "fp16-mixed")}
-    rec = recommend([
-        cand("fp32", 2000, cos=1.0),
-        cand("bf16-mixed", 100, native=notes["bf16-mixed"][0], native_note=notes["bf16-mixed"][1]),
-        cand("fp16-mixed", 400, native=notes["fp16-mixed"][0], native_note=notes["fp16-mixed"][1]),
-    ])
+    rec = recommend(
+        [
+            cand("fp32", 2000, cos=1.0),
+            cand("bf16-mixed", 100, native=notes["bf16-mixed"][0], native_note=notes["bf16-mixed"][1]),
+            cand("fp16-mixed", 400, native=notes["fp16-mixed"][0], native_note=notes["fp16-mixed"][1]),
+        ]
+    )
     assert rec.precision == "fp32"
     assert "bf16-mixed 0.05x tokens/s (emulated: no avx512_bf16/amx_bf16)" in rec.reason
     assert "fp16-mixed 0.20x tokens/s (emulated: no avx512_fp16/amx_fp16)" in rec.reason
@@ -79,8 +90,10 @@ def test_no_recommendation_without_the_reference():
 
 
 def test_memory_bound_advice_names_the_leanest_passing_precision():
-    rec = recommend([cand("fp32", 1000, cos=1.0, mem=int(0.9 * 80 * GIB)), cand("bf16-mixed", 1500, mem=40 * GIB)],
-                    capacity_bytes=80 * GIB)
+    rec = recommend(
+        [cand("fp32", 1000, cos=1.0, mem=int(0.9 * 80 * GIB)), cand("bf16-mixed", 1500, mem=40 * GIB)],
+        capacity_bytes=80 * GIB,
+    )
     assert len(rec.advice) == 1
     assert rec.advice[0].startswith("memory-bound: fp32 peaks at 90% of the device's 80.0 GiB")
     assert "bf16-mixed uses -44% memory vs fp32" in rec.advice[0]

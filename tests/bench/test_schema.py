@@ -25,22 +25,55 @@ def test_validate_summary_flags_wrong_schema_and_shape():
 
 
 def test_a_minimal_conforming_summary_passes_and_a_retyped_field_fails():
-    entry = {"name": "fp32", "status": "failed", "error": "x", "native": True, "native_note": "native",
-             "steps": None, "timing": None, "mfu": None, "memory": None, "loss": None, "stability": None,
-             "vs_fp32": None, "fidelity": None, "files": {"result": "r", "log": "l", "fidelity": None}}
+    entry = {
+        "name": "fp32",
+        "status": "failed",
+        "error": "x",
+        "native": True,
+        "native_note": "native",
+        "steps": None,
+        "timing": None,
+        "mfu": None,
+        "memory": None,
+        "loss": None,
+        "stability": None,
+        "vs_fp32": None,
+        "fidelity": None,
+        "files": {"result": "r", "log": "l", "fidelity": None},
+    }
     summary = {
-        "schema": "ampkit.bench/1", "schema_version": 1, "command": "bench", "ampkit_version": "0",
-        "torch_version": "2", "created_utc": "t", "wall_s": 1.0, "config": {}, "host_load": None,
-        "device": {"type": "cpu", "name": "c", "gpu_model": None, "compute_capability": None,
-                   "total_memory_bytes": 1, "native_bf16": False, "native_fp16": False, "has_tf32": False,
-                   "has_fp8": False, "cpu_flags": [], "cpu_threads": 2},
+        "schema": "ampkit.bench/1",
+        "schema_version": 1,
+        "command": "bench",
+        "ampkit_version": "0",
+        "torch_version": "2",
+        "created_utc": "t",
+        "wall_s": 1.0,
+        "config": {},
+        "host_load": None,
+        "device": {
+            "type": "cpu",
+            "name": "c",
+            "gpu_model": None,
+            "compute_capability": None,
+            "total_memory_bytes": 1,
+            "native_bf16": False,
+            "native_fp16": False,
+            "has_tf32": False,
+            "has_fp8": False,
+            "cpu_flags": [],
+            "cpu_threads": 2,
+        },
         "model": {"preset": "tiny", "parameters": 1, "flops_per_token": 6.0, "flops_formula": "6N"},
         "data": {"corpus": "c", "tokenizer": "bytes", "seq_len": 8, "batch_size": 2},
-        "reference": "fp32", "warnings": [], "precisions": [entry],
+        "reference": "fp32",
+        "warnings": [],
+        "precisions": [entry],
         "recommendation": {"precision": None, "reason": "r", "disqualified": {}, "advice": []},
     }
     assert validate_summary(summary) == []
     broken = copy.deepcopy(summary)
     broken["precisions"][0]["timing"] = {"tokens_per_s": "fast"}
-    assert any(e.startswith("summary.precisions[0].timing.tokens_per_s: expected int/float")
-               for e in validate_summary(broken))
+    assert any(
+        e.startswith("summary.precisions[0].timing.tokens_per_s: expected int/float") for e in validate_summary(broken)
+    )

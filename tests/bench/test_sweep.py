@@ -29,7 +29,9 @@ def test_sweep_runs_baseline_and_pack_and_re_renders(tmp_path, capsys):
 def test_sweep_bad_inputs_are_one_line(tmp_path, capsys):
     assert main(["bench", "--sweep", "turbo", "--out", str(tmp_path / "a")]) == 2
     assert "unknown feature set 'turbo'" in capsys.readouterr().err
-    assert main(["bench", "--sweep", "pack", "--precisions", "bf16-mixed,fp16-mixed", "--out", str(tmp_path / "b")]) == 2
+    assert (
+        main(["bench", "--sweep", "pack", "--precisions", "bf16-mixed,fp16-mixed", "--out", str(tmp_path / "b")]) == 2
+    )
     err = capsys.readouterr().err
     assert "ONE precision" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

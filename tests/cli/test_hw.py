@@ -30,7 +30,9 @@ def test_hw_json_quick_reports_every_cpu_dtype(capsys):
     assert set(summary["dtypes"]) == {"fp32", "bf16", "fp16"}
     for key, entry in summary["dtypes"].items():
         assert entry["measured_flops"] > 0, key
-        assert entry["ratio_vs_fp32"] == pytest.approx(entry["measured_flops"] / summary["dtypes"]["fp32"]["measured_flops"])
+        assert entry["ratio_vs_fp32"] == pytest.approx(
+            entry["measured_flops"] / summary["dtypes"]["fp32"]["measured_flops"]
+        )
     bf16 = summary["dtypes"]["bf16"]
     assert bf16["native"] == info.native_bf16
     assert bf16["mode"] == ("native" if info.native_bf16 else "emulated")

@@ -111,8 +111,9 @@ def test_packed_loss_equals_mean_of_documents_computed_one_by_one(tiny_model):
     rows = [_docs((10, 25, 7), seed=1), _docs((40,), seed=2), _docs((3, 30, 2, 9), seed=3)]
     batch = collate_pack(rows, seq_len=48)
     with torch.no_grad():
-        packed = causal_lm_loss(tiny_model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask),
-                                batch.targets)
+        packed = causal_lm_loss(
+            tiny_model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask), batch.targets
+        )
         total, count = torch.zeros((), dtype=torch.float64), 0
         for doc in (d for row in rows for d in row):
             alone = causal_lm_loss(tiny_model(doc[:-1][None]), doc[1:][None])  # unpadded, default causal
@@ -216,8 +217,9 @@ def test_bucket_batch_never_straddles_epochs():
 def test_default_corpus_padding_pack_and_bucket_vs_pad_at_512():
     fractions = {}
     for strategy in ("pad", "bucket", "pack"):
-        train, _ = build_samplers(load_default_corpus(), ByteTokenizer(), seq_len=512, batch_size=8, seed=0,
-                                  strategy=strategy)
+        train, _ = build_samplers(
+            load_default_corpus(), ByteTokenizer(), seq_len=512, batch_size=8, seed=0, strategy=strategy
+        )
         batches = [train.next_batch() for _ in range(40)]
         fractions[strategy] = 1 - sum(b.n_tokens for b in batches) / sum(b.n_padded for b in batches)
     assert fractions["pad"] > 0.4  # the waste the issue is about

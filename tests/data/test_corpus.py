@@ -14,7 +14,6 @@ from ampkit.data.corpus import (
 )
 from ampkit.errors import UsageError
 
-
 # ---------------------------------------------------------------- the embedded default
 
 

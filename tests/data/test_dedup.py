@@ -49,20 +49,23 @@ def _corpus_with_duplicates() -> Corpus:
 def test_dedup_runs_before_the_split_so_no_duplicate_crosses_it():
     tok = ByteTokenizer()
     plain = build_data(_corpus_with_duplicates(), tok, seq_len=64, batch_size=4, seed=0, val_fraction=0.25)
-    deduped = build_data(_corpus_with_duplicates(), tok, seq_len=64, batch_size=4, seed=0, val_fraction=0.25,
-                         dedup="exact")
+    deduped = build_data(
+        _corpus_with_duplicates(), tok, seq_len=64, batch_size=4, seed=0, val_fraction=0.25, dedup="exact"
+    )
     assert plain.dedup.items_removed == 0 and deduped.dedup.items_removed == 20
     removed_tokens = deduped.dedup.tokens_removed
     assert removed_tokens == sum(len(tok.encode(p)) for p in paragraphs(_corpus_with_duplicates())[40:])
     train_texts = {normalize_text(tok.decode(u.tolist())) for u in deduped.train.units}
-    val_texts = {normalize_text(tok.decode(_row_tokens(b, i)))
-                 for b in deduped.val_batches for i in range(b.input_ids.shape[0])}
+    val_texts = {
+        normalize_text(tok.decode(_row_tokens(b, i))) for b in deduped.val_batches for i in range(b.input_ids.shape[0])
+    }
     assert train_texts and val_texts and not train_texts & val_texts
     assert len(train_texts) + len(val_texts) == 40
     # without dedup, some held-out paragraph is also a training paragraph (what dedup-first prevents)
     plain_train = {normalize_text(tok.decode(u.tolist())) for u in plain.train.units}
-    plain_val = {normalize_text(tok.decode(_row_tokens(b, i)))
-                 for b in plain.val_batches for i in range(len(b.input_ids))}
+    plain_val = {
+        normalize_text(tok.decode(_row_tokens(b, i))) for b in plain.val_batches for i in range(len(b.input_ids))
+    }
     assert plain_train & plain_val
 
 

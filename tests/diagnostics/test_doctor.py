@@ -23,8 +23,12 @@ def test_unsafe_op_goes_nan_under_fp16_and_doctor_names_it(unsafe_fp16):
     summary = unsafe_fp16.summary
     assert summary["run"]["nonfinite_loss_steps"] == [1, 2, 3, 4]
     first = summary["locator"]["first_nonfinite"]
-    assert (first["module"], first["cls"], first["phase"], first["site"]) == ("blocks.1.mlp", "NaiveExpGate",
-                                                                               "forward", "outputs")
+    assert (first["module"], first["cls"], first["phase"], first["site"]) == (
+        "blocks.1.mlp",
+        "NaiveExpGate",
+        "forward",
+        "outputs",
+    )
     assert summary["scale"]["skipped"] == 4 and summary["scale"]["backoffs"] == 4
     assert summary["status"] == "problems"
 
@@ -39,8 +43,11 @@ def test_doctor_advises_the_fp32_fix_for_that_module(unsafe_fp16):
 
 
 def test_applying_the_advised_fix_makes_the_same_run_finite():
-    fixed = run_doctor(DoctorConfig(precision="fp16-mixed", unsafe_op="blocks.1.mlp", keep_fp32="blocks.1.mlp",
-                                    **(QUICK | {"steps": 8})))
+    fixed = run_doctor(
+        DoctorConfig(
+            precision="fp16-mixed", unsafe_op="blocks.1.mlp", keep_fp32="blocks.1.mlp", **(QUICK | {"steps": 8})
+        )
+    )
     summary = fixed.summary
     assert all(math.isfinite(v) for v in summary["run"]["losses"]) and len(summary["run"]["losses"]) == 8
     assert summary["run"]["losses"][-1] < summary["run"]["losses"][0]  # it trains
@@ -51,16 +58,22 @@ def test_applying_the_advised_fix_makes_the_same_run_finite():
 
 def test_model_hook_and_fp32_reference():
     """A user's own model change through the Python API; fp32 runs it cleanly ("not precision" stays quiet)."""
-    result = run_doctor(DoctorConfig(precision="fp32", **QUICK),
-                        model_hook=lambda m: insert_unsafe_op(m, "blocks.2.mlp"))
+    result = run_doctor(
+        DoctorConfig(precision="fp32", **QUICK), model_hook=lambda m: insert_unsafe_op(m, "blocks.2.mlp")
+    )
     assert result.summary["locator"]["first_nonfinite"] is None
     assert result.summary["scale"]["active"] is False
     assert [a.rule for a in result.advice] == ["healthy"]
 
 
 def test_injected_fault_is_named_and_smoke_fails_with_diagnosis():
-    result = run_doctor(DoctorConfig(precision="fp32", inject="blocks.0.attn.v_proj:backward:nan@2",
-                                     **(QUICK | {"smoke": True, "smoke_steps": 20})))
+    result = run_doctor(
+        DoctorConfig(
+            precision="fp32",
+            inject="blocks.0.attn.v_proj:backward:nan@2",
+            **(QUICK | {"smoke": True, "smoke_steps": 20}),
+        )
+    )
     s = result.summary
     first = s["locator"]["first_nonfinite"]
     assert (first["module"], first["phase"], first["step"]) == ("blocks.0.attn.v_proj", "backward", 2)
@@ -73,9 +86,24 @@ def test_injected_fault_is_named_and_smoke_fails_with_diagnosis():
 
 def test_cli_writes_summary_and_report(tmp_path, run_cli):
     out = tmp_path / "doc"
-    code, stdout, stderr = run_cli("doctor", "--precision", "fp16-mixed", "--unsafe-op", "blocks.1.mlp",
-                                   "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--smoke-steps", "3",
-                                   "--out", str(out), "--json")
+    code, stdout, stderr = run_cli(
+        "doctor",
+        "--precision",
+        "fp16-mixed",
+        "--unsafe-op",
+        "blocks.1.mlp",
+        "--steps",
+        "3",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "32",
+        "--smoke-steps",
+        "3",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert code == 0, stderr
     summary = json.loads(stdout)
     assert summary == json.loads((out / "summary.json").read_text())
@@ -87,12 +115,15 @@ def test_cli_writes_summary_and_report(tmp_path, run_cli):
     assert summary["fidelity"]["first_below"] == "blocks.1"
 
 
-@pytest.mark.parametrize(("inject", "fragment"), [
-    ("blocks.9.mlp:forward:nan", "valid paths include: "),
-    ("blocks.0.mlp:sideways:nan", "fault phase 'sideways'"),
-    ("blocks.0.mlp:forward:boom", "fault kind 'boom'"),
-    ("blocks.0.mlp", "module_path:phase:kind"),
-])
+@pytest.mark.parametrize(
+    ("inject", "fragment"),
+    [
+        ("blocks.9.mlp:forward:nan", "valid paths include: "),
+        ("blocks.0.mlp:sideways:nan", "fault phase 'sideways'"),
+        ("blocks.0.mlp:forward:boom", "fault kind 'boom'"),
+        ("blocks.0.mlp", "module_path:phase:kind"),
+    ],
+)
 def test_cli_bad_inject_is_one_line_exit_2(tmp_path, run_cli, inject, fragment):
     out = tmp_path / "never"
     code, stdout, stderr = run_cli("doctor", "--inject", inject, "--out", str(out))

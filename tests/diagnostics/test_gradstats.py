@@ -53,8 +53,9 @@ def test_collector_forecast_matches_ground_truth_and_norms():
     [tensor] = step.tensors
     assert tensor.flush_fraction == _ground_truth_flushed(target, scale)
     scaled = (target * scale).abs()
-    assert tensor.subnormal_fraction == pytest.approx(((scaled > FP16_FLUSH_AT) & (scaled < FP16_MIN_NORMAL))
-                                                      .float().mean().item())
+    assert tensor.subnormal_fraction == pytest.approx(
+        ((scaled > FP16_FLUSH_AT) & (scaled < FP16_MIN_NORMAL)).float().mean().item()
+    )
     assert tensor.norm == pytest.approx(target.norm().item(), rel=1e-6)
     assert tensor.max_abs == pytest.approx(target.abs().max().item(), rel=1e-6)
     assert tensor.headroom == pytest.approx(65504 / (target.abs().max().item() * scale), rel=1e-6)
@@ -100,7 +101,14 @@ def test_long_tail_flags_the_towering_layer_only():
     assert long_tail({"a": 1.0, "b": 2.0, "c": 3.0, "d": math.nan}) is None
 
 
-@pytest.mark.parametrize(("name", "layer"), [("blocks.3.attn.q_proj.weight", "blocks.3"), ("embed.weight", "embed"),
-                                             ("lm_head.weight", "lm_head"), ("scale", "scale")])
+@pytest.mark.parametrize(
+    ("name", "layer"),
+    [
+        ("blocks.3.attn.q_proj.weight", "blocks.3"),
+        ("embed.weight", "embed"),
+        ("lm_head.weight", "lm_head"),
+        ("scale", "scale"),
+    ],
+)
 def test_layer_of(name, layer):
     assert layer_of(name) == layer

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_ARGS
 
 from ampkit.diagnostics.train_hooks import NoDiagnostics, build_train_diagnostics
 from ampkit.runs import read_metrics
 from ampkit.train import TrainConfig, build_run
 from ampkit.train.checkpoint import list_checkpoints
 from ampkit.train.guard import checkpoint_is_finite
+from helpers import TINY_ARGS
 
 ARGS = [*TINY_ARGS, "--eval-batches", "1", "--checkpoint-every", "2", "--keep-checkpoints", "100"]
 
@@ -49,8 +49,9 @@ def _train(run_cli, out: Path, *extra: str):
 
 def test_guard_survives_a_nan_burst(tmp_path, run_cli):
     out = tmp_path / "guarded"
-    code, summary, metrics, stderr = _train(run_cli, out, "--steps", "10", "--guard",
-                                            "--inject", "blocks.1.mlp:forward:nan@5-6")
+    code, summary, metrics, stderr = _train(
+        run_cli, out, "--steps", "10", "--guard", "--inject", "blocks.1.mlp:forward:nan@5-6"
+    )
     assert code == 0, stderr
     assert summary["status"] == "completed" and summary["steps"] == 10
     rollbacks = [m for m in metrics if m["event"] == "rollback"]
@@ -77,8 +78,20 @@ def test_without_guard_nan_weights_never_reach_disk(tmp_path, run_cli):
 def test_guard_rolls_back_on_consecutive_skips_and_scale_collapse(tmp_path, run_cli):
     out = tmp_path / "fp16"
     code, summary, metrics, stderr = _train(
-        run_cli, out, "--steps", "8", "--precision", "fp16-mixed", "--guard", "--guard-max-skips", "2",
-        "--min-scale", "20000", "--inject", "lm_head:backward:inf@3-4")
+        run_cli,
+        out,
+        "--steps",
+        "8",
+        "--precision",
+        "fp16-mixed",
+        "--guard",
+        "--guard-max-skips",
+        "2",
+        "--min-scale",
+        "20000",
+        "--inject",
+        "lm_head:backward:inf@3-4",
+    )
     assert code == 0, stderr
     reasons = [m["reason"] for m in metrics if m["event"] == "rollback"]
     # skip at step 3 (65536 -> 32768), skip at step 4 (-> 16384 < min_scale 20000): a collapse
@@ -87,8 +100,18 @@ def test_guard_rolls_back_on_consecutive_skips_and_scale_collapse(tmp_path, run_
     _scan_checkpoints(out)
     out2 = tmp_path / "fp16-skips"
     code, summary, metrics, stderr = _train(
-        run_cli, out2, "--steps", "8", "--precision", "fp16-mixed", "--guard", "--guard-max-skips", "2",
-        "--inject", "lm_head:backward:inf@3-4")
+        run_cli,
+        out2,
+        "--steps",
+        "8",
+        "--precision",
+        "fp16-mixed",
+        "--guard",
+        "--guard-max-skips",
+        "2",
+        "--inject",
+        "lm_head:backward:inf@3-4",
+    )
     assert code == 0, stderr
     [rollback] = [m for m in metrics if m["event"] == "rollback"]
     assert "2 consecutive steps skipped" in rollback["reason"] and rollback["to_step"] == 2
@@ -96,8 +119,9 @@ def test_guard_rolls_back_on_consecutive_skips_and_scale_collapse(tmp_path, run_
 
 def test_guard_gives_up_with_a_clear_report(tmp_path, run_cli):
     out = tmp_path / "hopeless"
-    code, summary, metrics, stderr = _train(run_cli, out, "--steps", "8", "--guard", "--guard-max-rollbacks", "2",
-                                            "--inject", "norm:forward:inf")
+    code, summary, metrics, stderr = _train(
+        run_cli, out, "--steps", "8", "--guard", "--guard-max-rollbacks", "2", "--inject", "norm:forward:inf"
+    )
     assert code == 1
     assert "NaN guard gave up after 2 rollbacks" in stderr and "ampkit doctor" in stderr
     assert summary["status"] == "failed" and summary["guard"]["rollbacks"] == 2
@@ -125,16 +149,30 @@ def test_checkpoint_is_finite():
 
 def test_grad_stats_and_nonfinite_detection_in_train(tmp_path, run_cli):
     out = tmp_path / "diag"
-    code, summary, metrics, stderr = _train(run_cli, out, "--steps", "4", "--grad-stats-every", "2",
-                                            "--detect-nonfinite", "--inject", "blocks.2.attn.o_proj:backward:inf@3")
+    code, summary, metrics, stderr = _train(
+        run_cli,
+        out,
+        "--steps",
+        "4",
+        "--grad-stats-every",
+        "2",
+        "--detect-nonfinite",
+        "--inject",
+        "blocks.2.attn.o_proj:backward:inf@3",
+    )
     assert code == 0, stderr
     stats = [m for m in metrics if m["event"] == "grad_stats"]
     assert [s["step"] for s in stats] == [2, 4] and stats[0]["scale"] == 1.0
     layers = {layer["name"]: layer for layer in stats[0]["layers"]}
     assert {"embed", "blocks.0", "blocks.3", "norm"} <= set(layers)
     assert all(math.isfinite(layer["norm"]) and 0 <= layer["flush_fraction"] <= 1 for layer in layers.values())
-    assert len(stats[0]["tensors"]) == len(list(torch.nn.Module.parameters(build_run(TrainConfig(
-        model="tiny", seq_len=32, batch_size=2, eval_batches=1)).model)))
+    assert len(stats[0]["tensors"]) == len(
+        list(
+            torch.nn.Module.parameters(
+                build_run(TrainConfig(model="tiny", seq_len=32, batch_size=2, eval_batches=1)).model
+            )
+        )
+    )
     [found] = [m for m in metrics if m["event"] == "nonfinite"]
     assert (found["module"], found["phase"], found["step"]) == ("blocks.2.attn.o_proj", "backward", 3)
     assert summary["diagnostics"]["first_nonfinite"]["module"] == "blocks.2.attn.o_proj"

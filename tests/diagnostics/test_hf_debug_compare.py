@@ -19,7 +19,6 @@ import torch
 from ampkit.diagnostics import FaultInjector, NonFiniteLocator
 from ampkit.models import causal_lm_loss
 from ampkit.models.hf import build_hf_model
-
 from hf_fixtures import make_tiny_llama
 
 debug_utils = pytest.importorskip("transformers.debug_utils")  # the optional `ampkit[hf]` extra
@@ -83,9 +82,26 @@ def test_ampkit_doctor_names_the_module_the_hf_tool_names(llama_spec, tmp_path, 
     model = build_hf_model(llama_spec, seed=0)
     with FaultInjector(model, fault):
         blamed, printed = hf_debug_run(model, torch.randint(0, 256, (2, 12)))
-    code, stdout, err = run_cli("doctor", "--model", llama_spec, "--precision", "fp32", "--steps", "2",
-                                "--seq-len", "16", "--batch-size", "2", "--no-smoke", "--no-fidelity",
-                                "--inject", f"{fault}@1", "--out", str(tmp_path / "doctor"), "--json")
+    code, stdout, err = run_cli(
+        "doctor",
+        "--model",
+        llama_spec,
+        "--precision",
+        "fp32",
+        "--steps",
+        "2",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "2",
+        "--no-smoke",
+        "--no-fidelity",
+        "--inject",
+        f"{fault}@1",
+        "--out",
+        str(tmp_path / "doctor"),
+        "--json",
+    )
     assert code == 0, err
     finding = json.loads(stdout)["locator"]["first_nonfinite"]
     assert blamed is not None and finding["module"] == "hf." + blamed, printed
@@ -104,6 +120,9 @@ def test_backward_only_fault_is_invisible_to_the_hf_tool(llama_spec):
 
     fresh = build_hf_model(llama_spec, seed=0)  # DebugUnderflowOverflow's hooks cannot be removed
     finding = ampkit_run(fresh, ids, fault)
-    assert (finding.module, finding.phase, finding.site) == ("hf.model.layers.1.self_attn.o_proj", "backward",
-                                                             "grad_input")
+    assert (finding.module, finding.phase, finding.site) == (
+        "hf.model.layers.1.self_attn.o_proj",
+        "backward",
+        "grad_input",
+    )
     assert finding.values == "inf"

@@ -8,8 +8,15 @@ import pytest
 import torch
 
 from ampkit.diagnostics import (
-    FaultInjector, FaultSpec, NaiveExpGate, ScaleTrajectory, corrupt, insert_unsafe_op, keep_in_fp32,
-    parse_fault_spec, resolve_module,
+    FaultInjector,
+    FaultSpec,
+    NaiveExpGate,
+    ScaleTrajectory,
+    corrupt,
+    insert_unsafe_op,
+    keep_in_fp32,
+    parse_fault_spec,
+    resolve_module,
 )
 from ampkit.diagnostics.scale import from_metrics
 from ampkit.errors import UsageError
@@ -31,15 +38,18 @@ def test_parse_spec_round_trips():
     assert spec.active(7) and spec.active(9) and not spec.active(6) and not spec.active(10)
 
 
-@pytest.mark.parametrize(("text", "fragment"), [
-    ("blocks.0.mlp", "module_path:phase:kind"),
-    ("blocks.0.mlp:forward", "module_path:phase:kind"),
-    ("blocks.0.mlp:sideways:nan", "phase 'sideways'"),
-    ("blocks.0.mlp:forward:zero", "kind 'zero'"),
-    ("blocks.0.mlp:forward:nan@x", "must be a number"),
-    ("blocks.0.mlp:forward:nan@5-3", "not a range"),
-    ("blocks.0.mlp:forward:nan@0", "not a range"),
-])
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("blocks.0.mlp", "module_path:phase:kind"),
+        ("blocks.0.mlp:forward", "module_path:phase:kind"),
+        ("blocks.0.mlp:sideways:nan", "phase 'sideways'"),
+        ("blocks.0.mlp:forward:zero", "kind 'zero'"),
+        ("blocks.0.mlp:forward:nan@x", "must be a number"),
+        ("blocks.0.mlp:forward:nan@5-3", "not a range"),
+        ("blocks.0.mlp:forward:nan@0", "not a range"),
+    ],
+)
 def test_bad_specs_are_one_line_usage_errors(text, fragment):
     with pytest.raises(UsageError, match=fragment) as err:
         parse_fault_spec(text)
@@ -125,8 +135,11 @@ def test_scale_trajectory_events_and_collapse():
     summary = t.summary()
     assert [e["kind"] for e in summary["events"]] == ["backoff", "backoff", "growth", "collapse"]
     assert (summary["skipped"], summary["early_skipped"], summary["min"], summary["collapsed_at"]) == (3, 3, 0.5, 5)
-    records = [{"event": "train", "step": 1, "loss_scale": 65536.0, "skipped": False},
-               {"event": "eval", "step": 1}, {"event": "train", "step": 2, "loss_scale": 32768.0, "skipped": True}]
+    records = [
+        {"event": "train", "step": 1, "loss_scale": 65536.0, "skipped": False},
+        {"event": "eval", "step": 1},
+        {"event": "train", "step": 2, "loss_scale": 32768.0, "skipped": True},
+    ]
     rebuilt = from_metrics(records).summary()
     assert (rebuilt["initial"], rebuilt["backoffs"], rebuilt["skipped"]) == (65536.0, 1, 1)
     assert not from_metrics([{"event": "train", "step": 1, "loss_scale": None}]).active

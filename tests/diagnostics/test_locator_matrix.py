@@ -73,8 +73,15 @@ def test_matrix_covers_the_acceptance_set():
     modules = {m for m, _, _ in MATRIX}
     assert len(MATRIX) >= 20
     assert {p for _, p, _ in MATRIX} == {"forward", "backward"}
-    for needed in ("embed", "blocks.0.attn.q_proj", "blocks.0.attn.attn", "blocks.0.mlp.gate_proj",
-                   "blocks.0.attn_norm", "lm_head", CUSTOM):
+    for needed in (
+        "embed",
+        "blocks.0.attn.q_proj",
+        "blocks.0.attn.attn",
+        "blocks.0.mlp.gate_proj",
+        "blocks.0.attn_norm",
+        "lm_head",
+        CUSTOM,
+    ):
         assert needed in modules
 
 
@@ -95,8 +102,10 @@ def test_locator_names_the_injected_module_and_phase(model, tokens, path, phase,
         assert finding.frames and finding.frames[-1].module == path  # the ring ends at the culprit
 
 
-@pytest.mark.parametrize(("path", "phase"), [("blocks.0.attn.q_proj", "forward"), ("blocks.2.mlp.up_proj", "forward"),
-                                             ("blocks.1.attn.o_proj", "backward")])
+@pytest.mark.parametrize(
+    ("path", "phase"),
+    [("blocks.0.attn.q_proj", "forward"), ("blocks.2.mlp.up_proj", "forward"), ("blocks.1.attn.o_proj", "backward")],
+)
 def test_overflow_fault_is_inf_under_fp16_autocast(model, tokens, path, phase):
     locator = _one_step(model, tokens, f"{path}:{phase}:overflow", autocast_dtype=torch.float16)
     finding = locator.first_nonfinite

@@ -43,10 +43,13 @@ def test_smoke_passes(batch, precision):
     assert f"after {result.steps_needed} steps" in result.diagnosis
 
 
-@pytest.mark.parametrize(("spec", "failure", "phase"), [
-    ("blocks.2.attn.attn:forward:nan@4", "nonfinite_loss", "forward"),
-    ("blocks.0.mlp.down_proj:backward:inf@3", "nonfinite_grad", "backward"),
-])
+@pytest.mark.parametrize(
+    ("spec", "failure", "phase"),
+    [
+        ("blocks.2.attn.attn:forward:nan@4", "nonfinite_loss", "forward"),
+        ("blocks.0.mlp.down_proj:backward:inf@3", "nonfinite_grad", "backward"),
+    ],
+)
 def test_smoke_fails_with_a_diagnosis_when_a_fault_is_injected(batch, spec, failure, phase):
     policy = build_precision("fp32", device_type="cpu")
     model = _model()

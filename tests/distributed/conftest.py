@@ -38,14 +38,28 @@ def _env(extra: dict[str, str] | None) -> dict[str, str]:
 
 def ampkit(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -m ampkit ...` in a fresh process (`--nproc 2` makes it torchrun's launcher)."""
-    return subprocess.run([sys.executable, "-m", "ampkit", *argv], capture_output=True, text=True,
-                          timeout=LAUNCH_TIMEOUT_S, env=_env(env))
+    return subprocess.run(
+        [sys.executable, "-m", "ampkit", *argv], capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=_env(env)
+    )
 
 
 def torchrun(script: Path, *argv: str) -> subprocess.CompletedProcess:
     """`python -m torch.distributed.run --nproc-per-node 2` with a c10d rendezvous on a free port."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"localhost:{free_port()}", "--max-restarts", "0", str(script), *argv]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"localhost:{free_port()}",
+        "--max-restarts",
+        "0",
+        str(script),
+        *argv,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=_env(None))
 
 
@@ -55,14 +69,32 @@ def train_losses(run_dir: Path) -> dict[int, float]:
 
 @pytest.fixture(scope="session")
 def launch() -> SimpleNamespace:
-    return SimpleNamespace(ampkit=ampkit, torchrun=torchrun, train_losses=train_losses, free_port=free_port,
-                           TINY=TINY, HERE=HERE, FSDP_FP32=FSDP_FP32)
+    return SimpleNamespace(
+        ampkit=ampkit,
+        torchrun=torchrun,
+        train_losses=train_losses,
+        free_port=free_port,
+        TINY=TINY,
+        HERE=HERE,
+        FSDP_FP32=FSDP_FP32,
+    )
 
 
 # The uninterrupted FSDP2 fp32 run: checked against one process (test_equivalence) and against a
 # stopped-and-resumed run and a run that lost a rank (test_checkpoint_resume).
-FSDP_FP32 = [*TINY, "--precision", "fp32", "--steps", "4", "--grad-accum", "2", "--checkpoint-every", "2",
-             "--parallel", "fsdp"]
+FSDP_FP32 = [
+    *TINY,
+    "--precision",
+    "fp32",
+    "--steps",
+    "4",
+    "--grad-accum",
+    "2",
+    "--checkpoint-every",
+    "2",
+    "--parallel",
+    "fsdp",
+]
 
 
 @pytest.fixture(scope="session")

@@ -41,20 +41,34 @@ def probe_fsdp_bf16(reduce_dtype: str) -> dict:
     forward_weights: set[str] = set()
     for module in objs.model.modules():
         if isinstance(module, torch.nn.Linear):
-            module.register_forward_pre_hook(lambda m, a: forward_weights.add(f"{type(m.weight).__name__}:{m.weight.dtype}"))
+            module.register_forward_pre_hook(
+                lambda m, a: forward_weights.add(f"{type(m.weight).__name__}:{m.weight.dtype}")
+            )
     grads: set[str] = set()
-    objs.optimizer.register_step_pre_hook(lambda opt, a, k: grads.update(
-        f"{type(p.grad).__name__}:{p.grad.dtype}" for g in opt.param_groups for p in g["params"]))
+    objs.optimizer.register_step_pre_hook(
+        lambda opt, a, k: grads.update(
+            f"{type(p.grad).__name__}:{p.grad.dtype}" for g in opt.param_groups for p in g["params"]
+        )
+    )
     reduce_scatter: list[str] = []
     restore = _record_reduce_scatter(reduce_scatter)
     result = objs.trainer.train_step()
     restore()
-    states = {f"{type(v).__name__}:{v.dtype}" for s in objs.optimizer.state.values() for k, v in s.items()
-              if k in ("exp_avg", "exp_avg_sq")}
+    states = {
+        f"{type(v).__name__}:{v.dtype}"
+        for s in objs.optimizer.state.values()
+        for k, v in s.items()
+        if k in ("exp_avg", "exp_avg_sq")
+    }
     params = {f"{type(p).__name__}:{p.dtype}:{p.placements[0]}" for p in objs.model.parameters()}
-    return {"forward_weights": sorted(forward_weights), "reduce_scatter": sorted(set(reduce_scatter)),
-            "grads": sorted(grads), "optimizer_states": sorted(states), "params": sorted(params),
-            "loss": float(result.loss)}
+    return {
+        "forward_weights": sorted(forward_weights),
+        "reduce_scatter": sorted(set(reduce_scatter)),
+        "grads": sorted(grads),
+        "optimizer_states": sorted(states),
+        "params": sorted(params),
+        "loss": float(result.loss),
+    }
 
 
 def probe_fp16_scaler() -> dict:
@@ -111,9 +125,13 @@ def probe_ddp_bf16_reduce() -> dict:
 
 def main(out: Path) -> None:
     torch.manual_seed(0)
-    report = {"fsdp_bf16_reduce_fp32": probe_fsdp_bf16("fp32"), "fsdp_bf16_reduce_bf16": probe_fsdp_bf16("bf16"),
-              "fp16_scaler": probe_fp16_scaler(), "ddp_no_sync": probe_ddp_no_sync(),
-              "ddp_bf16_reduce": probe_ddp_bf16_reduce()}
+    report = {
+        "fsdp_bf16_reduce_fp32": probe_fsdp_bf16("fp32"),
+        "fsdp_bf16_reduce_bf16": probe_fsdp_bf16("bf16"),
+        "fp16_scaler": probe_fp16_scaler(),
+        "ddp_no_sync": probe_ddp_no_sync(),
+        "ddp_bf16_reduce": probe_ddp_bf16_reduce(),
+    }
     (out / f"rank-{dist.get_rank()}.json").write_text(json.dumps(report, indent=2))
     dist.destroy_process_group()
 

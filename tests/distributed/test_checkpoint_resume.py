@@ -20,17 +20,30 @@ DIE = {"AMPKIT_TEST_DIE_RANK": "1", "AMPKIT_TEST_DIE_STEP": "4"}
 @pytest.fixture(scope="module")
 def story(tmp_path_factory, launch):
     out = tmp_path_factory.mktemp("story") / "run"
-    stopped = launch.ampkit("train", *launch.FSDP_FP32, "--nproc", "2", "--stop-after", "2", "--out", str(out), "--json")
+    stopped = launch.ampkit(
+        "train", *launch.FSDP_FP32, "--nproc", "2", "--stop-after", "2", "--out", str(out), "--json"
+    )
     after_stop = SimpleNamespace(checkpoints=[p.name for p in list_sharded(out)], losses=launch.train_losses(out))
-    crashed = launch.ampkit("train", "--resume", str(out), "--nproc", "2",
-                            env={"PYTHONPATH": str(launch.HERE / "inject"), **DIE})
+    crashed = launch.ampkit(
+        "train", "--resume", str(out), "--nproc", "2", env={"PYTHONPATH": str(launch.HERE / "inject"), **DIE}
+    )
     partial = out / "checkpoints" / "step-00000004.dcp.tmp"
-    after_crash = SimpleNamespace(checkpoints=[p.name for p in list_sharded(out)], partial_is_dir=partial.is_dir(),
-                                  partial_has_rank1_shards=any(partial.glob("__1_*.distcp")),
-                                  partial_has_manifest=(partial / MANIFEST).exists())
+    after_crash = SimpleNamespace(
+        checkpoints=[p.name for p in list_sharded(out)],
+        partial_is_dir=partial.is_dir(),
+        partial_has_rank1_shards=any(partial.glob("__1_*.distcp")),
+        partial_has_manifest=(partial / MANIFEST).exists(),
+    )
     resumed = launch.ampkit("train", "--resume", str(out), "--nproc", "2", "--json")
-    return SimpleNamespace(out=out, stopped=stopped, after_stop=after_stop, crashed=crashed, after_crash=after_crash,
-                           resumed=resumed, partial=partial)
+    return SimpleNamespace(
+        out=out,
+        stopped=stopped,
+        after_stop=after_stop,
+        crashed=crashed,
+        after_crash=after_crash,
+        resumed=resumed,
+        partial=partial,
+    )
 
 
 @pytest.mark.slow

@@ -27,8 +27,21 @@ def single_process(tmp_path_factory, launch):
     runs = {}
     for precision, steps in (("fp32", FP32_STEPS), ("bf16-mixed", BF16_STEPS)):
         out = tmp_path_factory.mktemp("single") / precision
-        code = main(["train", *launch.TINY, "--precision", precision, "--steps", str(steps), "--grad-accum", "4",
-                     "--out", str(out), "--json"])
+        code = main(
+            [
+                "train",
+                *launch.TINY,
+                "--precision",
+                precision,
+                "--steps",
+                str(steps),
+                "--grad-accum",
+                "4",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
         assert code == 0
         runs[precision] = launch.train_losses(out)
     return runs
@@ -37,8 +50,23 @@ def single_process(tmp_path_factory, launch):
 def _distributed(launch, tmp_path, mode: str, precision: str) -> dict[int, float]:
     steps = FP32_STEPS if precision == "fp32" else BF16_STEPS
     out = tmp_path / f"{mode}-{precision}"
-    proc = launch.ampkit("train", *launch.TINY, "--precision", precision, "--steps", str(steps), "--grad-accum", "2",
-                         "--parallel", mode, "--nproc", "2", "--out", str(out), "--json")
+    proc = launch.ampkit(
+        "train",
+        *launch.TINY,
+        "--precision",
+        precision,
+        "--steps",
+        str(steps),
+        "--grad-accum",
+        "2",
+        "--parallel",
+        mode,
+        "--nproc",
+        "2",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return launch.train_losses(out)
 

@@ -20,15 +20,18 @@ from ampkit.errors import RunInterrupted, TrainingError, UsageError
 from ampkit.train import TrainConfig
 
 
-@pytest.mark.parametrize("settings,fragment", [
-    ({"parallel": "zero3"}, "unknown --parallel"),
-    ({"reduce_dtype": "fp16"}, "unknown --reduce-dtype"),
-    ({"nproc": 2}, "add --parallel ddp"),
-    ({"nproc": -1}, "--nproc must be >= 0"),
-    ({"parallel": "ddp", "guard": True, "checkpoint_every": 5}, "single process"),
-    ({"parallel": "fsdp", "grad_stats_every": 5}, "single process"),
-    ({"parallel": "fsdp", "precision": "fp8-emulated"}, "--parallel ddp"),
-])
+@pytest.mark.parametrize(
+    "settings,fragment",
+    [
+        ({"parallel": "zero3"}, "unknown --parallel"),
+        ({"reduce_dtype": "fp16"}, "unknown --reduce-dtype"),
+        ({"nproc": 2}, "add --parallel ddp"),
+        ({"nproc": -1}, "--nproc must be >= 0"),
+        ({"parallel": "ddp", "guard": True, "checkpoint_every": 5}, "single process"),
+        ({"parallel": "fsdp", "grad_stats_every": 5}, "single process"),
+        ({"parallel": "fsdp", "precision": "fp8-emulated"}, "--parallel ddp"),
+    ],
+)
 def test_settings_refused_with_the_fix(settings, fragment):
     with pytest.raises(UsageError, match=fragment):
         TrainConfig(**settings)
@@ -100,10 +103,28 @@ def test_rank_sampler_resumes_only_at_its_world_size():
 
 
 def test_worker_argv_drops_nproc_and_keeps_every_given_flag():
-    args = build_parser(["train"]).parse_args(["train", "--parallel", "fsdp", "--nproc", "2", "--steps", "5",
-                                               "--no-compile", "--lr", "0.001", "--out", "runs/x", "--json"])
-    argv = worker_argv(args, TrainConfig, options={"out": args.out, "resume": args.resume, "json": args.json,
-                                                   "stop-after": args.stop_after})
+    args = build_parser(["train"]).parse_args(
+        [
+            "train",
+            "--parallel",
+            "fsdp",
+            "--nproc",
+            "2",
+            "--steps",
+            "5",
+            "--no-compile",
+            "--lr",
+            "0.001",
+            "--out",
+            "runs/x",
+            "--json",
+        ]
+    )
+    argv = worker_argv(
+        args,
+        TrainConfig,
+        options={"out": args.out, "resume": args.resume, "json": args.json, "stop-after": args.stop_after},
+    )
     assert "--nproc" not in argv
     assert argv[argv.index("--parallel") + 1] == "fsdp" and argv[argv.index("--steps") + 1] == "5"
     assert "--no-compile" in argv and argv[argv.index("--lr") + 1] == "0.001"
@@ -113,12 +134,17 @@ def test_worker_argv_drops_nproc_and_keeps_every_given_flag():
 
 
 def test_failure_message_names_ranks_root_cause_first():
-    failures = {0: SimpleNamespace(exitcode=-signal.SIGTERM, timestamp=100),
-                1: SimpleNamespace(exitcode=7, timestamp=100),
-                2: SimpleNamespace(exitcode=-signal.SIGKILL, timestamp=101)}
+    failures = {
+        0: SimpleNamespace(exitcode=-signal.SIGTERM, timestamp=100),
+        1: SimpleNamespace(exitcode=7, timestamp=100),
+        2: SimpleNamespace(exitcode=-signal.SIGKILL, timestamp=101),
+    }
     message = describe_failures(failures, nproc=3)
-    assert message.index("rank 1 exited with code 7") < message.index("rank 2 was killed by SIGKILL") \
+    assert (
+        message.index("rank 1 exited with code 7")
+        < message.index("rank 2 was killed by SIGKILL")
         < message.index("rank 0 was killed by SIGTERM")
+    )
     assert "--resume RUN_DIR --nproc 3" in message
 
 

@@ -17,7 +17,6 @@ from ampkit.errors import UsageError
 from ampkit.models import causal_lm_loss
 from ampkit.models.hf import build_hf_model, describe_hf_model, load_transformers
 from ampkit.train import features
-
 from hf_fixtures import hf_dirs, make_tiny_gpt2  # noqa: F401  (hf_dirs is a fixture)
 
 transformers = pytest.importorskip("transformers")  # the optional `ampkit[hf]` extra
@@ -133,13 +132,19 @@ def test_the_folders_tokenizer_is_used_else_bytes(hf_dirs, caplog):
 
 def test_bad_model_folders_are_one_line_usage_errors(tmp_path, run_cli):
     (tmp_path / "empty").mkdir()
-    transformers.T5Config(vocab_size=256, d_model=32, num_layers=1, num_heads=2, d_ff=64,
-                          d_kv=16).save_pretrained(tmp_path / "t5")  # no causal-LM class at all
-    transformers.BertConfig(vocab_size=256, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                            intermediate_size=64).save_pretrained(tmp_path / "bert")  # an LM head, but bidirectional
-    cases = {"hf:": "needs a path", f"hf:{tmp_path / 'missing'}": "not a directory",
-             f"hf:{tmp_path / 'empty'}": "no config.json", f"hf:{tmp_path / 't5'}": "causal LM",
-             f"hf:{tmp_path / 'bert'}": "is not causal"}
+    transformers.T5Config(vocab_size=256, d_model=32, num_layers=1, num_heads=2, d_ff=64, d_kv=16).save_pretrained(
+        tmp_path / "t5"
+    )  # no causal-LM class at all
+    transformers.BertConfig(
+        vocab_size=256, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    ).save_pretrained(tmp_path / "bert")  # an LM head, but bidirectional
+    cases = {
+        "hf:": "needs a path",
+        f"hf:{tmp_path / 'missing'}": "not a directory",
+        f"hf:{tmp_path / 'empty'}": "no config.json",
+        f"hf:{tmp_path / 't5'}": "causal LM",
+        f"hf:{tmp_path / 'bert'}": "is not causal",
+    }
     for model, message in cases.items():
         code, _, err = run_cli("train", "--model", model, "--steps", "1", "--out", str(tmp_path / "run"))
         assert code == 2, model
@@ -149,8 +154,9 @@ def test_bad_model_folders_are_one_line_usage_errors(tmp_path, run_cli):
 
 def test_a_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path, run_cli):
     make_tiny_gpt2(tmp_path / "small-vocab", vocab_size=256)  # its tokenizer has 300 ids
-    code, _, err = run_cli("train", "--model", f"hf:{tmp_path / 'small-vocab'}", "--steps", "1",
-                           "--out", str(tmp_path / "run"))
+    code, _, err = run_cli(
+        "train", "--model", f"hf:{tmp_path / 'small-vocab'}", "--steps", "1", "--out", str(tmp_path / "run")
+    )
     assert code == 2 and "300 ids" in err and "256" in err
 
 
@@ -165,19 +171,48 @@ TRAIN = ["--seq-len", "32", "--batch-size", "4", "--warmup-steps", "2", "--eval-
 
 @pytest.mark.parametrize("family,batching", [("llama", "pack"), ("gpt2", "pad")])
 def test_train_learns_on_each_family(tmp_path, hf_dirs, run_cli, family, batching):
-    code, stdout, _ = run_cli("train", "--model", spec(hf_dirs, family), "--data", str(hf_dirs["data"]), *TRAIN,
-                              "--steps", "12", "--batching", batching, "--out", str(tmp_path / "run"), "--json")
+    code, stdout, _ = run_cli(
+        "train",
+        "--model",
+        spec(hf_dirs, family),
+        "--data",
+        str(hf_dirs["data"]),
+        *TRAIN,
+        "--steps",
+        "12",
+        "--batching",
+        batching,
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+    )
     assert code == 0
     summary = json.loads(stdout)
     assert summary["status"] == "completed" and summary["steps"] == 12
-    assert summary["model"] == {"preset": f"hf:tiny-{family}",
-                                "parameters": reference_model(hf_dirs[family]).num_parameters()}
+    assert summary["model"] == {
+        "preset": f"hf:tiny-{family}",
+        "parameters": reference_model(hf_dirs[family]).num_parameters(),
+    }
     assert summary["eval_loss"] < 0.8 * summary["eval_loss_initial"]
 
 
 def test_resume_restores_tied_hf_weights_exactly(tmp_path, hf_dirs, run_cli):
-    args = ["--model", spec(hf_dirs, "gpt2"), "--data", str(hf_dirs["data"]), "--seq-len", "16", "--batch-size",
-            "2", "--warmup-steps", "1", "--eval-batches", "1", "--steps", "4"]
+    args = [
+        "--model",
+        spec(hf_dirs, "gpt2"),
+        "--data",
+        str(hf_dirs["data"]),
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--eval-batches",
+        "1",
+        "--steps",
+        "4",
+    ]
     assert run_cli("train", *args, "--out", str(tmp_path / "straight"), "--json")[0] == 0
     assert run_cli("train", *args, "--out", str(tmp_path / "split"), "--stop-after", "2", "--json")[0] == 0
     assert run_cli("train", "--resume", str(tmp_path / "split"), "--json")[0] == 0
@@ -192,9 +227,28 @@ def test_resume_restores_tied_hf_weights_exactly(tmp_path, hf_dirs, run_cli):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bench_compares_two_precisions_on_each_family(tmp_path, hf_dirs, capsys, family):
     out = tmp_path / "bench"
-    code = main(["bench", "--model", spec(hf_dirs, family), "--data", str(hf_dirs["data"]),
-                 "--precisions", "fp32,bf16-mixed", "--seq-len", "32", "--batch-size", "2", "--steps", "2",
-                 "--warmup-steps", "1", "--out", str(out), "--json"])
+    code = main(
+        [
+            "bench",
+            "--model",
+            spec(hf_dirs, family),
+            "--data",
+            str(hf_dirs["data"]),
+            "--precisions",
+            "fp32,bf16-mixed",
+            "--seq-len",
+            "32",
+            "--batch-size",
+            "2",
+            "--steps",
+            "2",
+            "--warmup-steps",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+        ]
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["model"]["preset"] == f"hf:tiny-{family}"

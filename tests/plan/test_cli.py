@@ -18,8 +18,26 @@ def run_json(capsys, argv):
 
 def test_plan_traced_tiny_writes_summary_and_report(tmp_path, capsys):
     out = tmp_path / "run"
-    summary = run_json(capsys, ["plan", "--model", "tiny", "--gpu", "A100-80GB", "--precisions", "fp32,bf16-mixed,fp8",
-                                "--micro-batch", "2", "--seq-len", "64", "--trace", "--json", "--out", str(out)])
+    summary = run_json(
+        capsys,
+        [
+            "plan",
+            "--model",
+            "tiny",
+            "--gpu",
+            "A100-80GB",
+            "--precisions",
+            "fp32,bf16-mixed,fp8",
+            "--micro-batch",
+            "2",
+            "--seq-len",
+            "64",
+            "--trace",
+            "--json",
+            "--out",
+            str(out),
+        ],
+    )
     assert summary["schema"] == "ampkit.plan/1"
     assert json.loads((out / "summary.json").read_text()) == summary
     html = (out / "report.html").read_text()
@@ -37,10 +55,26 @@ def test_plan_traced_tiny_writes_summary_and_report(tmp_path, capsys):
 
 def test_plan_console_tables_and_hf_config(tmp_path, capsys):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
-                                  "vocab_size": 50257, "n_positions": 1024}))
-    code = main(["plan", "--model", str(config), "--gpu", "T4", "--precisions", "fp16-mixed,bf16-mixed",
-                 "--seq-len", "1024", "--out", str(tmp_path / "run")])
+    config.write_text(
+        json.dumps(
+            {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
+        )
+    )
+    code = main(
+        [
+            "plan",
+            "--model",
+            str(config),
+            "--gpu",
+            "T4",
+            "--precisions",
+            "fp16-mixed,bf16-mixed",
+            "--seq-len",
+            "1024",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "124,439,808" in out and "GiB" in out and "fp16-mixed" in out
@@ -54,15 +88,18 @@ def test_kv_json(tmp_path, capsys):
     assert (tmp_path / "kv" / "report.html").is_file()
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["plan", "--gpu", "Z100"], "known GPUs: V100-16GB"),
-    (["plan", "--micro-batch", "0"], "--micro-batch must be a positive integer"),
-    (["plan", "--seq-len", "-1"], "--seq-len must be a positive integer"),
-    (["plan", "--optimizers", "adam"], "unknown optimizer 'adam'"),
-    (["plan", "--precisions", "fp64"], "unknown precision 'fp64'"),
-    (["kv", "--gpu", "Z100"], "known GPUs"),
-    (["kv", "--context-len", "0"], "--context-len must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["plan", "--gpu", "Z100"], "known GPUs: V100-16GB"),
+        (["plan", "--micro-batch", "0"], "--micro-batch must be a positive integer"),
+        (["plan", "--seq-len", "-1"], "--seq-len must be a positive integer"),
+        (["plan", "--optimizers", "adam"], "unknown optimizer 'adam'"),
+        (["plan", "--precisions", "fp64"], "unknown precision 'fp64'"),
+        (["kv", "--gpu", "Z100"], "known GPUs"),
+        (["kv", "--context-len", "0"], "--context-len must be a positive integer"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, needle):
     assert main([*argv, "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()

@@ -31,9 +31,16 @@ def test_preset_counts_match_the_built_model(name):
 
 
 LLAMA_GQA = {  # a small Llama-3-style config with grouped-query attention and a tied head
-    "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 3, "num_attention_heads": 8,
-    "num_key_value_heads": 2, "intermediate_size": 688, "vocab_size": 1000, "tie_word_embeddings": True,
-    "max_position_embeddings": 512, "rope_theta": 500000.0,
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "intermediate_size": 688,
+    "vocab_size": 1000,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 512,
+    "rope_theta": 500000.0,
 }
 
 
@@ -64,10 +71,19 @@ class TinyGPT2(nn.Module):
     def __init__(self, *, vocab: int, positions: int, d: int, layers: int, inner: int):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(positions, d)
-        self.blocks = nn.ModuleList(nn.ModuleDict({
-            "ln_1": nn.LayerNorm(d), "c_attn": nn.Linear(d, 3 * d), "attn_proj": nn.Linear(d, d),
-            "ln_2": nn.LayerNorm(d), "c_fc": nn.Linear(d, inner), "mlp_proj": nn.Linear(inner, d),
-        }) for _ in range(layers))
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict(
+                {
+                    "ln_1": nn.LayerNorm(d),
+                    "c_attn": nn.Linear(d, 3 * d),
+                    "attn_proj": nn.Linear(d, d),
+                    "ln_2": nn.LayerNorm(d),
+                    "c_fc": nn.Linear(d, inner),
+                    "mlp_proj": nn.Linear(inner, d),
+                }
+            )
+            for _ in range(layers)
+        )
         self.ln_f = nn.LayerNorm(d)
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.lm_head.weight = self.wte.weight
@@ -75,8 +91,15 @@ class TinyGPT2(nn.Module):
 
 @pytest.mark.parametrize("inner", [None, 80])
 def test_gpt2_counts_a_hand_built_gpt2(inner):
-    config = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 101,
-              "n_positions": 64, "n_inner": inner}
+    config = {
+        "model_type": "gpt2",
+        "n_embd": 32,
+        "n_layer": 2,
+        "n_head": 4,
+        "vocab_size": 101,
+        "n_positions": 64,
+        "n_inner": inner,
+    }
     desc = describe_config(config)
     reference = TinyGPT2(vocab=101, positions=64, d=32, layers=2, inner=inner or 4 * 32)
     assert desc.num_parameters() == built_count(reference)
@@ -84,23 +107,45 @@ def test_gpt2_counts_a_hand_built_gpt2(inner):
 
 
 def test_gpt2_small_published_count():
-    config = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257,
-              "n_positions": 1024}
+    config = {
+        "model_type": "gpt2",
+        "n_embd": 768,
+        "n_layer": 12,
+        "n_head": 12,
+        "vocab_size": 50257,
+        "n_positions": 1024,
+    }
     assert describe_config(config).num_parameters() == 124_439_808
 
 
 def test_opt_125m_published_count():
-    config = {"model_type": "opt", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-              "ffn_dim": 3072, "vocab_size": 50272, "max_position_embeddings": 2048,
-              "word_embed_proj_dim": 768, "do_layer_norm_before": True}
+    config = {
+        "model_type": "opt",
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "ffn_dim": 3072,
+        "vocab_size": 50272,
+        "max_position_embeddings": 2048,
+        "word_embed_proj_dim": 768,
+        "do_layer_norm_before": True,
+    }
     desc = describe_config(config)
     assert desc.position_rows == 2050  # learned positions start at offset 2
     assert desc.num_parameters() == 125_239_296
 
 
 def test_opt_with_projection_is_refused_with_the_reason():
-    config = {"model_type": "opt", "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
-              "ffn_dim": 4096, "vocab_size": 50272, "max_position_embeddings": 2048, "word_embed_proj_dim": 512}
+    config = {
+        "model_type": "opt",
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "ffn_dim": 4096,
+        "vocab_size": 50272,
+        "max_position_embeddings": 2048,
+        "word_embed_proj_dim": 512,
+    }
     with pytest.raises(UsageError, match="word_embed_proj_dim"):
         describe_config(config)
 
@@ -117,8 +162,9 @@ def test_config_path_and_folder_both_work(tmp_path):
     assert describe_model(str(tmp_path)).num_parameters() == describe_config(LLAMA_GQA).num_parameters()
 
 
-@pytest.mark.parametrize("bad", [{"model_type": "bert"}, {**LLAMA_GQA, "num_key_value_heads": 3},
-                                 {**LLAMA_GQA, "hidden_size": -1}])
+@pytest.mark.parametrize(
+    "bad", [{"model_type": "bert"}, {**LLAMA_GQA, "num_key_value_heads": 3}, {**LLAMA_GQA, "hidden_size": -1}]
+)
 def test_bad_configs_are_user_errors(bad):
     with pytest.raises(UsageError):
         describe_config(bad)

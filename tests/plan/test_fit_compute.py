@@ -44,15 +44,18 @@ def test_step_compute_uses_the_regimes_peak_and_mfu():
     assert fp32.step_s_at_peak / bf16.step_s_at_peak == pytest.approx(312 / 19.5)
     assert fp32.step_s_at_mfu == pytest.approx(2 * fp32.step_s_at_peak)
     assert bf16.tokens_per_s == pytest.approx(40_000 / bf16.step_s_at_mfu)
-    ckpt = step_compute(desc, precision="bf16-mixed", seq_len=2048, tokens_per_step=40_000, gpu=a100, mfu=0.5,
-                        checkpointing=True)
+    ckpt = step_compute(
+        desc, precision="bf16-mixed", seq_len=2048, tokens_per_step=40_000, gpu=a100, mfu=0.5, checkpointing=True
+    )
     assert ckpt.step_s_at_peak == pytest.approx(bf16.step_s_at_peak * 8 / 6)
     v100 = step_compute(desc, precision="bf16-mixed", seq_len=2048, tokens_per_step=1, gpu=lookup_gpu("V100"), mfu=1)
     assert v100.peak_flops is None and v100.step_s_at_peak is None  # no bf16 path on Volta
 
 
-@pytest.mark.parametrize("text,expected", [("24GiB", 24 * GIB), ("80 GB", 80 * 1000**3), ("16384MiB", 16 * GIB),
-                                           ("1.5TiB", 1536 * GIB), ("40", 40 * GIB)])
+@pytest.mark.parametrize(
+    "text,expected",
+    [("24GiB", 24 * GIB), ("80 GB", 80 * 1000**3), ("16384MiB", 16 * GIB), ("1.5TiB", 1536 * GIB), ("40", 40 * GIB)],
+)
 def test_parse_memory(text, expected):
     assert parse_memory(text) == expected
 

@@ -12,7 +12,6 @@ import pytest
 from ampkit.cli import main
 from ampkit.models.hf import describe_hf_model
 from ampkit.plan.describe import describe_model
-
 from hf_fixtures import make_tiny_gpt2, make_tiny_llama
 
 transformers = pytest.importorskip("transformers")  # the optional `ampkit[hf]` extra
@@ -20,15 +19,19 @@ transformers = pytest.importorskip("transformers")  # the optional `ampkit[hf]` 
 SMALL = dict(vocab_size=256, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
 CONFIGS = {
     "llama": lambda path: make_tiny_llama(path),
-    "llama-tied-mlp-bias": lambda path: make_tiny_llama(path, tie_word_embeddings=True, mlp_bias=True,
-                                                        attention_bias=True),
+    "llama-tied-mlp-bias": lambda path: make_tiny_llama(
+        path, tie_word_embeddings=True, mlp_bias=True, attention_bias=True
+    ),
     "gpt2": lambda path: make_tiny_gpt2(path, tokenizer=False),
-    "mistral": lambda path: transformers.MistralConfig(**SMALL, intermediate_size=64,
-                                                       num_key_value_heads=2).save_pretrained(path),
-    "qwen2": lambda path: transformers.Qwen2Config(**SMALL, intermediate_size=64, num_key_value_heads=2,
-                                                   tie_word_embeddings=False).save_pretrained(path),
-    "opt": lambda path: transformers.OPTConfig(**SMALL, ffn_dim=64, max_position_embeddings=64,
-                                               word_embed_proj_dim=32).save_pretrained(path),
+    "mistral": lambda path: transformers.MistralConfig(
+        **SMALL, intermediate_size=64, num_key_value_heads=2
+    ).save_pretrained(path),
+    "qwen2": lambda path: transformers.Qwen2Config(
+        **SMALL, intermediate_size=64, num_key_value_heads=2, tie_word_embeddings=False
+    ).save_pretrained(path),
+    "opt": lambda path: transformers.OPTConfig(
+        **SMALL, ffn_dim=64, max_position_embeddings=64, word_embed_proj_dim=32
+    ).save_pretrained(path),
 }
 
 
@@ -54,8 +57,22 @@ def test_planner_count_equals_transformers(tmp_path, family):
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_plan_cli_accepts_hf_folders(tmp_path, capsys, family):
     CONFIGS[family](tmp_path / "model")
-    code = main(["plan", "--model", f"hf:{tmp_path / 'model'}", "--gpu", "A100-80GB", "--precisions",
-                 "fp32,bf16-mixed", "--seq-len", "64", "--json", "--out", str(tmp_path / "plan")])
+    code = main(
+        [
+            "plan",
+            "--model",
+            f"hf:{tmp_path / 'model'}",
+            "--gpu",
+            "A100-80GB",
+            "--precisions",
+            "fp32,bf16-mixed",
+            "--seq-len",
+            "64",
+            "--json",
+            "--out",
+            str(tmp_path / "plan"),
+        ]
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["model"]["num_parameters"] == transformers_model(tmp_path / "model").num_parameters()

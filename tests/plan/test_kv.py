@@ -11,8 +11,15 @@ from ampkit.plan.kv import activation_reserve_bytes, kv_budget, kv_bytes_per_tok
 from ampkit.plan.planner import build_kv
 from ampkit.plan.setting import GIB
 
-LLAMA_GQA = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-             "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+LLAMA_GQA = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+}
 
 
 @pytest.mark.parametrize("dtype,size", [("fp32", 4), ("fp16", 2), ("bf16", 2), ("fp8", 1)])
@@ -45,8 +52,9 @@ def test_build_kv_budget_adds_up():
     assert b["weights_bytes"] == describe_model("7b").num_parameters() * 2
     spent = b["weights_bytes"] + b["activation_reserve_bytes"] + b["overhead_bytes"]
     assert b["pool_bytes"] == b["usable_bytes"] - spent
-    assert b["activation_reserve_bytes"] == activation_reserve_bytes(describe_model("7b"), batched_tokens=8192,
-                                                                     weight_dtype="bf16")
+    assert b["activation_reserve_bytes"] == activation_reserve_bytes(
+        describe_model("7b"), batched_tokens=8192, weight_dtype="bf16"
+    )
     by_dtype = {k["kv_dtype"]: k for k in summary["kv"]}
     assert by_dtype["fp8"]["token_capacity"] == 4 * by_dtype["fp32"]["token_capacity"]
 

@@ -35,8 +35,9 @@ def assert_agree(desc, setting):
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "fp16-mixed", "bf16-true"])
 def test_tiny_analytic_agrees_with_traced(precision, optimizer, checkpointing):
-    setting = StepSetting(precision=precision, optimizer=optimizer, checkpointing=checkpointing,
-                          micro_batch=2, seq_len=64)
+    setting = StepSetting(
+        precision=precision, optimizer=optimizer, checkpointing=checkpointing, micro_batch=2, seq_len=64
+    )
     analytic, traced = assert_agree(TINY, setting)
     assert analytic.peak_moment.split(" ")[:2] == traced.peak_moment.split(" ")[:2]  # same phase of the step
 
@@ -48,13 +49,22 @@ def test_tiny_other_regimes_agree(precision):
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
 def test_gradient_accumulation_and_momentum_agree(precision):
-    assert_agree(TINY, StepSetting(precision=precision, optimizer="sgd-momentum", micro_batch=2, seq_len=64,
-                                   grad_accum=2))
+    assert_agree(
+        TINY, StepSetting(precision=precision, optimizer="sgd-momentum", micro_batch=2, seq_len=64, grad_accum=2)
+    )
 
 
 def test_grouped_query_attention_and_large_vocabulary_agree():
-    config = {"model_type": "llama", "hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "intermediate_size": 352, "vocab_size": 4000, "tie_word_embeddings": True}
+    config = {
+        "model_type": "llama",
+        "hidden_size": 128,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 352,
+        "vocab_size": 4000,
+        "tie_word_embeddings": True,
+    }
     desc = describe_config(config)
     for precision in ("fp32", "bf16-mixed"):
         assert_agree(desc, StepSetting(precision=precision, micro_batch=1, seq_len=32))
@@ -88,6 +98,7 @@ def test_small_timeline_agrees_block_by_block():
 
 def test_traced_matches_a_measured_real_cpu_step():
     from ampkit.plan.measure import measure_cpu_step_peak
+
     setting = StepSetting(precision="fp32", micro_batch=2, seq_len=64)
     measured = measure_cpu_step_peak(SMALL, setting)
     traced = traced_ledger(SMALL, setting).tensor_peak
@@ -169,8 +180,9 @@ def test_depth_folding_is_exact(checkpointing):
 
 
 def test_trace_refuses_what_it_cannot_run():
-    gpt2 = describe_config({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 50,
-                            "n_positions": 64})
+    gpt2 = describe_config(
+        {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 50, "n_positions": 64}
+    )
     with pytest.raises(UsageError, match="cannot trace"):
         check_traceable(gpt2, StepSetting(precision="fp32"))
     with pytest.raises(UsageError, match="native fp8"):
@@ -180,10 +192,20 @@ def test_trace_refuses_what_it_cannot_run():
 
 
 def test_gpt2_and_opt_ledgers_are_finite_and_ordered():
-    gpt2 = describe_config({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257,
-                            "n_positions": 1024, "resid_pdrop": 0.1})
-    small, large = (analytic_ledger(gpt2, StepSetting(precision="bf16-mixed", micro_batch=m, seq_len=1024))
-                    for m in (1, 8))
+    gpt2 = describe_config(
+        {
+            "model_type": "gpt2",
+            "n_embd": 768,
+            "n_layer": 12,
+            "n_head": 12,
+            "vocab_size": 50257,
+            "n_positions": 1024,
+            "resid_pdrop": 0.1,
+        }
+    )
+    small, large = (
+        analytic_ledger(gpt2, StepSetting(precision="bf16-mixed", micro_batch=m, seq_len=1024)) for m in (1, 8)
+    )
     assert 0 < small.total < large.total
     with pytest.raises(UsageError, match="n_positions|1024"):
         analytic_ledger(gpt2, StepSetting(precision="bf16-mixed", seq_len=2048))  # learned positions end at 1024

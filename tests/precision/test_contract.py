@@ -34,8 +34,12 @@ def test_dtypes_inside_forward_context(name):
 @pytest.mark.parametrize("name", ALL)
 def test_state_restored_even_when_body_raises(name):
     policy = _policy(name)
-    before = (torch.is_autocast_enabled("cpu"), torch.backends.cuda.matmul.allow_tf32,
-              torch.backends.cudnn.allow_tf32, torch.get_default_dtype())
+    before = (
+        torch.is_autocast_enabled("cpu"),
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_default_dtype(),
+    )
     with pytest.raises(RuntimeError, match="boom"):
         with policy.run_context():
             assert torch.backends.cuda.matmul.allow_tf32 == SPECS[name].tf32
@@ -43,8 +47,12 @@ def test_state_restored_even_when_body_raises(name):
             with policy.forward_context():
                 assert torch.is_autocast_enabled("cpu") == SPECS[name].autocast
                 raise RuntimeError("boom")
-    after = (torch.is_autocast_enabled("cpu"), torch.backends.cuda.matmul.allow_tf32,
-             torch.backends.cudnn.allow_tf32, torch.get_default_dtype())
+    after = (
+        torch.is_autocast_enabled("cpu"),
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_default_dtype(),
+    )
     assert after == before
 
 

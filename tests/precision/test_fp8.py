@@ -12,7 +12,6 @@ from ampkit.hardware import describe_device
 from ampkit.models import build_model, get_preset
 from ampkit.precision import build_precision, check_supported
 from ampkit.precision.fp8 import converted_layers
-
 from helpers import TINY_ARGS
 
 pytest.importorskip("torchao")
@@ -36,8 +35,9 @@ def test_fp8_refused_without_fp8_hardware():
 def test_fp8_emulated_training_tracks_bf16_mixed(tmp_path, run_cli):
     results = {}
     for precision in ("bf16-mixed", "fp8-emulated"):
-        code, out, err = run_cli("train", *TINY_ARGS, "--precision", precision, "--steps", "20",
-                                 "--out", str(tmp_path / precision), "--json")
+        code, out, err = run_cli(
+            "train", *TINY_ARGS, "--precision", precision, "--steps", "20", "--out", str(tmp_path / precision), "--json"
+        )
         assert code == 0, err
         results[precision] = json.loads(out)
     bf16, fp8 = results["bf16-mixed"], results["fp8-emulated"]

@@ -29,8 +29,16 @@ def _trainer(model, policy):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     units = [torch.randint(0, 256, (17,), generator=torch.Generator().manual_seed(i)) for i in range(4)]
     sampler = _OneBatch(collate_pad(units))
-    return loop.Trainer(model=model, policy=policy, optimizer=opt, scheduler=sched, sampler=sampler,
-                        device=torch.device("cpu"), grad_accum=1, clip_grad_norm=1.0), sampler.batch
+    return loop.Trainer(
+        model=model,
+        policy=policy,
+        optimizer=opt,
+        scheduler=sched,
+        sampler=sampler,
+        device=torch.device("cpu"),
+        grad_accum=1,
+        clip_grad_norm=1.0,
+    ), sampler.batch
 
 
 def test_order_scale_backward_unscale_clip_step_update():

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from ampkit.hardware import describe_device
-
 from helpers import TINY_ARGS
 
 PRECIOUS = "precious, do not overwrite"
@@ -110,7 +109,11 @@ def test_table_has_at_least_30_rows():
 def test_hostile_input_is_one_line_exit_2(files, tmp_path, run_cli, name, argv, needle):
     argv = [a.replace("{d}", str(files)) for a in argv]
     if argv[0] == "train" and "--out" not in argv and "--resume" not in argv:
-        argv += [*TINY_ARGS[:2], "--out", str(tmp_path / "out")] if "--model" not in argv else ["--out", str(tmp_path / "out")]
+        argv += (
+            [*TINY_ARGS[:2], "--out", str(tmp_path / "out")]
+            if "--model" not in argv
+            else ["--out", str(tmp_path / "out")]
+        )
     if argv[0] in ("bench", "doctor") and "--out" not in argv:
         argv += ["--out", str(tmp_path / "out")]
     code, out, err = run_cli(*argv)

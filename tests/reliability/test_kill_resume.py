@@ -14,8 +14,12 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kill_resume.py"
 
 def test_five_kills_resume_bitwise(tmp_path):
     out = tmp_path / "kill.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--kills", "5", "--steps", "30", "--json-out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--kills", "5", "--steps", "30", "--json-out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     assert result["kills"] >= 5

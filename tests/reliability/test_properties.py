@@ -16,10 +16,29 @@ from ampkit.errors import UsageError
 from ampkit.train import TrainConfig
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-KEYS = ["precision", "model", "steps", "batch_size", "seq_len", "lr", "clip_grad_norm", "grad_accum", "compile",
-        "batching", "warmup_steps", "min_lr_ratio", "init_scale", "nonsense_key"]
-VALUES = st.one_of(st.integers(-10, 10_000), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
-                   st.text(max_size=12), st.none())
+KEYS = [
+    "precision",
+    "model",
+    "steps",
+    "batch_size",
+    "seq_len",
+    "lr",
+    "clip_grad_norm",
+    "grad_accum",
+    "compile",
+    "batching",
+    "warmup_steps",
+    "min_lr_ratio",
+    "init_scale",
+    "nonsense_key",
+]
+VALUES = st.one_of(
+    st.integers(-10, 10_000),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.text(max_size=12),
+    st.none(),
+)
 
 
 @SETTINGS

@@ -11,15 +11,18 @@ import time
 import pytest
 
 from ampkit.train.checkpoint import list_checkpoints, load_latest
-
 from helpers import TINY_ARGS
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_gracefully_with_a_checkpoint(tmp_path, signum):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "ampkit", "train", *TINY_ARGS, "--steps", "100000",
-                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ampkit", "train", *TINY_ARGS, "--steps", "100000", "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not metrics.is_file() or metrics.read_text().count('"train"') < 3):

@@ -10,9 +10,7 @@ import pytest
 import torch
 
 from ampkit.errors import UsageError
-from ampkit.train.checkpoint import (list_checkpoints, load_checkpoint, load_latest, manifest_path,
-                                     save_checkpoint)
-
+from ampkit.train.checkpoint import list_checkpoints, load_checkpoint, load_latest, manifest_path, save_checkpoint
 from helpers import TINY_ARGS
 
 PAYLOAD = {"model": {"w": torch.arange(1000, dtype=torch.float32)}}
@@ -74,7 +72,11 @@ def test_keep_last_k(tmp_path):
         _save(tmp_path, step, keep=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000004.pt", "step-00000005.pt"]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
-        "step-00000004.json", "step-00000004.pt", "step-00000005.json", "step-00000005.pt"]
+        "step-00000004.json",
+        "step-00000004.pt",
+        "step-00000005.json",
+        "step-00000005.pt",
+    ]
 
 
 def test_train_stops_cleanly_when_a_checkpoint_cannot_be_written(tmp_path, run_cli):
@@ -109,8 +111,9 @@ def test_allow_no_checkpoint_keeps_training_and_logs_the_failure(tmp_path, run_c
         return real_save(obj, f, *a, **kw)
 
     with mock.patch("torch.save", side_effect=failing_second_save):
-        code, _, err = run_cli("train", *TINY_ARGS, "--steps", "6", "--checkpoint-every", "2",
-                               "--allow-no-checkpoint", "--out", str(out))
+        code, _, err = run_cli(
+            "train", *TINY_ARGS, "--steps", "6", "--checkpoint-every", "2", "--allow-no-checkpoint", "--out", str(out)
+        )
     assert code == 0 and "continuing" in err
     events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [e["step"] for e in events if e["event"] == "checkpoint_failed"] == [4]

@@ -15,8 +15,7 @@ from ampkit.errors import UsageError
 from ampkit.models import build_model, causal_lm_loss, get_preset
 from ampkit.models.llama import LlamaLM
 from ampkit.runs import read_metrics
-from ampkit.train import TrainConfig, build_run
-from ampkit.train import features
+from ampkit.train import TrainConfig, build_run, features
 from ampkit.train.features import (
     SWEEP,
     FeatureSet,
@@ -27,7 +26,6 @@ from ampkit.train.features import (
     optimizer_state_bytes,
     parse_activation_checkpointing,
 )
-
 from helpers import TINY_ARGS
 
 
@@ -130,11 +128,11 @@ def test_adamw_8bit_without_bitsandbytes_names_the_extra(monkeypatch, tmp_path, 
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # import now raises ImportError
     with pytest.raises(UsageError, match=r"pip install 'ampkit\[8bit\]'"):
         build_optimizer(tiny(), name="adamw-8bit", lr=1e-3, weight_decay=0.0)
-    code, _, err = run_cli("train", *TINY_ARGS, "--steps", "1", "--optimizer", "adamw-8bit",
-                           "--out", str(tmp_path / "r"))
+    code, _, err = run_cli(
+        "train", *TINY_ARGS, "--steps", "1", "--optimizer", "adamw-8bit", "--out", str(tmp_path / "r")
+    )
     assert code == 2 and "ampkit[8bit]" in err and "Traceback" not in err
-    assert features.feature_set_unavailable(FeatureSet(name="x", optimizer="adamw-8bit"),
-                                            device=torch.device("cpu"))
+    assert features.feature_set_unavailable(FeatureSet(name="x", optimizer="adamw-8bit"), device=torch.device("cpu"))
 
 
 # ---------------------------------------------------------------- compile (wiring; a real compile takes minutes here)
@@ -157,8 +155,10 @@ def test_compile_is_applied_in_place_and_its_warm_up_timed_apart(monkeypatch):
 # ---------------------------------------------------------------- config, feature sets, summary
 
 
-@pytest.mark.parametrize(("field", "value"), [("batching", "zip"), ("optimizer", "lion"), ("dedup", "fuzzy"),
-                                              ("activation_checkpointing", "half")])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("batching", "zip"), ("optimizer", "lion"), ("dedup", "fuzzy"), ("activation_checkpointing", "half")],
+)
 def test_unknown_switch_values_are_usage_errors(field, value):
     with pytest.raises(UsageError, match=value):
         TrainConfig(**{field: value})
@@ -183,8 +183,9 @@ def test_pack_with_a_model_without_masks_is_refused_on_the_command_line(monkeypa
 
 
 def test_run_objects_report_dedup_and_optimizer_state():
-    objs = build_run(TrainConfig(model="tiny", seq_len=32, batch_size=2, steps=1, dedup="exact",
-                                 activation_checkpointing="every-2"))
+    objs = build_run(
+        TrainConfig(model="tiny", seq_len=32, batch_size=2, steps=1, dedup="exact", activation_checkpointing="every-2")
+    )
     objs.trainer.train_step()
     report = objs.features_summary()
     assert report["dedup"]["mode"] == "exact" and report["dedup"]["tokens_removed"] > 0
@@ -218,8 +219,18 @@ class _RepackedPad:
 
 def _config(batching: str, batch_size: int, seed: int = 0) -> TrainConfig:
     # constant LR (no warmup, no decay) so runs of different step counts see the same schedule
-    return TrainConfig(model="tiny", seq_len=64, batch_size=batch_size, batching=batching, seed=seed, lr=3e-3,
-                       warmup_steps=0, min_lr_ratio=1.0, steps=1000, eval_batches=8)
+    return TrainConfig(
+        model="tiny",
+        seq_len=64,
+        batch_size=batch_size,
+        batching=batching,
+        seed=seed,
+        lr=3e-3,
+        warmup_steps=0,
+        min_lr_ratio=1.0,
+        steps=1000,
+        eval_batches=8,
+    )
 
 
 def test_packed_layout_trains_exactly_like_pad_given_the_same_units():

@@ -10,9 +10,14 @@ import pytest
 
 from ampkit.errors import UsageError
 from ampkit.train.loggers import (
-    TENSORBOARD_DIR, LoggedMetrics, NullLogger, TensorBoardLogger, build_logger, check_logger_available, scalars_of,
+    TENSORBOARD_DIR,
+    LoggedMetrics,
+    NullLogger,
+    TensorBoardLogger,
+    build_logger,
+    check_logger_available,
+    scalars_of,
 )
-
 from helpers import TINY_ARGS
 
 pytest.importorskip("tensorboard")  # the optional `ampkit[tensorboard]` extra
@@ -27,11 +32,28 @@ def read_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_scalars_of_maps_keys_and_skips_what_is_absent():
-    record = {"event": "train", "step": 3, "loss": 2.5, "lr": 1e-3, "tokens_per_s": 900.0, "grad_norm": 0.7,
-              "loss_scale": None, "skipped": True, "padding_fraction": 0.2, "mfu": 0.31, "memory_bytes": 2048}
-    assert scalars_of(record) == {"train/loss": 2.5, "train/lr": 1e-3, "throughput/tokens_per_s": 900.0,
-                                  "train/grad_norm": 0.7, "precision/skipped": 1.0, "throughput/mfu": 0.31,
-                                  "memory/bytes": 2048.0}
+    record = {
+        "event": "train",
+        "step": 3,
+        "loss": 2.5,
+        "lr": 1e-3,
+        "tokens_per_s": 900.0,
+        "grad_norm": 0.7,
+        "loss_scale": None,
+        "skipped": True,
+        "padding_fraction": 0.2,
+        "mfu": 0.31,
+        "memory_bytes": 2048,
+    }
+    assert scalars_of(record) == {
+        "train/loss": 2.5,
+        "train/lr": 1e-3,
+        "throughput/tokens_per_s": 900.0,
+        "train/grad_norm": 0.7,
+        "precision/skipped": 1.0,
+        "throughput/mfu": 0.31,
+        "memory/bytes": 2048.0,
+    }
     assert scalars_of({"event": "eval", "step": 0, "eval_loss": 5.5}) == {"eval/loss": 5.5}
     assert scalars_of({"event": "rollback", "step": 4, "loss": float("nan")}) == {}
 
@@ -54,8 +76,13 @@ def test_a_resumed_run_hides_the_replayed_steps(tmp_path):
     with build_logger("tensorboard", run_dir=tmp_path, resume_step=2) as resumed:
         for step in range(3, 6):
             resumed.log({"event": "train", "step": step, "loss": 10.0 + step})
-    assert read_scalars(tmp_path / TENSORBOARD_DIR)["train/loss"] == [(1, 1.0), (2, 2.0), (3, 13.0), (4, 14.0),
-                                                                      (5, 15.0)]
+    assert read_scalars(tmp_path / TENSORBOARD_DIR)["train/loss"] == [
+        (1, 1.0),
+        (2, 2.0),
+        (3, 13.0),
+        (4, 14.0),
+        (5, 15.0),
+    ]
 
 
 def test_logged_metrics_writes_the_jsonl_then_the_logger():
@@ -79,21 +106,41 @@ def test_logged_metrics_writes_the_jsonl_then_the_logger():
 
 def test_train_with_tensorboard_logs_the_jsonl_scalars(tmp_path, run_cli):
     out = tmp_path / "run"
-    code, _, _ = run_cli("train", *TINY_ARGS, "--steps", "3", "--seq-len", "16", "--batch-size", "2",
-                         "--precision", "fp16-mixed", "--log", "tensorboard",
-                         "--out", str(out), "--json")
+    code, _, _ = run_cli(
+        "train",
+        *TINY_ARGS,
+        "--steps",
+        "3",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "2",
+        "--precision",
+        "fp16-mixed",
+        "--log",
+        "tensorboard",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert code == 0
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["event"] == "train"]
     evals = [r for r in records if r["event"] == "eval"]
     scalars = read_scalars(out / TENSORBOARD_DIR)
-    for key, tag in (("loss", "train/loss"), ("lr", "train/lr"), ("grad_norm", "train/grad_norm"),
-                     ("tokens_per_s", "throughput/tokens_per_s"), ("loss_scale", "precision/loss_scale")):
+    for key, tag in (
+        ("loss", "train/loss"),
+        ("lr", "train/lr"),
+        ("grad_norm", "train/grad_norm"),
+        ("tokens_per_s", "throughput/tokens_per_s"),
+        ("loss_scale", "precision/loss_scale"),
+    ):
         assert [s for s, _ in scalars[tag]] == [r["step"] for r in train], tag
         assert [v for _, v in scalars[tag]] == pytest.approx([r[key] for r in train], rel=1e-6), tag
     assert [v for _, v in scalars["precision/skipped"]] == [float(r["skipped"]) for r in train]
-    assert [(s, pytest.approx(v, rel=1e-6)) for s, v in scalars["eval/loss"]] == [(r["step"], r["eval_loss"])
-                                                                                  for r in evals]
+    assert [(s, pytest.approx(v, rel=1e-6)) for s, v in scalars["eval/loss"]] == [
+        (r["step"], r["eval_loss"]) for r in evals
+    ]
 
 
 def test_log_none_writes_no_event_files(tmp_path, run_cli):

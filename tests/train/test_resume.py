@@ -6,7 +6,6 @@ import pytest
 
 from ampkit.runs import read_metrics
 from ampkit.train.checkpoint import list_checkpoints
-
 from helpers import TINY_ARGS
 
 
@@ -35,8 +34,9 @@ def test_resume_is_bitwise_exact(tmp_path, run_cli, precision):
 
 def test_checkpoints_are_kept_last_k_and_complete(tmp_path, run_cli):
     out = tmp_path / "run"
-    code, _, _ = run_cli("train", *TINY_ARGS, "--steps", "6", "--checkpoint-every", "2", "--keep-checkpoints", "2",
-                         "--out", str(out))
+    code, _, _ = run_cli(
+        "train", *TINY_ARGS, "--steps", "6", "--checkpoint-every", "2", "--keep-checkpoints", "2", "--out", str(out)
+    )
     assert code == 0
     names = [p.name for p in list_checkpoints(out)]
     assert names == ["step-00000004.pt", "step-00000006.pt"]

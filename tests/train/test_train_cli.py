@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from ampkit.hardware import describe_device
-
 from helpers import TINY_ARGS
 
 
@@ -30,8 +29,9 @@ def test_train_learns_and_writes_its_run_directory(tmp_path, run_cli):
 
 
 def test_fp16_mixed_reports_scale_and_skips(tmp_path, run_cli):
-    code, stdout, err = run_cli("train", *TINY_ARGS, "--precision", "fp16-mixed", "--steps", "3",
-                                "--out", str(tmp_path / "r"), "--json")
+    code, stdout, err = run_cli(
+        "train", *TINY_ARGS, "--precision", "fp16-mixed", "--steps", "3", "--out", str(tmp_path / "r"), "--json"
+    )
     assert code == 0
     summary = json.loads(stdout)
     assert summary["final_loss_scale"] == 65536.0
@@ -76,9 +76,24 @@ def _bad_inputs(tmp_path):
     }
 
 
-@pytest.mark.parametrize("case", ["unknown precision", "tf32 on this device", "unknown model", "missing data",
-                                  "empty data", "seq-len 0", "negative lr", "existing out", "malformed toml",
-                                  "unknown toml key", "missing toml", "non-integer flag", "resume nothing"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unknown precision",
+        "tf32 on this device",
+        "unknown model",
+        "missing data",
+        "empty data",
+        "seq-len 0",
+        "negative lr",
+        "existing out",
+        "malformed toml",
+        "unknown toml key",
+        "missing toml",
+        "non-integer flag",
+        "resume nothing",
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tmp_path, run_cli, case):
     argv, needle = _bad_inputs(tmp_path)[case]
     if case == "tf32 on this device" and describe_device().has_tf32:

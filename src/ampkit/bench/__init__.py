@@ -13,5 +13,4 @@ from ampkit.bench.recommend import Candidate, Recommendation, recommend
 from ampkit.bench.runner import plan_bench, run_bench
 from ampkit.bench.schema import validate_summary
 
-__all__ = ["BenchConfig", "Candidate", "Recommendation", "plan_bench", "recommend", "run_bench",
-           "validate_summary"]
+__all__ = ["BenchConfig", "Candidate", "Recommendation", "plan_bench", "recommend", "run_bench", "validate_summary"]

@@ -33,31 +33,43 @@ FP8_PRECISION = "fp8"  # joins the CUDA defaults on sm89+ when torchao (the 'fp8
 class BenchConfig:
     """A side-by-side benchmark: which precisions, on what model and data, for how long each."""
 
-    precisions: str = field(default="", metadata={"help": "comma-separated precisions to compare ('' = every "
-                                                           "one this device supports); fp32 is always added"})
+    precisions: str = field(
+        default="",
+        metadata={
+            "help": "comma-separated precisions to compare ('' = every one this device supports); fp32 is always added"
+        },
+    )
     model: str = field(default="auto", metadata={"help": "model preset ('auto' = tiny on CPU, gpt2-124m on CUDA)"})
-    data: str = field(default="default", metadata={"help": "'default' (embedded corpus), a .txt/.md file, a folder, "
-                                                           "or a .jsonl file"})
+    data: str = field(
+        default="default", metadata={"help": "'default' (embedded corpus), a .txt/.md file, a folder, or a .jsonl file"}
+    )
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     seq_len: int = field(default=0, metadata={"help": "tokens per sequence (0 = auto: 256 on CPU, 512 on CUDA)"})
     batch_size: int = field(default=0, metadata={"help": "sequences per step (0 = auto: 8 on CPU, 16 on CUDA)"})
-    budget_s: float = field(default=12.0, metadata={"help": "wall seconds of measured steps per precision "
-                                                            "(min/max steps still apply)"})
+    budget_s: float = field(
+        default=12.0, metadata={"help": "wall seconds of measured steps per precision (min/max steps still apply)"}
+    )
     min_steps: int = field(default=5, metadata={"help": "measured steps per precision at least, even past the budget"})
     max_steps: int = field(default=1000, metadata={"help": "measured steps per precision at most"})
     steps: int = field(default=0, metadata={"help": "exactly this many measured steps per precision (0 = by budget)"})
-    warmup_steps: int = field(default=3, metadata={"help": "untimed steps before measuring (allocation, kernel set-up)"})
+    warmup_steps: int = field(
+        default=3, metadata={"help": "untimed steps before measuring (allocation, kernel set-up)"}
+    )
     lr: float = field(default=3e-3, metadata={"help": "peak learning rate (same schedule for every precision)"})
     seed: int = field(default=0, metadata={"help": "seed for weights and data order (same for every precision)"})
-    fidelity_threshold: float = field(default=0.99, metadata={"help": "logits cosine vs fp32 a precision must reach "
-                                                                      "to be recommended"})
-    tie_tolerance: float = field(default=0.05, metadata={"help": "tokens/s within this fraction of the fastest count "
-                                                                 "as a tie; ties go to the simpler regime"})
+    fidelity_threshold: float = field(
+        default=0.99, metadata={"help": "logits cosine vs fp32 a precision must reach to be recommended"}
+    )
+    tie_tolerance: float = field(
+        default=0.05,
+        metadata={"help": "tokens/s within this fraction of the fastest count as a tie; ties go to the simpler regime"},
+    )
 
     def __post_init__(self):
         if not (self.budget_s > 0 and math.isfinite(self.budget_s)):
-            raise UsageError(f"--budget-s must be a positive number of seconds, got {self.budget_s}; "
-                             "e.g. --budget-s 20")
+            raise UsageError(
+                f"--budget-s must be a positive number of seconds, got {self.budget_s}; e.g. --budget-s 20"
+            )
         for name in ("min_steps", "max_steps"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")

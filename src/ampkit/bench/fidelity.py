@@ -73,10 +73,15 @@ def fixed_batch(val_batches: list, *, rows: int = FIDELITY_ROWS):
     if batch.input_ids.shape[0] <= rows:
         return batch
     targets = batch.targets[:rows]
-    return replace(batch, input_ids=batch.input_ids[:rows], targets=targets,
-                   n_tokens=int((targets != IGNORE_INDEX).sum()), n_padded=targets.numel(),
-                   positions=None if batch.positions is None else batch.positions[:rows],
-                   attn_mask=None if batch.attn_mask is None else batch.attn_mask[:rows])
+    return replace(
+        batch,
+        input_ids=batch.input_ids[:rows],
+        targets=targets,
+        n_tokens=int((targets != IGNORE_INDEX).sum()),
+        n_padded=targets.numel(),
+        positions=None if batch.positions is None else batch.positions[:rows],
+        attn_mask=None if batch.attn_mask is None else batch.attn_mask[:rows],
+    )
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -25,8 +25,9 @@ def estimate_training_bytes(model_config: ModelConfig, precision: str) -> int:
     return model_config.num_parameters() * bytes_per_param * STATE_COPIES
 
 
-def check_model_fits(model_config: ModelConfig, precisions: list[str], *, capacity_bytes: int,
-                     device_label: str) -> None:
+def check_model_fits(
+    model_config: ModelConfig, precisions: list[str], *, capacity_bytes: int, device_label: str
+) -> None:
     """Refuse (UsageError) when the largest estimate among `precisions` exceeds `capacity_bytes`.
 
     `capacity_bytes` is the device's total (CUDA) or the host's physical memory (CPU); 0 means

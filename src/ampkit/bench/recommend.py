@@ -56,8 +56,12 @@ class Recommendation:
     """further lines (memory-bound advice)"""
 
     def to_dict(self) -> dict:
-        return {"precision": self.precision, "reason": self.reason, "disqualified": dict(self.disqualified),
-                "advice": list(self.advice)}
+        return {
+            "precision": self.precision,
+            "reason": self.reason,
+            "disqualified": dict(self.disqualified),
+            "advice": list(self.advice),
+        }
 
 
 def simplicity_rank(name: str) -> int:
@@ -72,7 +76,8 @@ def compute_key(spec) -> str:
     if getattr(spec, "fp8", None) == "native":
         return "fp8"
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(
-        str(spec.compute_dtype).removeprefix("torch."), "fp32")
+        str(spec.compute_dtype).removeprefix("torch."), "fp32"
+    )
 
 
 def native_support(info, precision_spec) -> tuple[bool, str]:
@@ -104,16 +109,18 @@ def disqualification(c: Candidate, *, threshold: float) -> str | None:
     return None
 
 
-def recommend(candidates: list[Candidate], *, threshold: float = 0.99, tie_tolerance: float = 0.05,
-              capacity_bytes: int = 0) -> Recommendation:
+def recommend(
+    candidates: list[Candidate], *, threshold: float = 0.99, tie_tolerance: float = 0.05, capacity_bytes: int = 0
+) -> Recommendation:
     """The fastest stable precision that passes fidelity; ties (within `tie_tolerance`) go to the simpler."""
     by_name = {c.name: c for c in candidates}
     disqualified = {c.name: why for c in candidates if (why := disqualification(c, threshold=threshold))}
     ref = by_name.get(REFERENCE)
     if ref is None or REFERENCE in disqualified:
         why = disqualified.get(REFERENCE, "not measured")
-        return Recommendation(precision=None, reason=f"no recommendation: the fp32 reference {why}",
-                              disqualified=disqualified)
+        return Recommendation(
+            precision=None, reason=f"no recommendation: the fp32 reference {why}", disqualified=disqualified
+        )
     passing = [c for c in candidates if c.name not in disqualified]
     fastest = max(passing, key=lambda c: c.tokens_per_s)
     tied = [c for c in passing if c.tokens_per_s >= fastest.tokens_per_s * (1.0 - tie_tolerance)]
@@ -122,8 +129,12 @@ def recommend(candidates: list[Candidate], *, threshold: float = 0.99, tie_toler
         reason = _why_reference(candidates, ref, disqualified, tie_tolerance)
     else:
         reason = _why_faster(chosen, ref, fastest)
-    return Recommendation(precision=chosen.name, reason=reason, disqualified=disqualified,
-                          advice=_memory_advice(candidates, ref, passing, capacity_bytes))
+    return Recommendation(
+        precision=chosen.name,
+        reason=reason,
+        disqualified=disqualified,
+        advice=_memory_advice(candidates, ref, passing, capacity_bytes),
+    )
 
 
 def format_speedup(ratio: float) -> str:
@@ -150,13 +161,16 @@ def _why_faster(chosen: Candidate, ref: Candidate, fastest: Candidate) -> str:
     parts.append(f"logits cos {format_cosine(chosen.logits_cosine)} vs fp32")
     reason = f"{chosen.name}: " + ", ".join(parts)
     if fastest.name != chosen.name:
-        reason += (f" ({fastest.name} was {format_speedup(fastest.tokens_per_s / chosen.tokens_per_s)} as fast: "
-                   "a tie, which goes to the simpler regime)")
+        reason += (
+            f" ({fastest.name} was {format_speedup(fastest.tokens_per_s / chosen.tokens_per_s)} as fast: "
+            "a tie, which goes to the simpler regime)"
+        )
     return reason
 
 
-def _why_reference(candidates: list[Candidate], ref: Candidate, disqualified: dict[str, str],
-                   tie_tolerance: float) -> str:
+def _why_reference(
+    candidates: list[Candidate], ref: Candidate, disqualified: dict[str, str], tie_tolerance: float
+) -> str:
     notes = []
     for c in candidates:
         if c.name == REFERENCE:
@@ -175,8 +189,9 @@ def _why_reference(candidates: list[Candidate], ref: Candidate, disqualified: di
     return head + (": " + "; ".join(notes) if notes else "")
 
 
-def _memory_advice(candidates: list[Candidate], ref: Candidate, passing: list[Candidate],
-                   capacity_bytes: int) -> list[str]:
+def _memory_advice(
+    candidates: list[Candidate], ref: Candidate, passing: list[Candidate], capacity_bytes: int
+) -> list[str]:
     """When a precision's peak nears the device's memory, say which passing precision saves the most."""
     if capacity_bytes <= 0:
         return []
@@ -185,11 +200,15 @@ def _memory_advice(candidates: list[Candidate], ref: Candidate, passing: list[Ca
         return []
     gib = 1024**3
     worst = max(near, key=lambda c: c.peak_bytes)
-    advice = (f"memory-bound: {worst.name} peaks at {worst.peak_bytes / capacity_bytes:.0%} of the device's "
-              f"{capacity_bytes / gib:.1f} GiB")
+    advice = (
+        f"memory-bound: {worst.name} peaks at {worst.peak_bytes / capacity_bytes:.0%} of the device's "
+        f"{capacity_bytes / gib:.1f} GiB"
+    )
     leanest = min((c for c in passing if c.peak_bytes), key=lambda c: c.peak_bytes, default=None)
     if leanest is not None and ref.peak_bytes and leanest.peak_bytes < ref.peak_bytes:
-        advice += (f"; {leanest.name} uses {format_memory_change(leanest.peak_bytes / ref.peak_bytes)} "
-                   "vs fp32 and passes fidelity")
+        advice += (
+            f"; {leanest.name} uses {format_memory_change(leanest.peak_bytes / ref.peak_bytes)} "
+            "vs fp32 and passes fidelity"
+        )
     advice += "; activation checkpointing or a smaller --batch-size frees more ('ampkit plan' shows the ledger)"
     return [advice]

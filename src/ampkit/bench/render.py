@@ -15,11 +15,19 @@ from ampkit.bench.recommend import format_cosine
 from ampkit.report import Report, plt
 
 MIB = 1024**2
-COLORS = {"fp32": "#4c72b0", "tf32": "#64b5cd", "bf16-mixed": "#55a868", "fp16-mixed": "#dd8452",
-          "bf16-true": "#8172b3", "fp16-true": "#c44e52", "fp8": "#937860"}
+COLORS = {
+    "fp32": "#4c72b0",
+    "tf32": "#64b5cd",
+    "bf16-mixed": "#55a868",
+    "fp16-mixed": "#dd8452",
+    "bf16-true": "#8172b3",
+    "fp16-true": "#c44e52",
+    "fp8": "#937860",
+}
 
 
 # ---- formatting helpers (shared by the console table and the report tables) -------------------------
+
 
 def _ok(summary: dict) -> list[dict]:
     return [e for e in summary["precisions"] if e["status"] == "ok"]
@@ -95,19 +103,40 @@ def _status(entry: dict, recommended: str | None) -> str:
 
 def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
     """The side-by-side table, one row per precision (shared by console and report)."""
-    headers = ["precision", "steps measured", "tokens/s", "vs fp32", "step ms median (p10-p90)", "MFU",
-               "peak memory", "memory vs fp32", "loss (final)", "logits cos", "skipped / non-finite", "status"]
+    headers = [
+        "precision",
+        "steps measured",
+        "tokens/s",
+        "vs fp32",
+        "step ms median (p10-p90)",
+        "MFU",
+        "peak memory",
+        "memory vs fp32",
+        "loss (final)",
+        "logits cos",
+        "skipped / non-finite",
+        "status",
+    ]
     recommended = summary["recommendation"]["precision"]
     rows = []
     for e in summary["precisions"]:
         timing, fid = e["timing"], e["fidelity"]
-        rows.append([
-            e["name"], _steps(e), _num(timing and timing["tokens_per_s"], ",.0f"),
-            _ratio(e["vs_fp32"]["speedup"]) if e["vs_fp32"] else "-", _step_ms(e), _mfu(e),
-            _mib(e["memory"] and e["memory"]["peak_bytes"]), _memory_ratio(e),
-            _num(e["loss"] and e["loss"]["final"], ".4f"), _cos(fid and fid["logits_cosine"]), _scale(e),
-            _status(e, recommended),
-        ])
+        rows.append(
+            [
+                e["name"],
+                _steps(e),
+                _num(timing and timing["tokens_per_s"], ",.0f"),
+                _ratio(e["vs_fp32"]["speedup"]) if e["vs_fp32"] else "-",
+                _step_ms(e),
+                _mfu(e),
+                _mib(e["memory"] and e["memory"]["peak_bytes"]),
+                _memory_ratio(e),
+                _num(e["loss"] and e["loss"]["final"], ".4f"),
+                _cos(fid and fid["logits_cosine"]),
+                _scale(e),
+                _status(e, recommended),
+            ]
+        )
     return headers, rows
 
 
@@ -115,8 +144,7 @@ def console_table(summary: dict) -> Table:
     headers, rows = main_rows(summary)
     table = Table(title=_title(summary), title_justify="left")
     for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i in (0, len(headers) - 1) else "right",
-                         overflow="fold")
+        table.add_column(header, justify="left" if i in (0, len(headers) - 1) else "right", overflow="fold")
     recommended = summary["recommendation"]["precision"]
     for e, row in zip(summary["precisions"], rows):
         table.add_row(*row, style="bold green" if e["name"] == recommended else None)
@@ -124,28 +152,38 @@ def console_table(summary: dict) -> Table:
 
 
 def recommendation_text(summary: dict) -> str:
-    """"Recommendation: bf16-mixed: 2.14x tokens/s, ..." (the reason starts with the precision's name)."""
+    """ "Recommendation: bf16-mixed: 2.14x tokens/s, ..." (the reason starts with the precision's name)."""
     rec = summary["recommendation"]
     return f"Recommendation: {rec['reason']}" if rec["precision"] else rec["reason"].capitalize()
 
 
 def _title(summary: dict) -> str:
     m, d = summary["model"], summary["device"]
-    return (f"ampkit bench · {m['preset']} ({m['parameters'] / 1e6:.2f}M params) · {d['name']} · "
-            f"seq {summary['data']['seq_len']} x batch {summary['data']['batch_size']}")
+    return (
+        f"ampkit bench · {m['preset']} ({m['parameters'] / 1e6:.2f}M params) · {d['name']} · "
+        f"seq {summary['data']['seq_len']} x batch {summary['data']['batch_size']}"
+    )
 
 
 # ---- the report ---------------------------------------------------------------------------------------
 
+
 def setup_text(summary: dict) -> list[str]:
     d, m, c = summary["device"], summary["model"], summary["config"]
     flags = ", ".join(d["cpu_flags"]) or "none readable"
-    budget = f"exactly {c['steps']} measured steps" if c["steps"] else (
-        f"{c['budget_s']:g} s of measured steps (min {c['min_steps']}, max {c['max_steps']})")
+    budget = (
+        f"exactly {c['steps']} measured steps"
+        if c["steps"]
+        else (f"{c['budget_s']:g} s of measured steps (min {c['min_steps']}, max {c['max_steps']})")
+    )
     lines = [
         f"Device: {d['name']} ({d['type']}; {d['total_memory_bytes'] / 1024**3:.1f} GiB; "
-        + (f"CPU flags: {flags}; {d['cpu_threads']} threads" if d["type"] == "cpu" else
-           f"compute capability {'.'.join(map(str, d['compute_capability'] or []))}") + ").",
+        + (
+            f"CPU flags: {flags}; {d['cpu_threads']} threads"
+            if d["type"] == "cpu"
+            else f"compute capability {'.'.join(map(str, d['compute_capability'] or []))}"
+        )
+        + ").",
         f"Model: {m['preset']}, {m['parameters']:,} parameters, {m['flops_per_token'] / 1e6:,.1f} MFLOPs per "
         f"training token ({m['flops_formula']}). Data: {summary['data']['corpus']} ({summary['data']['tokenizer']} "
         f"tokens), seq_len {summary['data']['seq_len']}, batch {summary['data']['batch_size']}, seed {c['seed']}.",
@@ -159,44 +197,75 @@ def setup_text(summary: dict) -> list[str]:
 
 
 def _mfu_note(summary: dict) -> str:
-    sources = {(e["mfu"]["peak_dtype"], e["mfu"]["peak_source"], e["mfu"]["peak_flops"]) for e in _ok(summary)
-               if e["mfu"]}
-    parts = [f"{dtype}: {flops / 1e9:,.0f} GFLOP/s ({'GPU data sheet' if src == 'gpu-table' else 'matmul measured here'})"
-             for dtype, src, flops in sorted(sources, key=lambda s: s[0]) if flops]
-    return ("MFU = tokens/s x FLOPs per token / the device's peak for that precision's compute dtype -- "
-            + "; ".join(parts) + ". Denominators differ by dtype, so compare tokens/s across precisions, "
-            "MFU within one.")
+    sources = {
+        (e["mfu"]["peak_dtype"], e["mfu"]["peak_source"], e["mfu"]["peak_flops"]) for e in _ok(summary) if e["mfu"]
+    }
+    parts = [
+        f"{dtype}: {flops / 1e9:,.0f} GFLOP/s ({'GPU data sheet' if src == 'gpu-table' else 'matmul measured here'})"
+        for dtype, src, flops in sorted(sources, key=lambda s: s[0])
+        if flops
+    ]
+    return (
+        "MFU = tokens/s x FLOPs per token / the device's peak for that precision's compute dtype -- "
+        + "; ".join(parts)
+        + ". Denominators differ by dtype, so compare tokens/s across precisions, "
+        "MFU within one."
+    )
 
 
 def _memory_note(summary: dict) -> str:
     if summary["device"]["type"] == "cuda":
         return "Peak memory: torch.cuda.max_memory_allocated (reserved shown in the memory table)."
-    return ("Peak memory: the worker process's peak resident set (ru_maxrss), which includes the Python "
-            "interpreter and torch (~300-400 MiB); 'run' is its growth over the resident set before the model "
-            "was built.")
+    return (
+        "Peak memory: the worker process's peak resident set (ru_maxrss), which includes the Python "
+        "interpreter and torch (~300-400 MiB); 'run' is its growth over the resident set before the model "
+        "was built."
+    )
 
 
 def fidelity_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
-    headers = ["precision", "logits cos", "logits max abs diff", "loss diff", "grad cos",
-               "loss-curve gap max / mean (steps)", "verdict"]
+    headers = [
+        "precision",
+        "logits cos",
+        "logits max abs diff",
+        "loss diff",
+        "grad cos",
+        "loss-curve gap max / mean (steps)",
+        "verdict",
+    ]
     rows = []
     for e in _ok(summary):
         f = e["fidelity"]
         if not f:
             continue
         curve = f["loss_curve"]
-        gap = "-" if curve["max_gap"] is None else (
-            f"{curve['max_gap']:.4f} / {curve['mean_gap']:.4f} ({curve['steps_compared']})")
-        rows.append([e["name"], _cos(f["logits_cosine"]), _num(f["logits_max_abs_diff"], ".3g"),
-                     _num(f["loss_diff"], "+.2e"), _cos(f["grad_cosine"]), gap,
-                     "reference" if e["name"] == summary["reference"] else f["verdict"]])
+        gap = (
+            "-"
+            if curve["max_gap"] is None
+            else (f"{curve['max_gap']:.4f} / {curve['mean_gap']:.4f} ({curve['steps_compared']})")
+        )
+        rows.append(
+            [
+                e["name"],
+                _cos(f["logits_cosine"]),
+                _num(f["logits_max_abs_diff"], ".3g"),
+                _num(f["loss_diff"], "+.2e"),
+                _cos(f["grad_cosine"]),
+                gap,
+                "reference" if e["name"] == summary["reference"] else f["verdict"],
+            ]
+        )
     return headers, rows
 
 
 def memory_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
     cuda = summary["device"]["type"] == "cuda"
-    headers = ["precision", "max allocated" if cuda else "peak RSS", "max reserved" if cuda else "run (growth)",
-               "vs fp32"]
+    headers = [
+        "precision",
+        "max allocated" if cuda else "peak RSS",
+        "max reserved" if cuda else "run (growth)",
+        "vs fp32",
+    ]
     rows = []
     for e in _ok(summary):
         mem = e["memory"]
@@ -216,15 +285,25 @@ def throughput_figure(summary: dict):
     tps = [e["timing"]["tokens_per_s"] for e in entries]
     bars = ax_t.bar(names, tps, color=[_color(n) for n in names])
     for bar, e in zip(bars, entries):
-        ax_t.annotate(_ratio(e["vs_fp32"]["speedup"]) if e["vs_fp32"] else "", (bar.get_x() + bar.get_width() / 2,
-                      bar.get_height()), ha="center", va="bottom", fontsize=9)
+        ax_t.annotate(
+            _ratio(e["vs_fp32"]["speedup"]) if e["vs_fp32"] else "",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=9,
+        )
     ax_t.set_title("tokens/s (real tokens; higher is better)")
     ax_t.set_ylabel("tokens/s")
     mem = [e["memory"]["peak_bytes"] / MIB for e in entries]
     bars = ax_m.bar(names, mem, color=[_color(n) for n in names])
     for bar, e in zip(bars, entries):
-        ax_m.annotate(_memory_ratio(e), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                      ha="center", va="bottom", fontsize=9)
+        ax_m.annotate(
+            _memory_ratio(e),
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=9,
+        )
     ax_m.set_title("peak memory (MiB; lower is better)")
     ax_m.set_ylabel("MiB")
     for ax in (ax_t, ax_m):
@@ -287,12 +366,20 @@ def fidelity_figure(summary: dict):
     fig, ax = plt.subplots(figsize=(11, 3.6))
     floor = 1e-9
     width = 0.38
-    for offset, key, label, alpha in ((-width / 2, "logits_cosine", "logits", 0.9), (width / 2, "grad_cosine",
-                                                                                     "gradients", 0.5)):
-        values = [max(floor, 1.0 - (e["fidelity"][key] if e["fidelity"][key] is not None else -1.0))
-                  for e in entries]
-        ax.bar([i + offset for i in range(len(entries))], values, width, label=f"1 - cos ({label})", alpha=alpha,
-               color=[_color(e["name"]) for e in entries], edgecolor="#333")
+    for offset, key, label, alpha in (
+        (-width / 2, "logits_cosine", "logits", 0.9),
+        (width / 2, "grad_cosine", "gradients", 0.5),
+    ):
+        values = [max(floor, 1.0 - (e["fidelity"][key] if e["fidelity"][key] is not None else -1.0)) for e in entries]
+        ax.bar(
+            [i + offset for i in range(len(entries))],
+            values,
+            width,
+            label=f"1 - cos ({label})",
+            alpha=alpha,
+            color=[_color(e["name"]) for e in entries],
+            edgecolor="#333",
+        )
     threshold = 1.0 - summary["config"]["fidelity_threshold"]
     ax.axhline(threshold, color="#c44e52", linestyle="--", linewidth=1, label=f"pass line (cos {1 - threshold:g})")
     ax.axhline(0.1, color="#999", linestyle=":", linewidth=1, label="cos 0.9: error amplified below")
@@ -321,10 +408,12 @@ def build_report(summary: dict) -> Report:
     if _ok(summary):
         report.figure(throughput_figure(summary), "tokens/s and peak memory per precision (labels: ratio to fp32)")
         report.heading("Fidelity against fp32")
-        report.text("Same initial weights, same fixed held-out batch: cosine similarity of the logits "
-                    "(>= 0.99 healthy, < 0.9 a layer's error is being amplified), their max absolute difference, "
-                    "the loss difference, the cosine of the whole gradient vector, and the gap between the loss "
-                    "curves over the steps both precisions ran.")
+        report.text(
+            "Same initial weights, same fixed held-out batch: cosine similarity of the logits "
+            "(>= 0.99 healthy, < 0.9 a layer's error is being amplified), their max absolute difference, "
+            "the loss difference, the cosine of the whole gradient vector, and the gap between the loss "
+            "curves over the steps both precisions ran."
+        )
         report.table(*fidelity_rows(summary))
         if any(e["name"] != summary["reference"] and e["fidelity"] for e in _ok(summary)):
             report.figure(fidelity_figure(summary), "1 - cosine similarity vs fp32 (log scale)")

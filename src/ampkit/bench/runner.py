@@ -29,8 +29,8 @@ from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.errors import TrainingError, UsageError
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.models import ModelConfig
-from ampkit.models.hf import HFModelInfo
 from ampkit.models.flops import training_flops_per_token
+from ampkit.models.hf import HFModelInfo
 from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
 from ampkit.train.build import resolve_model_config
 
@@ -57,15 +57,25 @@ def plan_bench(config: BenchConfig) -> BenchPlan:
     resolved, names, warnings = resolve_for_device(config, info)
     model_config = resolve_model_config(resolved.model, tokenizer_for_model(resolved.model))  # a preset or hf:PATH
     if resolved.seq_len > model_config.max_seq_len:
-        raise UsageError(f"--seq-len {resolved.seq_len} exceeds model '{model_config.name}' max_seq_len "
-                         f"{model_config.max_seq_len}; use a shorter --seq-len")
+        raise UsageError(
+            f"--seq-len {resolved.seq_len} exceeds model '{model_config.name}' max_seq_len "
+            f"{model_config.max_seq_len}; use a shorter --seq-len"
+        )
     if resolved.data != "default" and not Path(resolved.data).exists():
-        raise UsageError(f"--data {resolved.data} does not exist; pass a .txt/.md/.jsonl file or a folder, "
-                         "or leave --data out for the embedded corpus")
+        raise UsageError(
+            f"--data {resolved.data} does not exist; pass a .txt/.md/.jsonl file or a folder, "
+            "or leave --data out for the embedded corpus"
+        )
     label = f"{info.name} ({'GPU' if info.type == 'cuda' else 'host RAM'})"
     check_model_fits(model_config, names, capacity_bytes=info.total_memory_bytes, device_label=label)
-    return BenchPlan(config=resolved, info=info, precisions=names, warnings=warnings, model_config=model_config,
-                     flops_per_token=training_flops_per_token(model_config, resolved.seq_len))
+    return BenchPlan(
+        config=resolved,
+        info=info,
+        precisions=names,
+        warnings=warnings,
+        model_config=model_config,
+        flops_per_token=training_flops_per_token(model_config, resolved.seq_len),
+    )
 
 
 def host_load() -> list[float] | None:
@@ -82,9 +92,11 @@ def busy_host_warning(load: dict) -> list[str]:
     end = load["end"]
     if not end or not load["cpus"] or end[0] <= BUSY_LOAD_PER_CPU * load["cpus"]:
         return []
-    return [f"the host was busy while measuring (1-minute load average {end[0]:.1f} on {load['cpus']} CPUs): "
-            "other processes competed for the cores, so step times are inflated and noisy; re-run on an idle "
-            "machine for figures to quote"]
+    return [
+        f"the host was busy while measuring (1-minute load average {end[0]:.1f} on {load['cpus']} CPUs): "
+        "other processes competed for the cores, so step times are inflated and noisy; re-run on an idle "
+        "machine for figures to quote"
+    ]
 
 
 def worker_timeout_s(config: BenchConfig) -> float:
@@ -94,8 +106,9 @@ def worker_timeout_s(config: BenchConfig) -> float:
 def run_worker(job_path: Path, log_path: Path, *, on_event: Callable[[dict], None], timeout_s: float) -> str | None:
     """Run one worker process to completion; returns None, or why it died without a result."""
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "ampkit.bench.worker", str(job_path)],
-                                stdout=subprocess.PIPE, stderr=log, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ampkit.bench.worker", str(job_path)], stdout=subprocess.PIPE, stderr=log, text=True
+        )
         timed_out = threading.Event()
 
         def kill():
@@ -128,12 +141,25 @@ def _last_log_line(log_path: Path) -> str:
 def measure_precision(name: str, plan: BenchPlan, run_dir: Path, progress) -> dict[str, Any]:
     """One worker for `name`: writes workers/<name>.json (the job) and reads back <name>.result.json."""
     workers = run_dir / WORKERS_DIR
-    paths = {key: workers / f"{name}.{suffix}" for key, suffix in
-             (("job", "job.json"), ("result", "result.json"), ("log", "log"), ("fidelity", "fidelity.pt"))}
-    write_json_atomic(paths["job"], {"config": plan.config.to_dict(), "precision": name,
-                                     "result_path": str(paths["result"]), "fidelity_path": str(paths["fidelity"])})
-    death = run_worker(paths["job"], paths["log"], on_event=lambda event: progress.update(name, event),
-                       timeout_s=worker_timeout_s(plan.config))
+    paths = {
+        key: workers / f"{name}.{suffix}"
+        for key, suffix in (("job", "job.json"), ("result", "result.json"), ("log", "log"), ("fidelity", "fidelity.pt"))
+    }
+    write_json_atomic(
+        paths["job"],
+        {
+            "config": plan.config.to_dict(),
+            "precision": name,
+            "result_path": str(paths["result"]),
+            "fidelity_path": str(paths["fidelity"]),
+        },
+    )
+    death = run_worker(
+        paths["job"],
+        paths["log"],
+        on_event=lambda event: progress.update(name, event),
+        timeout_s=worker_timeout_s(plan.config),
+    )
     if paths["result"].is_file():
         result = json.loads(paths["result"].read_text(encoding="utf-8"))
     else:
@@ -155,8 +181,9 @@ def _refuse_without_reference(result: dict[str, Any]) -> None:
     raise TrainingError(message)
 
 
-def run_bench(config: BenchConfig, *, out: str | None = None, console: Console | None = None,
-              show_progress: bool = True) -> tuple[dict[str, Any], Path]:
+def run_bench(
+    config: BenchConfig, *, out: str | None = None, console: Console | None = None, show_progress: bool = True
+) -> tuple[dict[str, Any], Path]:
     """The whole bench; returns (summary, run directory). The reports are written too."""
     from ampkit.bench.render import render_report  # matplotlib: loaded only once there is something to draw
 
@@ -179,10 +206,18 @@ def run_bench(config: BenchConfig, *, out: str | None = None, console: Console |
                 console.print(f"[red]{name} failed:[/] {result['error']}", soft_wrap=True)
     corpus = DEFAULT_CORPUS_NAME if plan.config.data == "default" else str(plan.config.data)
     load = {"cpus": os.cpu_count() or 0, "start": load_start, "end": host_load()}
-    summary = build_summary(config=plan.config, info=plan.info, model_config=plan.model_config,
-                            flops_per_token=plan.flops_per_token, corpus=corpus, results=results,
-                            warnings=plan.warnings + busy_host_warning(load), run_dir=run_dir,
-                            wall_s=time.perf_counter() - started, host_load=load)
+    summary = build_summary(
+        config=plan.config,
+        info=plan.info,
+        model_config=plan.model_config,
+        flops_per_token=plan.flops_per_token,
+        corpus=corpus,
+        results=results,
+        warnings=plan.warnings + busy_host_warning(load),
+        run_dir=run_dir,
+        wall_s=time.perf_counter() - started,
+        host_load=load,
+    )
     write_json_atomic(run_dir / SUMMARY_FILE, summary)
     render_report(summary, run_dir)
     return summary, run_dir
@@ -191,14 +226,23 @@ def run_bench(config: BenchConfig, *, out: str | None = None, console: Console |
 class BenchProgress:
     """One bar per precision on stderr, fed by the workers' progress events; `enabled=False` is silent."""
 
-    _PHASES = {"build": "building", "fidelity": "fidelity capture", "warmup": "warmup (untimed)",
-               "peak": "measuring matmul peak"}
+    _PHASES = {
+        "build": "building",
+        "fidelity": "fidelity capture",
+        "warmup": "warmup (untimed)",
+        "peak": "measuring matmul peak",
+    }
 
     def __init__(self, console: Console, plan: BenchPlan, *, enabled: bool):
         self.plan = plan
-        self.progress = Progress(TextColumn("[bold]{task.description:<11}"), BarColumn(),
-                                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
-                                 console=console, disable=not enabled)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description:<11}"),
+            BarColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not enabled,
+        )
         self.tasks = {name: self.progress.add_task(name, total=1.0, status="waiting") for name in plan.precisions}
         self._context = self.progress if enabled else nullcontext()
 

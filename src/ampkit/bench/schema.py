@@ -26,35 +26,82 @@ class ListOf:
 NUM = (int, float)
 OPT_NUM = Opt(NUM)
 
-TIMING = {"tokens_per_s": NUM, "tokens_per_s_all": NUM, "measured_s": NUM, "step_ms_median": NUM,
-          "step_ms_p10": NUM, "step_ms_p90": NUM, "step_ms_min": NUM, "step_ms_max": NUM, "step_ms": ListOf(NUM)}
+TIMING = {
+    "tokens_per_s": NUM,
+    "tokens_per_s_all": NUM,
+    "measured_s": NUM,
+    "step_ms_median": NUM,
+    "step_ms_p10": NUM,
+    "step_ms_p90": NUM,
+    "step_ms_min": NUM,
+    "step_ms_max": NUM,
+    "step_ms": ListOf(NUM),
+}
 MEMORY = {"kind": str, "peak_bytes": int, "run_bytes": int}
-FIDELITY = {"logits_cosine": OPT_NUM, "logits_max_abs_diff": OPT_NUM, "loss": OPT_NUM, "loss_diff": OPT_NUM,
-            "grad_cosine": OPT_NUM, "grad_elements": int, "verdict": str, "passed": bool,
-            "loss_curve": {"steps_compared": int, "max_gap": OPT_NUM, "mean_gap": OPT_NUM, "final_gap": OPT_NUM}}
+FIDELITY = {
+    "logits_cosine": OPT_NUM,
+    "logits_max_abs_diff": OPT_NUM,
+    "loss": OPT_NUM,
+    "loss_diff": OPT_NUM,
+    "grad_cosine": OPT_NUM,
+    "grad_elements": int,
+    "verdict": str,
+    "passed": bool,
+    "loss_curve": {"steps_compared": int, "max_gap": OPT_NUM, "mean_gap": OPT_NUM, "final_gap": OPT_NUM},
+}
 PRECISION = {
-    "name": str, "status": str, "error": Opt(str), "native": bool, "native_note": str,
+    "name": str,
+    "status": str,
+    "error": Opt(str),
+    "native": bool,
+    "native_note": str,
     "steps": Opt({"warmup": int, "measured": int, "stalled": int}),
     "timing": Opt(TIMING),
     "mfu": Opt({"value": OPT_NUM, "peak_flops": OPT_NUM, "peak_source": str, "peak_dtype": str}),
     "memory": Opt(MEMORY),
     "loss": Opt({"first": OPT_NUM, "final": OPT_NUM, "last": OPT_NUM, "curve": ListOf(OPT_NUM)}),
-    "stability": Opt({"stable": bool, "reason": Opt(str), "skipped_steps": int, "nonfinite_loss_steps": int,
-                      "nonfinite_grad_steps": int, "final_loss_scale": OPT_NUM}),
+    "stability": Opt(
+        {
+            "stable": bool,
+            "reason": Opt(str),
+            "skipped_steps": int,
+            "nonfinite_loss_steps": int,
+            "nonfinite_grad_steps": int,
+            "final_loss_scale": OPT_NUM,
+        }
+    ),
     "vs_fp32": Opt({"speedup": NUM, "steps_compared": int, "memory_ratio": NUM}),
     "fidelity": Opt(FIDELITY),
     "files": {"result": str, "log": str, "fidelity": Opt(str)},
 }
 SUMMARY = {
-    "schema": str, "schema_version": int, "command": str, "ampkit_version": str, "torch_version": str,
-    "created_utc": str, "wall_s": NUM, "config": dict,
+    "schema": str,
+    "schema_version": int,
+    "command": str,
+    "ampkit_version": str,
+    "torch_version": str,
+    "created_utc": str,
+    "wall_s": NUM,
+    "config": dict,
     "host_load": Opt({"cpus": int, "start": Opt(ListOf(NUM)), "end": Opt(ListOf(NUM))}),
-    "device": {"type": str, "name": str, "gpu_model": Opt(str), "compute_capability": Opt(ListOf(int)),
-               "total_memory_bytes": int, "native_bf16": bool, "native_fp16": bool, "has_tf32": bool,
-               "has_fp8": bool, "cpu_flags": ListOf(str), "cpu_threads": int},
+    "device": {
+        "type": str,
+        "name": str,
+        "gpu_model": Opt(str),
+        "compute_capability": Opt(ListOf(int)),
+        "total_memory_bytes": int,
+        "native_bf16": bool,
+        "native_fp16": bool,
+        "has_tf32": bool,
+        "has_fp8": bool,
+        "cpu_flags": ListOf(str),
+        "cpu_threads": int,
+    },
     "model": {"preset": str, "parameters": int, "flops_per_token": NUM, "flops_formula": str},
     "data": {"corpus": str, "tokenizer": str, "seq_len": int, "batch_size": int},
-    "reference": str, "warnings": ListOf(str), "precisions": ListOf(PRECISION),
+    "reference": str,
+    "warnings": ListOf(str),
+    "precisions": ListOf(PRECISION),
     "recommendation": {"precision": Opt(str), "reason": str, "disqualified": dict, "advice": ListOf(str)},
 }
 
@@ -78,8 +125,9 @@ def check(value: Any, spec: Any, path: str = "summary") -> list[str]:
         if not isinstance(value, dict):
             return [f"{path}: expected an object, got {type(value).__name__}"]
         errors = [f"{path}.{key}: missing" for key in spec if key not in value]
-        return errors + [err for key, sub in spec.items() if key in value
-                         for err in check(value[key], sub, f"{path}.{key}")]
+        return errors + [
+            err for key, sub in spec.items() if key in value for err in check(value[key], sub, f"{path}.{key}")
+        ]
     if not _type_ok(value, spec):
         wanted = "/".join(t.__name__ for t in (spec if isinstance(spec, tuple) else (spec,)))
         return [f"{path}: expected {wanted}, got {type(value).__name__} {value!r:.40}"]
@@ -91,8 +139,11 @@ def validate_summary(summary: Any) -> list[str]:
     errors = check(summary, SUMMARY)
     if isinstance(summary, dict):
         if summary.get("schema") != SCHEMA or summary.get("schema_version") != SCHEMA_VERSION:
-            errors.insert(0, f"summary.schema: expected {SCHEMA} (version {SCHEMA_VERSION}), got "
-                             f"{summary.get('schema')!r} (version {summary.get('schema_version')!r})")
+            errors.insert(
+                0,
+                f"summary.schema: expected {SCHEMA} (version {SCHEMA_VERSION}), got "
+                f"{summary.get('schema')!r} (version {summary.get('schema_version')!r})",
+            )
         if summary.get("command") != "bench":
             errors.insert(0, f"summary.command: expected 'bench', got {summary.get('command')!r}")
     return errors

@@ -47,36 +47,62 @@ def _loss_block(curve: list[float]) -> dict[str, Any]:
 
 def _mfu_block(tokens_per_s: float, flops_per_token: float, peak: dict[str, Any]) -> dict[str, Any]:
     value = tokens_per_s * flops_per_token / peak["peak_flops"] if peak["peak_flops"] else None
-    return {"value": value, "peak_flops": peak["peak_flops"], "peak_source": peak["source"],
-            "peak_dtype": peak["dtype"]}
+    return {
+        "value": value,
+        "peak_flops": peak["peak_flops"],
+        "peak_source": peak["source"],
+        "peak_dtype": peak["dtype"],
+    }
 
 
 def precision_entry(result: dict[str, Any], *, flops_per_token: float, info) -> dict[str, Any]:
     """One precision's block, without the parts measured against fp32 (added by `add_comparisons`)."""
     name = result["precision"]
     native, note = native_support(info, get_spec(name))
-    entry: dict[str, Any] = {"name": name, "status": result["status"], "error": result.get("error"),
-                             "native": native, "native_note": note, "steps": None, "timing": None, "mfu": None,
-                             "memory": None, "loss": None, "stability": None, "vs_fp32": None, "fidelity": None,
-                             "files": result["files"]}
+    entry: dict[str, Any] = {
+        "name": name,
+        "status": result["status"],
+        "error": result.get("error"),
+        "native": native,
+        "native_note": note,
+        "steps": None,
+        "timing": None,
+        "mfu": None,
+        "memory": None,
+        "loss": None,
+        "stability": None,
+        "vs_fp32": None,
+        "fidelity": None,
+        "files": result["files"],
+    }
     if result["status"] != "ok":
         return entry
     stats = summarize_steps(result["step_s"], result["tokens"], result["slots"])
     stable, why = assess_stability(result)
     entry.update(
         steps={"warmup": result["warmup_steps"], "measured": stats.measured_steps, "stalled": stats.stalled_steps},
-        timing={"tokens_per_s": stats.tokens_per_s, "tokens_per_s_all": stats.tokens_per_s_all,
-                "measured_s": stats.measured_s, "step_ms_median": stats.step_ms_median,
-                "step_ms_p10": stats.step_ms_p10, "step_ms_p90": stats.step_ms_p90,
-                "step_ms_min": stats.step_ms_min, "step_ms_max": stats.step_ms_max,
-                "step_ms": [1000.0 * s for s in result["step_s"]]},
+        timing={
+            "tokens_per_s": stats.tokens_per_s,
+            "tokens_per_s_all": stats.tokens_per_s_all,
+            "measured_s": stats.measured_s,
+            "step_ms_median": stats.step_ms_median,
+            "step_ms_p10": stats.step_ms_p10,
+            "step_ms_p90": stats.step_ms_p90,
+            "step_ms_min": stats.step_ms_min,
+            "step_ms_max": stats.step_ms_max,
+            "step_ms": [1000.0 * s for s in result["step_s"]],
+        },
         mfu=_mfu_block(stats.tokens_per_s, flops_per_token, result["peak"]),
         memory=result["memory"],
         loss=_loss_block(result["loss_curve"]),
-        stability={"stable": stable, "reason": why, "skipped_steps": result["skipped_steps"],
-                   "nonfinite_loss_steps": result["nonfinite_loss_steps"],
-                   "nonfinite_grad_steps": result["nonfinite_grad_steps"],
-                   "final_loss_scale": result["final_loss_scale"]},
+        stability={
+            "stable": stable,
+            "reason": why,
+            "skipped_steps": result["skipped_steps"],
+            "nonfinite_loss_steps": result["nonfinite_loss_steps"],
+            "nonfinite_grad_steps": result["nonfinite_grad_steps"],
+            "final_loss_scale": result["final_loss_scale"],
+        },
     )
     return entry
 
@@ -91,8 +117,9 @@ def common_speedup(result: dict[str, Any], reference: dict[str, Any]) -> tuple[f
     return mine.tokens_per_s / ref.tokens_per_s, n
 
 
-def add_comparisons(entries: list[dict[str, Any]], results: list[dict[str, Any]], run_dir: Path, *,
-                    threshold: float) -> None:
+def add_comparisons(
+    entries: list[dict[str, Any]], results: list[dict[str, Any]], run_dir: Path, *, threshold: float
+) -> None:
     """Speedup, memory ratio and fidelity of every measured precision against the fp32 entry."""
     pairs = [(e, r) for e, r in zip(entries, results) if e["status"] == "ok"]
     ref, ref_result = next(((e, r) for e, r in pairs if e["name"] == REFERENCE), (None, None))
@@ -101,8 +128,11 @@ def add_comparisons(entries: list[dict[str, Any]], results: list[dict[str, Any]]
     ref_capture = _load_capture(run_dir, ref)
     for entry, result in pairs:
         speedup, steps = common_speedup(result, ref_result)
-        entry["vs_fp32"] = {"speedup": speedup, "steps_compared": steps,
-                            "memory_ratio": entry["memory"]["peak_bytes"] / ref["memory"]["peak_bytes"]}
+        entry["vs_fp32"] = {
+            "speedup": speedup,
+            "steps_compared": steps,
+            "memory_ratio": entry["memory"]["peak_bytes"] / ref["memory"]["peak_bytes"],
+        }
         capture = ref_capture if entry is ref else _load_capture(run_dir, entry)
         fidelity = compare_fidelity(ref_capture, capture, threshold=threshold).to_dict()
         fidelity["loss_curve"] = loss_curve_gap(ref["loss"]["curve"], entry["loss"]["curve"])
@@ -117,14 +147,21 @@ def candidate_from(entry: dict[str, Any], reference_tokens_per_s: float | None) 
     """The recommendation's view of one summary entry. Its tokens/s is fp32's times the same-batch
     speedup, so every candidate is ranked on batches it shares with the reference."""
     if entry["status"] != "ok":
-        return Candidate(name=entry["name"], ok=False, error=entry["error"], native=entry["native"],
-                         native_note=entry["native_note"])
+        return Candidate(
+            name=entry["name"], ok=False, error=entry["error"], native=entry["native"], native_note=entry["native_note"]
+        )
     fidelity = entry["fidelity"] or {}
     return Candidate(
-        name=entry["name"], ok=True, stable=entry["stability"]["stable"], instability=entry["stability"]["reason"],
-        tokens_per_s=_ranked_tokens_per_s(entry, reference_tokens_per_s), peak_bytes=entry["memory"]["peak_bytes"],
-        logits_cosine=fidelity.get("logits_cosine"), fidelity_passed=bool(fidelity.get("passed")),
-        native=entry["native"], native_note=entry["native_note"],
+        name=entry["name"],
+        ok=True,
+        stable=entry["stability"]["stable"],
+        instability=entry["stability"]["reason"],
+        tokens_per_s=_ranked_tokens_per_s(entry, reference_tokens_per_s),
+        peak_bytes=entry["memory"]["peak_bytes"],
+        logits_cosine=fidelity.get("logits_cosine"),
+        fidelity_passed=bool(fidelity.get("passed")),
+        native=entry["native"],
+        native_note=entry["native_note"],
     )
 
 
@@ -135,31 +172,64 @@ def _ranked_tokens_per_s(entry: dict[str, Any], reference_tokens_per_s: float | 
 
 
 def device_block(info) -> dict[str, Any]:
-    return {"type": info.type, "name": info.name, "gpu_model": info.gpu_model,
-            "compute_capability": list(info.compute_capability) if info.compute_capability else None,
-            "total_memory_bytes": info.total_memory_bytes, "native_bf16": info.native_bf16,
-            "native_fp16": info.native_fp16, "has_tf32": info.has_tf32, "has_fp8": info.has_fp8,
-            "cpu_flags": sorted(info.cpu_flags), "cpu_threads": torch.get_num_threads()}
+    return {
+        "type": info.type,
+        "name": info.name,
+        "gpu_model": info.gpu_model,
+        "compute_capability": list(info.compute_capability) if info.compute_capability else None,
+        "total_memory_bytes": info.total_memory_bytes,
+        "native_bf16": info.native_bf16,
+        "native_fp16": info.native_fp16,
+        "has_tf32": info.has_tf32,
+        "has_fp8": info.has_fp8,
+        "cpu_flags": sorted(info.cpu_flags),
+        "cpu_threads": torch.get_num_threads(),
+    }
 
 
-def build_summary(*, config: BenchConfig, info, model_config, flops_per_token: float, corpus: str,
-                  results: list[dict[str, Any]], warnings: list[str], run_dir: Path, wall_s: float,
-                  host_load: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_summary(
+    *,
+    config: BenchConfig,
+    info,
+    model_config,
+    flops_per_token: float,
+    corpus: str,
+    results: list[dict[str, Any]],
+    warnings: list[str],
+    run_dir: Path,
+    wall_s: float,
+    host_load: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     entries = [precision_entry(r, flops_per_token=flops_per_token, info=info) for r in results]
     add_comparisons(entries, results, run_dir, threshold=config.fidelity_threshold)
     ref_tps = next((e["timing"]["tokens_per_s"] for e in entries if e["name"] == REFERENCE and e["timing"]), None)
-    rec = recommend([candidate_from(e, ref_tps) for e in entries], threshold=config.fidelity_threshold,
-                    tie_tolerance=config.tie_tolerance, capacity_bytes=info.total_memory_bytes)
+    rec = recommend(
+        [candidate_from(e, ref_tps) for e in entries],
+        threshold=config.fidelity_threshold,
+        tie_tolerance=config.tie_tolerance,
+        capacity_bytes=info.total_memory_bytes,
+    )
     summary = {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "command": "bench",
-        "ampkit_version": __version__, "torch_version": torch.__version__,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": wall_s,
-        "config": config.to_dict(), "device": device_block(info), "host_load": host_load,
-        "model": {"preset": model_config.name, "parameters": model_config.num_parameters(),
-                  "flops_per_token": flops_per_token,
-                  "flops_formula": "6N + 12*layers*d_model*seq_len (PaLM; N = matmul parameters)"},
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "command": "bench",
+        "ampkit_version": __version__,
+        "torch_version": torch.__version__,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "wall_s": wall_s,
+        "config": config.to_dict(),
+        "device": device_block(info),
+        "host_load": host_load,
+        "model": {
+            "preset": model_config.name,
+            "parameters": model_config.num_parameters(),
+            "flops_per_token": flops_per_token,
+            "flops_formula": "6N + 12*layers*d_model*seq_len (PaLM; N = matmul parameters)",
+        },
         "data": {"corpus": corpus, "tokenizer": "bytes", "seq_len": config.seq_len, "batch_size": config.batch_size},
-        "reference": REFERENCE, "warnings": warnings, "precisions": entries,
+        "reference": REFERENCE,
+        "warnings": warnings,
+        "precisions": entries,
         "recommendation": rec.to_dict(),
     }
     return json_safe(summary)

@@ -30,8 +30,9 @@ SWEEP_SCHEMA_VERSION = 1
 BASELINE = "baseline"
 
 
-def run_sweep(config: BenchConfig, *, names: str = "", out: str | None = None,
-              console: Console | None = None) -> tuple[dict[str, Any], Path]:
+def run_sweep(
+    config: BenchConfig, *, names: str = "", out: str | None = None, console: Console | None = None
+) -> tuple[dict[str, Any], Path]:
     """Every chosen feature combination under one precision; returns (summary, run directory)."""
     console = console or Console(stderr=True)
     plan = plan_bench(config)  # the same up-front checks as a precision bench
@@ -64,11 +65,20 @@ def run_sweep(config: BenchConfig, *, names: str = "", out: str | None = None,
 def _measure(fs, precision: str, plan, run_dir: Path) -> dict[str, Any]:
     workers = run_dir / WORKERS_DIR
     stem = fs.name.replace("+", "_")
-    paths = {k: workers / f"{stem}.{s}" for k, s in (("job", "job.json"), ("result", "result.json"),
-                                                     ("log", "log"), ("fidelity", "fidelity.pt"))}
-    write_json_atomic(paths["job"], {"config": plan.config.to_dict(), "precision": precision,
-                                     "features": fs.settings(), "result_path": str(paths["result"]),
-                                     "fidelity_path": str(paths["fidelity"])})
+    paths = {
+        k: workers / f"{stem}.{s}"
+        for k, s in (("job", "job.json"), ("result", "result.json"), ("log", "log"), ("fidelity", "fidelity.pt"))
+    }
+    write_json_atomic(
+        paths["job"],
+        {
+            "config": plan.config.to_dict(),
+            "precision": precision,
+            "features": fs.settings(),
+            "result_path": str(paths["result"]),
+            "fidelity_path": str(paths["fidelity"]),
+        },
+    )
     death = run_worker(paths["job"], paths["log"], on_event=lambda event: None, timeout_s=worker_timeout_s(plan.config))
     base = {"variant": fs.name, "settings": fs.settings(), "log": str(paths["log"].relative_to(run_dir))}
     if not paths["result"].is_file():
@@ -77,40 +87,73 @@ def _measure(fs, precision: str, plan, run_dir: Path) -> dict[str, Any]:
     if result["status"] != "ok":
         return {**base, "status": "failed", "error": result["error"]}
     stats = summarize_steps(result["step_s"], result["tokens"], result["slots"])
-    return {**base, "status": "ok", "error": None, "measured_steps": stats.measured_steps,
-            "tokens_per_s": stats.tokens_per_s, "step_ms_median": stats.step_ms_median,
-            "padding_fraction": 1.0 - sum(result["tokens"]) / max(1, sum(result["slots"])),
-            "peak_memory_bytes": result["memory"]["peak_bytes"], "final_loss": result["loss_curve"][-1],
-            "throughput": result.get("throughput")}
+    return {
+        **base,
+        "status": "ok",
+        "error": None,
+        "measured_steps": stats.measured_steps,
+        "tokens_per_s": stats.tokens_per_s,
+        "step_ms_median": stats.step_ms_median,
+        "padding_fraction": 1.0 - sum(result["tokens"]) / max(1, sum(result["slots"])),
+        "peak_memory_bytes": result["memory"]["peak_bytes"],
+        "final_loss": result["loss_curve"][-1],
+        "throughput": result.get("throughput"),
+    }
 
 
 def _summary(plan, precision: str, rows: list[dict], run_dir: Path, *, wall_s: float) -> dict[str, Any]:
     base = next((r for r in rows if r["variant"] == BASELINE and r["status"] == "ok"), None)
     for row in rows:
         if base and row["status"] == "ok":
-            row["vs_baseline"] = {"tokens_per_s": row["tokens_per_s"] / base["tokens_per_s"],
-                                  "memory": row["peak_memory_bytes"] / base["peak_memory_bytes"]}
+            row["vs_baseline"] = {
+                "tokens_per_s": row["tokens_per_s"] / base["tokens_per_s"],
+                "memory": row["peak_memory_bytes"] / base["peak_memory_bytes"],
+            }
     ok = [r for r in rows if r["status"] == "ok"]
     best = max(ok, key=lambda r: r["tokens_per_s"]) if ok else None
-    return {"schema": "ampkit.bench-sweep/1", "schema_version": SWEEP_SCHEMA_VERSION, "command": "bench-sweep",
-            "ampkit_version": __version__, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "wall_s": wall_s, "precision": precision, "config": plan.config.to_dict(),
-            "device": {"type": plan.info.type, "name": plan.info.name}, "rows": rows,
-            "fastest": best["variant"] if best else None}
+    return {
+        "schema": "ampkit.bench-sweep/1",
+        "schema_version": SWEEP_SCHEMA_VERSION,
+        "command": "bench-sweep",
+        "ampkit_version": __version__,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "wall_s": wall_s,
+        "precision": precision,
+        "config": plan.config.to_dict(),
+        "device": {"type": plan.info.type, "name": plan.info.name},
+        "rows": rows,
+        "fastest": best["variant"] if best else None,
+    }
 
 
 def sweep_table(summary: dict[str, Any]) -> Table:
     table = Table(title=f"ampkit bench --sweep · {summary['precision']} · {summary['device']['name']}")
-    for col in ("switches", "status", "real tokens/s", "vs baseline", "step ms", "padding", "peak memory", "vs baseline mem"):
+    for col in (
+        "switches",
+        "status",
+        "real tokens/s",
+        "vs baseline",
+        "step ms",
+        "padding",
+        "peak memory",
+        "vs baseline mem",
+    ):
         table.add_column(col, justify="left" if col in ("switches", "status") else "right")
     for r in summary["rows"]:
         if r["status"] != "ok":
             table.add_row(r["variant"], r["status"], "-", "-", "-", "-", "-", "-")
             continue
         vs = r.get("vs_baseline") or {}
-        table.add_row(r["variant"], "ok", f"{r['tokens_per_s']:,.0f}", f"{vs.get('tokens_per_s', 0):.2f}x",
-                      f"{r['step_ms_median']:.0f}", f"{r['padding_fraction']:.1%}",
-                      f"{r['peak_memory_bytes'] / 2**20:,.0f} MiB", f"{vs.get('memory', 0):.2f}x")
+        table.add_row(
+            r["variant"],
+            "ok",
+            f"{r['tokens_per_s']:,.0f}",
+            f"{vs.get('tokens_per_s', 0):.2f}x",
+            f"{r['step_ms_median']:.0f}",
+            f"{r['padding_fraction']:.1%}",
+            f"{r['peak_memory_bytes'] / 2**20:,.0f} MiB",
+            f"{vs.get('memory', 0):.2f}x",
+        )
     return table
 
 
@@ -119,14 +162,27 @@ def render_sweep_report(summary: dict[str, Any], run_dir: Path):
     from ampkit.report import Report, plt
 
     report = Report(f"ampkit bench --sweep: {summary['precision']} on {summary['device']['name']}")
-    report.text(f"Fastest: {summary['fastest']}. tokens/s counts real (non-padding) tokens; ratios are against "
-                "the baseline (pad batching, AdamW, no checkpointing, no compile), all in one run.", kind="note")
+    report.text(
+        f"Fastest: {summary['fastest']}. tokens/s counts real (non-padding) tokens; ratios are against "
+        "the baseline (pad batching, AdamW, no checkpointing, no compile), all in one run.",
+        kind="note",
+    )
     ok = [r for r in summary["rows"] if r["status"] == "ok"]
-    report.table(["switches", "status", "real tokens/s", "vs baseline", "step ms", "padding", "peak MiB"],
-                 [[r["variant"], r["status"], f"{r.get('tokens_per_s', 0):,.0f}",
-                   f"{(r.get('vs_baseline') or {}).get('tokens_per_s', 0):.2f}x",
-                   f"{r.get('step_ms_median', 0):.0f}", f"{r.get('padding_fraction', 0):.1%}",
-                   f"{r.get('peak_memory_bytes', 0) / 2**20:,.0f}"] for r in summary["rows"]])
+    report.table(
+        ["switches", "status", "real tokens/s", "vs baseline", "step ms", "padding", "peak MiB"],
+        [
+            [
+                r["variant"],
+                r["status"],
+                f"{r.get('tokens_per_s', 0):,.0f}",
+                f"{(r.get('vs_baseline') or {}).get('tokens_per_s', 0):.2f}x",
+                f"{r.get('step_ms_median', 0):.0f}",
+                f"{r.get('padding_fraction', 0):.1%}",
+                f"{r.get('peak_memory_bytes', 0) / 2**20:,.0f}",
+            ]
+            for r in summary["rows"]
+        ],
+    )
     for r in summary["rows"]:
         if r["status"] != "ok":
             report.text(f"{r['variant']}: {r['status']}: {r['error']}", kind="warn")
@@ -145,4 +201,3 @@ def sweep_names_ok(names: str) -> None:
     """Validate `--sweep NAMES` before anything runs (UsageError lists the known names)."""
     if names not in ("", "all"):
         get_feature_sets(names)
-

@@ -41,7 +41,6 @@ LR_WARMUP_STEPS = 10  # the LR schedule's warmup; the same in every precision (n
 PROGRESS_EVERY_S = 0.25  # at most ~4 progress lines a second on stdout
 
 
-
 class ProgressEmitter:
     """JSON lines on stdout for the parent's progress bar; step lines are rate-limited."""
 
@@ -62,10 +61,17 @@ def train_config_for(config: BenchConfig, precision: str) -> TrainConfig:
     """The training run a bench worker performs: the same for every precision but the precision."""
     _, max_steps = config.measured_steps_range
     return TrainConfig(
-        precision=precision, model=config.model, data=config.data, device=config.device,
+        precision=precision,
+        model=config.model,
+        data=config.data,
+        device=config.device,
         steps=config.warmup_steps + max_steps,  # the LR schedule spans the longest possible run
-        batch_size=config.batch_size, seq_len=config.seq_len, lr=config.lr, warmup_steps=LR_WARMUP_STEPS,
-        seed=config.seed, eval_batches=1,
+        batch_size=config.batch_size,
+        seq_len=config.seq_len,
+        lr=config.lr,
+        warmup_steps=LR_WARMUP_STEPS,
+        seed=config.seed,
+        eval_batches=1,
     )
 
 
@@ -98,10 +104,9 @@ def measure_steps(objs, config: BenchConfig, emit: ProgressEmitter) -> dict[str,
         timer.stop()
         measured += 1
         tokens += results[-1].n_tokens
-        emit.emit("step", force=measured == hi, measured=measured, tokens=tokens,
-                  elapsed_s=time.perf_counter() - start)
+        emit.emit("step", force=measured == hi, measured=measured, tokens=tokens, elapsed_s=time.perf_counter() - start)
     step_s = timer.seconds()
-    measured_results = results[config.warmup_steps:]
+    measured_results = results[config.warmup_steps :]
     losses = torch.stack([r.loss.float() for r in results]).cpu().tolist()  # one sync for the whole run
     grad_norms = torch.stack([r.grad_norm.float() for r in results]).cpu().tolist()
     return {
@@ -123,11 +128,20 @@ def memory_reading(device: torch.device, rss_before: int) -> dict[str, Any]:
     growth over the RSS before the model was built. CUDA: the caching allocator's maxima."""
     peak = peak_memory_bytes(device)
     if device.type == "cuda":
-        return {"kind": "cuda", "peak_bytes": peak["max_allocated_bytes"], **peak,
-                "run_bytes": peak["max_allocated_bytes"]}
+        return {
+            "kind": "cuda",
+            "peak_bytes": peak["max_allocated_bytes"],
+            **peak,
+            "run_bytes": peak["max_allocated_bytes"],
+        }
     rss = peak["max_rss_bytes"]
-    return {"kind": "cpu-rss", "peak_bytes": rss, "max_rss_bytes": rss, "baseline_rss_bytes": rss_before,
-            "run_bytes": max(0, rss - rss_before)}
+    return {
+        "kind": "cpu-rss",
+        "peak_bytes": rss,
+        "max_rss_bytes": rss,
+        "baseline_rss_bytes": rss_before,
+        "run_bytes": max(0, rss - rss_before),
+    }
 
 
 def peak_flops_for(precision: str, device: torch.device, info) -> dict[str, Any]:
@@ -140,8 +154,9 @@ def peak_flops_for(precision: str, device: torch.device, info) -> dict[str, Any]
         if table:
             return {"peak_flops": table, "source": "gpu-table", "dtype": key}
     if key == "tf32":
-        measured = measure_matmul_flops(torch.float32, device=device, size=matmul_size_for(info, "tf32"),
-                                        allow_tf32=True)
+        measured = measure_matmul_flops(
+            torch.float32, device=device, size=matmul_size_for(info, "tf32"), allow_tf32=True
+        )
     elif key == "fp8":  # no fp8 matmul probe here: an unknown fp8 GPU gets no MFU
         return {"peak_flops": None, "source": "unknown", "dtype": key}
     else:
@@ -167,9 +182,17 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
     memory = memory_reading(objs.device, rss_before)  # before the peak matmul: its buffers are not the run's
     emit.emit("phase", phase="peak")
     peak = peak_flops_for(precision, objs.device, objs.device_info)
-    return {"precision": precision, "status": "ok", "error": None, "threads": torch.get_num_threads(),
-            "fidelity_path": job["fidelity_path"], **steps, "memory": memory, "peak": peak,
-            "throughput": objs.features_summary()}
+    return {
+        "precision": precision,
+        "status": "ok",
+        "error": None,
+        "threads": torch.get_num_threads(),
+        "fidelity_path": job["fidelity_path"],
+        **steps,
+        "memory": memory,
+        "peak": peak,
+        "throughput": objs.features_summary(),
+    }
 
 
 def describe_failure(err: BaseException) -> tuple[str, str]:

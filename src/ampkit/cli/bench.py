@@ -19,17 +19,25 @@ WIDE_COLUMNS = 200
 
 
 def register(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser("bench", help="every precision side by side on this device, with a recommendation",
-                            description="Measure every precision this device supports on the same model, data "
-                                        "and seed: tokens/s, step time, MFU, peak memory, fidelity against fp32, "
-                                        "stability; then recommend one. No arguments: the tiny model on the "
-                                        "embedded corpus.")
-    add_command_flags(parser, BenchConfig, command="bench",
-                      json_help="print summary.json to stdout (no progress bars)")
-    parser.add_argument("--sweep", nargs="?", const="all", default=None, metavar="NAMES",
-                        help="instead of precisions, compare throughput switches under one precision: all, or "
-                             "comma-separated names (baseline, bucket, pack, pack+checkpointing, pack+adamw-8bit, "
-                             "pack+compile, pack+dedup)")
+    parser = sub.add_parser(
+        "bench",
+        help="every precision side by side on this device, with a recommendation",
+        description="Measure every precision this device supports on the same model, data "
+        "and seed: tokens/s, step time, MFU, peak memory, fidelity against fp32, "
+        "stability; then recommend one. No arguments: the tiny model on the "
+        "embedded corpus.",
+    )
+    add_command_flags(parser, BenchConfig, command="bench", json_help="print summary.json to stdout (no progress bars)")
+    parser.add_argument(
+        "--sweep",
+        nargs="?",
+        const="all",
+        default=None,
+        metavar="NAMES",
+        help="instead of precisions, compare throughput switches under one precision: all, or "
+        "comma-separated names (baseline, bucket, pack, pack+checkpointing, pack+adamw-8bit, "
+        "pack+compile, pack+dedup)",
+    )
     return parser
 
 

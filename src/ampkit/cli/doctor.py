@@ -25,10 +25,13 @@ from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
 
 
 def register(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser("doctor", help="why a run goes NaN, which layer, and the fix",
-                            description="Numerics diagnosis: first non-finite module (forward and backward), "
-                                        "gradient underflow/overflow forecast, loss-scale trajectory, smoke "
-                                        "overfit test, per-layer fidelity against fp32, advice.")
+    parser = sub.add_parser(
+        "doctor",
+        help="why a run goes NaN, which layer, and the fix",
+        description="Numerics diagnosis: first non-finite module (forward and backward), "
+        "gradient underflow/overflow forecast, loss-scale trajectory, smoke "
+        "overfit test, per-layer fidelity against fp32, advice.",
+    )
     add_command_flags(parser, DoctorConfig, command="doctor", json_help="print summary.json to stdout")
     return parser
 

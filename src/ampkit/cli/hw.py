@@ -8,15 +8,16 @@ and states, per dtype, whether it is native and how it compares with fp32 here.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 import json
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
+from ampkit.config import add_config_flags, resolve_config
 from ampkit.hardware import (
     DeviceInfo,
     MatmulThroughput,
@@ -27,7 +28,6 @@ from ampkit.hardware import (
     throughput_note,
     throughput_verdict,
 )
-from ampkit.config import add_config_flags, resolve_config
 from ampkit.runs import create_run_dir, write_json_atomic
 
 SCHEMA = "ampkit.hw/1"
@@ -149,8 +149,8 @@ def _device_table(info: DeviceInfo) -> Table:
     ]
     if info.type == "cpu":
         rows.append(("torch threads", str(torch.get_num_threads())))
-    for field, value in rows:
-        table.add_row(field, value)
+    for name, value in rows:
+        table.add_row(name, value)
     return table
 
 

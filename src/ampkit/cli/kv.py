@@ -21,8 +21,10 @@ from ampkit.runs import create_run_dir, write_json_atomic
 
 def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "kv", help="KV-cache token budget for serving, per KV dtype",
-        description="How many tokens and requests a GPU's KV cache holds, per KV dtype (GiB = 1024^3 B).")
+        "kv",
+        help="KV-cache token budget for serving, per KV dtype",
+        description="How many tokens and requests a GPU's KV cache holds, per KV dtype (GiB = 1024^3 B).",
+    )
     add_command_flags(parser, KvConfig, command="kv")
     return parser
 
@@ -48,6 +50,8 @@ def _print(summary: dict, run_dir) -> None:
         console.print(line)
     console.print(kv_table(summary))
     if summary["budget"]["pool_bytes"] <= 0:
-        console.print("[yellow]warning:[/] nothing is left for the KV cache: use a larger GPU, lower-precision "
-                      "weights (--weight-dtype) or a smaller --batched-tokens")
+        console.print(
+            "[yellow]warning:[/] nothing is left for the KV cache: use a larger GPU, lower-precision "
+            "weights (--weight-dtype) or a smaller --batched-tokens"
+        )
     console.print(f"run directory: {run_dir} (summary.json, report.html)")

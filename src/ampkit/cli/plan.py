@@ -19,8 +19,14 @@ from ampkit.config import add_command_flags, resolve_config
 from ampkit.plan.config import PlanConfig
 from ampkit.plan.describe import describe_model
 from ampkit.plan.planner import build_plan
-from ampkit.plan.render import agreement_table, compute_table, ledger_table, model_table, recommendation_lines, \
-    write_plan_report
+from ampkit.plan.render import (
+    agreement_table,
+    compute_table,
+    ledger_table,
+    model_table,
+    recommendation_lines,
+    write_plan_report,
+)
 from ampkit.runs import create_run_dir, write_json_atomic
 
 
@@ -32,8 +38,10 @@ def wide_console() -> Console:
 
 def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "plan", help="memory and compute ledger per precision x optimizer x checkpointing, on a target GPU",
-        description="Plan a training step's memory (GiB = 1024^3 B) and compute without the GPU.")
+        "plan",
+        help="memory and compute ledger per precision x optimizer x checkpointing, on a target GPU",
+        description="Plan a training step's memory (GiB = 1024^3 B) and compute without the GPU.",
+    )
     add_command_flags(parser, PlanConfig, command="plan")
     return parser
 

@@ -22,8 +22,11 @@ RENDERERS: dict[str, tuple[str, str, str | None]] = {
 
 
 def register(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser("report", help="re-render a run's report (HTML with plots, Markdown) from summary.json",
-                            description="Re-render report.html and report.md of RUN_DIR from its summary.json.")
+    parser = sub.add_parser(
+        "report",
+        help="re-render a run's report (HTML with plots, Markdown) from summary.json",
+        description="Re-render report.html and report.md of RUN_DIR from its summary.json.",
+    )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding summary.json")
     parser.add_argument("--json", action="store_true", help="also print summary.json to stdout")
     return parser
@@ -58,8 +61,11 @@ def run(args: argparse.Namespace) -> int:
     if validator:
         problems = _resolve(validator)(summary)
         if problems:
-            raise UsageError(f"{run_dir / SUMMARY_FILE} does not match its schema ({problems[0]}"
-                             + (f", and {len(problems) - 1} more" if len(problems) > 1 else "") + ")")
+            raise UsageError(
+                f"{run_dir / SUMMARY_FILE} does not match its schema ({problems[0]}"
+                + (f", and {len(problems) - 1} more" if len(problems) > 1 else "")
+                + ")"
+            )
     paths = getattr(importlib.import_module(module), function)(summary, run_dir)
     if args.json:
         print(json.dumps(summary, indent=2))

@@ -17,20 +17,28 @@ from ampkit.errors import TrainingError, UsageError
 from ampkit.runs import create_run_dir
 from ampkit.train import TrainConfig, build_run, run_training
 from ampkit.train.checkpoint import load_latest
-from ampkit.train.run import run_identity
 from ampkit.train.config import RESUMABLE_OVERRIDES
+from ampkit.train.run import run_identity
 
 
 def register(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser("train", help="train a model under a chosen precision",
-                            description="Train with a chosen precision; checkpoints, resumes, logs tokens/s.")
-    add_command_flags(parser, TrainConfig, command="train",
-                      json_help="print summary.json to stdout (no progress bar)")
+    parser = sub.add_parser(
+        "train",
+        help="train a model under a chosen precision",
+        description="Train with a chosen precision; checkpoints, resumes, logs tokens/s.",
+    )
+    add_command_flags(parser, TrainConfig, command="train", json_help="print summary.json to stdout (no progress bar)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
-    parser.add_argument("--stop-after", type=int, default=0, metavar="N",
-                        help="stop with a checkpoint after N steps in this invocation (resume later)")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the resolved config as TOML (usable with --config) and exit")
+    parser.add_argument(
+        "--stop-after",
+        type=int,
+        default=0,
+        metavar="N",
+        help="stop with a checkpoint after N steps in this invocation (resume later)",
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved config as TOML (usable with --config) and exit"
+    )
     return parser
 
 
@@ -42,12 +50,15 @@ def _resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict, Path]:
     if args.out or args.config:
         raise UsageError("--resume continues in its own directory with its saved config; drop --out/--config")
     base = json.loads(saved.read_text(encoding="utf-8"))
-    changed = {k: v for k, v in given_flags(TrainConfig, args).items()
-               if k not in RESUMABLE_OVERRIDES and v != base.get(k)}
+    changed = {
+        k: v for k, v in given_flags(TrainConfig, args).items() if k not in RESUMABLE_OVERRIDES and v != base.get(k)
+    }
     if changed:
         names = ", ".join(f"--{k.replace('_', '-')}" for k in changed)
-        raise UsageError(f"{names} cannot change when resuming (the checkpoint was made with "
-                         f"{', '.join(f'{k}={base.get(k)!r}' for k in changed)}); start a new run instead")
+        raise UsageError(
+            f"{names} cannot change when resuming (the checkpoint was made with "
+            f"{', '.join(f'{k}={base.get(k)!r}' for k in changed)}); start a new run instead"
+        )
     config = resolve_config(TrainConfig, args, base=base)
     # A data-parallel run's sharded checkpoint loads after the model is built and wrapped (_train).
     ckpt = load_latest(run_dir, identity=run_identity(config)) if config.parallel == "none" else None
@@ -67,8 +78,13 @@ def run(args: argparse.Namespace) -> int:
     if args.stop_after < 0:
         raise UsageError(f"--stop-after must be >= 0, got {args.stop_after}")
     if config.nproc and launch_env() is None:  # --nproc N: this process becomes torchrun's launcher
-        options = {"config": args.config, "out": args.out, "resume": args.resume, "stop-after": args.stop_after,
-                   "json": args.json}
+        options = {
+            "config": args.config,
+            "out": args.out,
+            "resume": args.resume,
+            "stop-after": args.stop_after,
+            "json": args.json,
+        }
         return relaunch(nproc=config.nproc, module_argv=["train", *worker_argv(args, TrainConfig, options=options)])
     objs = build_run(config)  # device check first (and joining the torchrun job), then data and model
     try:
@@ -90,12 +106,18 @@ def _train(objs, args: argparse.Namespace, *, ckpt: dict | None, run_dir: Path |
         console.print(f"[yellow]warning:[/] {warning}")
     run_dir = run_dir or shared_run_dir(objs.parallel, lambda: create_run_dir(args.out, "train"))
     if args.resume and objs.parallel.distributed:
-        ckpt = load_sharded(objs.parallel, model=objs.model, optimizer=objs.optimizer, path=latest_sharded(run_dir),
-                            identity=run_identity(objs.config))
+        ckpt = load_sharded(
+            objs.parallel,
+            model=objs.model,
+            optimizer=objs.optimizer,
+            path=latest_sharded(run_dir),
+            identity=run_identity(objs.config),
+        )
     if ckpt and main:
         console.print(f"resuming {run_dir} at step {ckpt['step']}")
-    summary = run_training(objs, run_dir, ckpt=ckpt, console=console, show_progress=not args.json,
-                           stop_after=args.stop_after)
+    summary = run_training(
+        objs, run_dir, ckpt=ckpt, console=console, show_progress=not args.json, stop_after=args.stop_after
+    )
     if args.json and main:
         print(json.dumps(summary, indent=2))
     elif main:
@@ -110,11 +132,11 @@ def _print_summary(console: Console, summary: dict, run_dir: Path) -> None:
     rows = [
         ("steps", f"{summary['steps']}"),
         ("first / final train loss", f"{summary['first_loss']:.4f} / {summary['final_loss']:.4f}"),
-        ("held-out loss (start -> end)", _fmt_pair(summary['eval_loss_initial'], summary['eval_loss'])),
-        ("tokens/s (real tokens)", f"{summary['tokens_per_s']:,.0f}" if summary['tokens_per_s'] else "-"),
-        ("step time median", f"{summary['step_ms_median']:.1f} ms" if summary['step_ms_median'] else "-"),
+        ("held-out loss (start -> end)", _fmt_pair(summary["eval_loss_initial"], summary["eval_loss"])),
+        ("tokens/s (real tokens)", f"{summary['tokens_per_s']:,.0f}" if summary["tokens_per_s"] else "-"),
+        ("step time median", f"{summary['step_ms_median']:.1f} ms" if summary["step_ms_median"] else "-"),
         ("skipped steps", f"{summary['skipped_steps']}"),
-        ("final loss scale", f"{summary['final_loss_scale']:g}" if summary['final_loss_scale'] else "-"),
+        ("final loss scale", f"{summary['final_loss_scale']:g}" if summary["final_loss_scale"] else "-"),
     ]
     if summary.get("guard", {}).get("enabled"):
         rows.append(("NaN guard rollbacks", f"{summary['guard']['rollbacks']}"))

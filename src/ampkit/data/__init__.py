@@ -5,10 +5,10 @@ from ampkit.data.batching import (
     COLLATORS,
     IGNORE_INDEX,
     Batch,
+    best_fit_row,
     collate_pack,
     collate_pad,
     document_causal_mask,
-    best_fit_row,
 )
 from ampkit.data.corpus import (
     DEFAULT_CORPUS_NAME,

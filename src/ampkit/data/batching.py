@@ -110,8 +110,14 @@ def collate_pack(rows: Sequence[Sequence[torch.Tensor]], *, seq_len: int, pad_id
         # The padding tail is one more segment, with its own positions (see the module docstring).
         positions[r, start:] = torch.arange(T - start)
         segment[r, start:] = len(units)
-    return Batch(input_ids=input_ids, targets=targets, n_tokens=n_tokens, n_padded=B * T,
-                 positions=positions, attn_mask=document_causal_mask(segment))
+    return Batch(
+        input_ids=input_ids,
+        targets=targets,
+        n_tokens=n_tokens,
+        n_padded=B * T,
+        positions=positions,
+        attn_mask=document_causal_mask(segment),
+    )
 
 
 def document_causal_mask(segment: torch.Tensor) -> torch.Tensor:

@@ -125,7 +125,7 @@ def _load_jsonl(path: Path) -> list[str]:
         text = record.get("text") if isinstance(record, dict) else None
         if not isinstance(text, str):
             raise UsageError(
-                f"{str(path)!r} line {line_no} has no string \"text\" field; "
+                f'{str(path)!r} line {line_no} has no string "text" field; '
                 'make every line one JSON object like {"text": "..."}'
             )
         documents.append(text)
@@ -136,7 +136,9 @@ def _read_text(path: Path) -> str:
     try:
         data = path.read_bytes()
     except OSError as exc:  # permissions, a broken link, a file removed while listing
-        raise UsageError(f"cannot read {str(path)!r} ({exc.strerror or exc}); check the path and its permissions") from None
+        raise UsageError(
+            f"cannot read {str(path)!r} ({exc.strerror or exc}); check the path and its permissions"
+        ) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -145,9 +147,7 @@ def _read_text(path: Path) -> str:
             "pass UTF-8 text files only"
         ) from None
     if "\x00" in text:  # valid UTF-8 but NUL bytes: a binary file in disguise
-        raise UsageError(
-            f"{str(path)!r} contains NUL bytes and looks like a binary file; pass UTF-8 text files only"
-        )
+        raise UsageError(f"{str(path)!r} contains NUL bytes and looks like a binary file; pass UTF-8 text files only")
     return _normalize(text)
 
 

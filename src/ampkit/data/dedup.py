@@ -73,8 +73,9 @@ def text_key(text: str) -> bytes:
     return hashlib.blake2b(normalize_text(text).encode("utf-8"), digest_size=16).digest()
 
 
-def dedup_exact(texts: Sequence[str], *, count_tokens: Callable[[str], int] = len,
-                level: str = "paragraph") -> tuple[list[str], DedupStats]:
+def dedup_exact(
+    texts: Sequence[str], *, count_tokens: Callable[[str], int] = len, level: str = "paragraph"
+) -> tuple[list[str], DedupStats]:
     """Keep the first copy of every normalized text, in the original order; count what was dropped.
 
     `count_tokens(text) -> int` measures a text in the run's tokens (default: characters).
@@ -92,20 +93,28 @@ def dedup_exact(texts: Sequence[str], *, count_tokens: Callable[[str], int] = le
             continue
         seen.add(key)
         kept.append(text)
-    stats = DedupStats(mode="exact", level=level, items_before=len(texts), items_removed=removed,
-                       tokens_before=tokens_before, tokens_removed=tokens_removed)
+    stats = DedupStats(
+        mode="exact",
+        level=level,
+        items_before=len(texts),
+        items_removed=removed,
+        tokens_before=tokens_before,
+        tokens_removed=tokens_removed,
+    )
     return kept, stats
 
 
-def apply_dedup(texts: Sequence[str], *, mode: str, count_tokens: Callable[[str], int] = len,
-                level: str = "paragraph") -> tuple[list[str], DedupStats]:
+def apply_dedup(
+    texts: Sequence[str], *, mode: str, count_tokens: Callable[[str], int] = len, level: str = "paragraph"
+) -> tuple[list[str], DedupStats]:
     """Dispatch on `mode` ("none" counts tokens only, so reports show the same fields either way)."""
     check_dedup_mode(mode)
     if mode == "exact":
         return dedup_exact(texts, count_tokens=count_tokens, level=level)
     tokens = sum(count_tokens(t) for t in texts)
-    return list(texts), DedupStats(mode="none", level=level, items_before=len(texts), items_removed=0,
-                                   tokens_before=tokens, tokens_removed=0)
+    return list(texts), DedupStats(
+        mode="none", level=level, items_before=len(texts), items_removed=0, tokens_before=tokens, tokens_removed=0
+    )
 
 
 def check_dedup_mode(mode: str) -> None:

@@ -56,8 +56,10 @@ def load_hf_tokenizer(path: str | Path) -> HFTokenizer:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except (ValueError, OSError, KeyError, TypeError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise UsageError(f"transformers cannot load the tokenizer in {path} ({first}); fix or remove its "
-                         "tokenizer files (without them ampkit tokenizes raw bytes)") from None
+        raise UsageError(
+            f"transformers cannot load the tokenizer in {path} ({first}); fix or remove its "
+            "tokenizer files (without them ampkit tokenizes raw bytes)"
+        ) from None
     return HFTokenizer(tokenizer, name=f"hf:{path.resolve().name}")
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ampkit.data.batching import BATCHING_STRATEGIES, Batch, collate_pack, collate_pad, best_fit_row
+from ampkit.data.batching import BATCHING_STRATEGIES, Batch, best_fit_row, collate_pack, collate_pad
 from ampkit.data.corpus import Corpus, paragraphs, train_val_split
 from ampkit.data.dedup import DedupStats, apply_dedup
 from ampkit.data.tokenizer import Tokenizer
@@ -226,8 +226,10 @@ class BatchSampler:
                     )
         pending = [int(i) for i in state.get("pending", [])]
         if pending and self.strategy != "pack":
-            raise UsageError(f"cannot resume the data stream: {len(pending)} packed units are still waiting for a "
-                             f"batch and --batching {self.strategy} would skip them; resume with --batching pack")
+            raise UsageError(
+                f"cannot resume the data stream: {len(pending)} packed units are still waiting for a "
+                f"batch and --batching {self.strategy} would skip them; resume with --batching pack"
+            )
         epoch, cursor = int(state["epoch"]), int(state["cursor"])
         if epoch < 0 or not 0 <= cursor <= len(self.units) or not all(0 <= i < len(self.units) for i in pending):
             raise ValueError(f"corrupt sampler state: epoch={epoch}, cursor={cursor}, pending={pending}")
@@ -299,8 +301,16 @@ def build_samplers(
 
     `build_data` with `dedup="none"`, for callers that need only the two streams.
     """
-    data = build_data(corpus, tokenizer, seq_len=seq_len, batch_size=batch_size, seed=seed,
-                      val_fraction=val_fraction, max_val_batches=max_val_batches, strategy=strategy)
+    data = build_data(
+        corpus,
+        tokenizer,
+        seq_len=seq_len,
+        batch_size=batch_size,
+        seed=seed,
+        val_fraction=val_fraction,
+        max_val_batches=max_val_batches,
+        strategy=strategy,
+    )
     return data.train, data.val_batches
 
 

@@ -84,10 +84,10 @@ def _culprit(finding: Finding) -> str:
 def fp32_fix_snippet(path: str, device_type: str) -> str:
     return (
         f"keep {path} in fp32. In its code, decorate the custom autograd Function's forward with "
-        f"@torch.amp.custom_fwd(device_type=\"{device_type}\", cast_inputs=torch.float32); or run the module in "
-        f"an autocast-disabled region: with torch.autocast(\"{device_type}\", enabled=False): "
+        f'@torch.amp.custom_fwd(device_type="{device_type}", cast_inputs=torch.float32); or run the module in '
+        f'an autocast-disabled region: with torch.autocast("{device_type}", enabled=False): '
         f"y = {attribute_path(path)}(x.float()); or with ampkit: "
-        f"ampkit.diagnostics.keep_in_fp32(model, \"{path}\", device_type=\"{device_type}\") "
+        f'ampkit.diagnostics.keep_in_fp32(model, "{path}", device_type="{device_type}") '
         f"(doctor: --keep-fp32 {path})"
     )
 
@@ -102,8 +102,13 @@ def rule_keep_fp32(ev: Evidence) -> Advice | None:
         evidence.append(f"fp32 runs the same model cleanly (smoke test passed in {ev.smoke_fp32.steps_needed} steps)")
     if ev.injected:
         evidence.append(f"a fault was injected ({ev.injected}): this finding may be that fault")
-    return Advice(rule="keep_module_fp32", severity="fix", title=f"Keep {path} in fp32 ({f.cls} overflows in "
-                  f"{ev.compute_dtype})", evidence=evidence, fix=fp32_fix_snippet(path, ev.device_type))
+    return Advice(
+        rule="keep_module_fp32",
+        severity="fix",
+        title=f"Keep {path} in fp32 ({f.cls} overflows in {ev.compute_dtype})",
+        evidence=evidence,
+        fix=fp32_fix_snippet(path, ev.device_type),
+    )
 
 
 def rule_not_precision(ev: Evidence) -> Advice | None:
@@ -113,22 +118,28 @@ def rule_not_precision(ev: Evidence) -> Advice | None:
     evidence = [f"step {f.step}, {f.phase}: {f.explanation}"]
     if ev.injected:
         evidence.append(f"a fault was injected ({ev.injected})")
-    return Advice(rule="not_a_precision_problem", severity="fix",
-                  title=f"{f.module} goes non-finite in fp32 too: not a precision problem",
-                  evidence=evidence,
-                  fix="check that module's math and its inputs (data, learning rate); train with --guard so a "
-                      "bad step rolls back instead of killing the run")
+    return Advice(
+        rule="not_a_precision_problem",
+        severity="fix",
+        title=f"{f.module} goes non-finite in fp32 too: not a precision problem",
+        evidence=evidence,
+        fix="check that module's math and its inputs (data, learning rate); train with --guard so a "
+        "bad step rolls back instead of killing the run",
+    )
 
 
 def rule_weights_corrupted(ev: Evidence) -> Advice | None:
     f = ev.nonfinite
     if f is None or f.site not in ("weights", "param_grad"):
         return None
-    return Advice(rule="nonfinite_update", severity="fix",
-                  title=f"Non-finite values reached {f.module}'s {'weights' if f.site == 'weights' else 'gradients'}",
-                  evidence=[f"step {f.step}: {f.explanation}"],
-                  fix="clip gradients (--clip-grad-norm 1.0), lower the learning rate, and train with --guard "
-                      "(rolls back to the last finite checkpoint and skips the batch)")
+    return Advice(
+        rule="nonfinite_update",
+        severity="fix",
+        title=f"Non-finite values reached {f.module}'s {'weights' if f.site == 'weights' else 'gradients'}",
+        evidence=[f"step {f.step}: {f.explanation}"],
+        fix="clip gradients (--clip-grad-norm 1.0), lower the learning rate, and train with --guard "
+        "(rolls back to the last finite checkpoint and skips the batch)",
+    )
 
 
 def rule_lower_init_scale(ev: Evidence) -> Advice | None:
@@ -140,11 +151,17 @@ def rule_lower_init_scale(ev: Evidence) -> Advice | None:
         suggested = min(suggested, ev.scale_range.high_pow2)
     if suggested >= ev.init_scale:
         return None
-    return Advice(rule="lower_init_scale", severity="fix",
-                  title=f"Lower init_scale from {ev.init_scale:g} to {suggested:g}",
-                  evidence=[f"{s['early_skipped']} of the first steps were skipped for overflow with finite losses; "
-                            f"the scale backed off {s['initial']:g} -> {s['min']:g}"] + _range_evidence(ev),
-                  fix=f"--init-scale {suggested:g} (torch.amp.GradScaler(init_scale={suggested:g}))")
+    return Advice(
+        rule="lower_init_scale",
+        severity="fix",
+        title=f"Lower init_scale from {ev.init_scale:g} to {suggested:g}",
+        evidence=[
+            f"{s['early_skipped']} of the first steps were skipped for overflow with finite losses; "
+            f"the scale backed off {s['initial']:g} -> {s['min']:g}"
+        ]
+        + _range_evidence(ev),
+        fix=f"--init-scale {suggested:g} (torch.amp.GradScaler(init_scale={suggested:g}))",
+    )
 
 
 def rule_raise_init_scale(ev: Evidence) -> Advice | None:
@@ -154,21 +171,34 @@ def rule_raise_init_scale(ev: Evidence) -> Advice | None:
     target = ev.scale_range.low_pow2 if ev.scale_range and ev.scale_range.representable else 2 * final
     if target <= final:
         return None
-    return Advice(rule="raise_init_scale", severity="fix",
-                  title=f"Raise the loss scale to {target:g}: {100 * ev.flush_fraction:.1f}% of gradients flush to zero",
-                  evidence=[f"at scale {final:g}, {100 * ev.flush_fraction:.2f}% of gradient elements are below fp16's "
-                            "smallest subnormal after scaling"] + _range_evidence(ev),
-                  fix=f"--init-scale {target:g} and --min-scale {target:g} (keeps backoffs from dropping below it)")
+    return Advice(
+        rule="raise_init_scale",
+        severity="fix",
+        title=f"Raise the loss scale to {target:g}: {100 * ev.flush_fraction:.1f}% of gradients flush to zero",
+        evidence=[
+            f"at scale {final:g}, {100 * ev.flush_fraction:.2f}% of gradient elements are below fp16's "
+            "smallest subnormal after scaling"
+        ]
+        + _range_evidence(ev),
+        fix=f"--init-scale {target:g} and --min-scale {target:g} (keeps backoffs from dropping below it)",
+    )
 
 
 def rule_unscaled_fp16(ev: Evidence) -> Advice | None:
-    if ev.compute_dtype != "float16" or ev.loss_scaling or ev.flush_fraction is None \
-            or ev.flush_fraction < UNDERFLOW_DOMINATES:
+    if (
+        ev.compute_dtype != "float16"
+        or ev.loss_scaling
+        or ev.flush_fraction is None
+        or ev.flush_fraction < UNDERFLOW_DOMINATES
+    ):
         return None
-    return Advice(rule="fp16_without_loss_scaling", severity="fix",
-                  title=f"{ev.precision} has no loss scaling: {100 * ev.flush_fraction:.1f}% of gradients flush to zero",
-                  evidence=[f"{100 * ev.flush_fraction:.2f}% of gradient elements are below 2^-25, fp16's round-to-zero "
-                            "bound"], fix="use fp16-mixed (fp32 weights + GradScaler) or bf16-mixed")
+    return Advice(
+        rule="fp16_without_loss_scaling",
+        severity="fix",
+        title=f"{ev.precision} has no loss scaling: {100 * ev.flush_fraction:.1f}% of gradients flush to zero",
+        evidence=[f"{100 * ev.flush_fraction:.2f}% of gradient elements are below 2^-25, fp16's round-to-zero bound"],
+        fix="use fp16-mixed (fp32 weights + GradScaler) or bf16-mixed",
+    )
 
 
 def rule_switch_to_bf16(ev: Evidence) -> Advice | None:
@@ -184,23 +214,38 @@ def rule_switch_to_bf16(ev: Evidence) -> Advice | None:
         trouble.append("no single loss scale keeps these gradients inside fp16's range")
     if not trouble:
         return None
-    return Advice(rule="switch_to_bf16", severity="fix" if len(trouble) > 1 else "warn",
-                  title="This device runs bf16 natively: bf16-mixed has fp32's exponent range and needs no loss scaling",
-                  evidence=trouble, fix="--precision bf16-mixed")
+    return Advice(
+        rule="switch_to_bf16",
+        severity="fix" if len(trouble) > 1 else "warn",
+        title="This device runs bf16 natively: bf16-mixed has fp32's exponent range and needs no loss scaling",
+        evidence=trouble,
+        fix="--precision bf16-mixed",
+    )
 
 
 def rule_clip(ev: Evidence) -> Advice | None:
     tail = ev.long_tail
     if tail is None:
         return None
-    evidence = [f"{tail.layer}'s gradient norm {tail.norm:.3g} is {tail.ratio:.0f}x the median layer's {tail.median:.3g}"]
+    evidence = [
+        f"{tail.layer}'s gradient norm {tail.norm:.3g} is {tail.ratio:.0f}x the median layer's {tail.median:.3g}"
+    ]
     if ev.clip_grad_norm > 0:
-        return Advice(rule="gradient_long_tail", severity="warn", title=f"Gradient long tail at {tail.layer}",
-                      evidence=evidence + [f"clipping is on (max norm {ev.clip_grad_norm:g})"],
-                      fix=f"inspect {tail.layer} (the seeds' explosion source); if it persists, lower the "
-                          "learning rate or keep that layer in fp32")
-    return Advice(rule="clip_gradients", severity="fix", title=f"Clip gradients: {tail.layer} dominates the norm",
-                  evidence=evidence, fix="--clip-grad-norm 1.0 (clip after unscaling)")
+        return Advice(
+            rule="gradient_long_tail",
+            severity="warn",
+            title=f"Gradient long tail at {tail.layer}",
+            evidence=evidence + [f"clipping is on (max norm {ev.clip_grad_norm:g})"],
+            fix=f"inspect {tail.layer} (the seeds' explosion source); if it persists, lower the "
+            "learning rate or keep that layer in fp32",
+        )
+    return Advice(
+        rule="clip_gradients",
+        severity="fix",
+        title=f"Clip gradients: {tail.layer} dominates the norm",
+        evidence=evidence,
+        fix="--clip-grad-norm 1.0 (clip after unscaling)",
+    )
 
 
 def rule_fidelity(ev: Evidence) -> Advice | None:
@@ -209,12 +254,17 @@ def rule_fidelity(ev: Evidence) -> Advice | None:
         return None
     layer = next(item for item in fid.layers if item.name == fid.first_below)
     cosine = "nan" if math.isnan(layer.cosine) else f"{layer.cosine:.4f}"
-    return Advice(rule="layer_fidelity", severity="fix" if fid.verdict == "bad" else "warn",
-                  title=f"{fid.first_below} is the first layer below cosine {fid.threshold} against fp32",
-                  evidence=[f"{fid.first_below}: cosine {cosine}, relative error {layer.rel_error:.3g}; logits cosine "
-                            f"{fid.logits_cosine:.4f} ({fid.verdict})"],
-                  fix=f"keep {fid.first_below} (or the op inside it) in fp32, or use a precision with more "
-                      "mantissa (bf16-mixed keeps fp32 weights; -true regimes round them)")
+    return Advice(
+        rule="layer_fidelity",
+        severity="fix" if fid.verdict == "bad" else "warn",
+        title=f"{fid.first_below} is the first layer below cosine {fid.threshold} against fp32",
+        evidence=[
+            f"{fid.first_below}: cosine {cosine}, relative error {layer.rel_error:.3g}; logits cosine "
+            f"{fid.logits_cosine:.4f} ({fid.verdict})"
+        ],
+        fix=f"keep {fid.first_below} (or the op inside it) in fp32, or use a precision with more "
+        "mantissa (bf16-mixed keeps fp32 weights; -true regimes round them)",
+    )
 
 
 def rule_smoke(ev: Evidence) -> Advice | None:
@@ -222,13 +272,20 @@ def rule_smoke(ev: Evidence) -> Advice | None:
     if low is None or low.passed:
         return None
     if ref is not None and not ref.passed:
-        return Advice(rule="smoke_fails_everywhere", severity="fix",
-                      title="The smoke test fails in fp32 too: the code, not the precision",
-                      evidence=[low.diagnosis, ref.diagnosis],
-                      fix="check the model, the loss and the learning rate before tuning precision")
-    return Advice(rule="smoke_fails", severity="fix", title=f"{low.precision} cannot overfit 16 samples",
-                  evidence=[low.diagnosis] + ([ref.diagnosis] if ref else []),
-                  fix="follow the fixes above; re-run doctor to confirm the smoke test passes")
+        return Advice(
+            rule="smoke_fails_everywhere",
+            severity="fix",
+            title="The smoke test fails in fp32 too: the code, not the precision",
+            evidence=[low.diagnosis, ref.diagnosis],
+            fix="check the model, the loss and the learning rate before tuning precision",
+        )
+    return Advice(
+        rule="smoke_fails",
+        severity="fix",
+        title=f"{low.precision} cannot overfit 16 samples",
+        evidence=[low.diagnosis] + ([ref.diagnosis] if ref else []),
+        fix="follow the fixes above; re-run doctor to confirm the smoke test passes",
+    )
 
 
 def _range_evidence(ev: Evidence) -> list[str]:
@@ -237,13 +294,23 @@ def _range_evidence(ev: Evidence) -> list[str]:
         return []
     if not r.representable:
         return [f"no loss scale fits: underflow needs >= {r.low_pow2:g}, overflow needs <= {r.high_pow2:g}"]
-    return [f"scales {r.low_pow2:g} .. {r.high_pow2:g} keep the gradients representable (max |g| {r.max_abs:.3g}, "
-            f"<= {100 * r.flush_tolerance:g}% flushed)"]
+    return [
+        f"scales {r.low_pow2:g} .. {r.high_pow2:g} keep the gradients representable (max |g| {r.max_abs:.3g}, "
+        f"<= {100 * r.flush_tolerance:g}% flushed)"
+    ]
 
 
 RULES: tuple[Callable[[Evidence], Advice | None], ...] = (
-    rule_keep_fp32, rule_not_precision, rule_weights_corrupted, rule_lower_init_scale, rule_raise_init_scale,
-    rule_unscaled_fp16, rule_switch_to_bf16, rule_clip, rule_fidelity, rule_smoke,
+    rule_keep_fp32,
+    rule_not_precision,
+    rule_weights_corrupted,
+    rule_lower_init_scale,
+    rule_raise_init_scale,
+    rule_unscaled_fp16,
+    rule_switch_to_bf16,
+    rule_clip,
+    rule_fidelity,
+    rule_smoke,
 )
 
 
@@ -252,6 +319,13 @@ def advise(ev: Evidence) -> list[Advice]:
     found = [a for rule in RULES if (a := rule(ev)) is not None]
     found.sort(key=lambda a: {"fix": 0, "warn": 1}.get(a.severity, 2))
     if not found:
-        found.append(Advice(rule="healthy", severity="info", title=f"No numeric problems found under {ev.precision}",
-                            evidence=_range_evidence(ev), fix="nothing to do"))
+        found.append(
+            Advice(
+                rule="healthy",
+                severity="info",
+                title=f"No numeric problems found under {ev.precision}",
+                evidence=_range_evidence(ev),
+                fix="nothing to do",
+            )
+        )
     return found

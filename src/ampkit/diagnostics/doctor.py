@@ -25,11 +25,14 @@ from torch import nn
 from ampkit import __version__
 from ampkit.data import build_samplers, load_corpus
 from ampkit.data.hf_tokenizer import tokenizer_for_model
-from ampkit.train.build import instantiate_model, resolve_model_config
 from ampkit.diagnostics.advice import Advice, Evidence, advise
 from ampkit.diagnostics.fixes import keep_in_fp32
 from ampkit.diagnostics.gradstats import (
-    GradientStatistics, StepGradStats, layer_of, long_tail, loss_scale_range,
+    GradientStatistics,
+    StepGradStats,
+    layer_of,
+    long_tail,
+    loss_scale_range,
 )
 from ampkit.diagnostics.inject import FaultInjector, FaultSpec, parse_fault_spec, resolve_module
 from ampkit.diagnostics.layer_fidelity import FidelityResult, compare_layers
@@ -41,6 +44,7 @@ from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
 from ampkit.models import causal_lm_loss
 from ampkit.precision import LossScaleCollapse, ScalerConfig, build_precision, canonical_name, check_supported, get_spec
+from ampkit.train.build import instantiate_model, resolve_model_config
 from ampkit.train.loop import Trainer
 from ampkit.train.schedule import build_scheduler
 
@@ -51,10 +55,16 @@ SCHEMA = "ampkit.doctor/1"
 class DoctorConfig:
     """A numerics diagnosis: which precision, on which model, and which parts to run."""
 
-    precision: str = field(default="fp16-mixed", metadata={"help": "precision to diagnose (fp32, fp16-mixed, bf16-mixed, ...)"})
-    model: str = field(default="tiny", metadata={"help": "model preset, or hf:PATH (a local Hugging Face model folder)"})
+    precision: str = field(
+        default="fp16-mixed", metadata={"help": "precision to diagnose (fp32, fp16-mixed, bf16-mixed, ...)"}
+    )
+    model: str = field(
+        default="tiny", metadata={"help": "model preset, or hf:PATH (a local Hugging Face model folder)"}
+    )
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
-    steps: int = field(default=20, metadata={"help": "diagnostic training steps (locator, gradient stats, scale trajectory)"})
+    steps: int = field(
+        default=20, metadata={"help": "diagnostic training steps (locator, gradient stats, scale trajectory)"}
+    )
     batch_size: int = field(default=4, metadata={"help": "sequences per diagnostic step"})
     seq_len: int = field(default=64, metadata={"help": "tokens per sequence in the diagnostic run"})
     lr: float = field(default=3e-3, metadata={"help": "learning rate of the diagnostic run"})
@@ -63,9 +73,16 @@ class DoctorConfig:
     init_scale: float = field(default=65536.0, metadata={"help": "fp16 loss scaler: initial scale"})
     growth_interval: int = field(default=2000, metadata={"help": "fp16 loss scaler: clean steps between growths"})
     min_scale: float = field(default=1.0, metadata={"help": "fp16 loss scaler: collapse floor"})
-    inject: str = field(default="", metadata={"help": "fault to inject: module_path:phase:kind[@step], e.g. blocks.0.mlp:forward:nan@3"})
-    unsafe_op: str = field(default="", metadata={"help": "demo: wrap the module at this path in an fp16-unsafe exp gate (e.g. blocks.1.mlp)"})
-    keep_fp32: str = field(default="", metadata={"help": "comma-separated module paths to run in fp32 under autocast (the advised fix)"})
+    inject: str = field(
+        default="", metadata={"help": "fault to inject: module_path:phase:kind[@step], e.g. blocks.0.mlp:forward:nan@3"}
+    )
+    unsafe_op: str = field(
+        default="",
+        metadata={"help": "demo: wrap the module at this path in an fp16-unsafe exp gate (e.g. blocks.1.mlp)"},
+    )
+    keep_fp32: str = field(
+        default="", metadata={"help": "comma-separated module paths to run in fp32 under autocast (the advised fix)"}
+    )
     smoke: bool = field(default=True, metadata={"help": "run the 16-sample overfit smoke test (precision and fp32)"})
     smoke_steps: int = field(default=200, metadata={"help": "smoke test: give up after this many steps"})
     smoke_seq_len: int = field(default=32, metadata={"help": "smoke test: tokens per sample"})
@@ -143,8 +160,14 @@ class _Setup:
         if config.fault:
             resolve_module(probe, config.fault.module)
         self.parameters = sum(p.numel() for p in probe.parameters())
-        self.sampler, _ = build_samplers(load_corpus(None), self.tokenizer, seq_len=config.seq_len,
-                                         batch_size=config.batch_size, seed=config.seed, max_val_batches=1)
+        self.sampler, _ = build_samplers(
+            load_corpus(None),
+            self.tokenizer,
+            seq_len=config.seq_len,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            max_val_batches=1,
+        )
         self._data_start = self.sampler.state_dict()
         self.first_batch = self.sampler.next_batch().to(self.device)
 
@@ -169,14 +192,21 @@ class _Setup:
 
     def policy(self):
         cfg = self.config
-        return build_precision(cfg.precision, device_type=self.device.type, scaler=ScalerConfig(
-            init_scale=cfg.init_scale, growth_interval=cfg.growth_interval, min_scale=cfg.min_scale))
+        return build_precision(
+            cfg.precision,
+            device_type=self.device.type,
+            scaler=ScalerConfig(
+                init_scale=cfg.init_scale, growth_interval=cfg.growth_interval, min_scale=cfg.min_scale
+            ),
+        )
 
 
 def _optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
 
 
@@ -188,8 +218,16 @@ def diagnostic_run(setup: _Setup) -> RunRecord:
     sampler = setup.fresh_sampler()
     optimizer = _optimizer(model, cfg.lr)
     scheduler = build_scheduler(optimizer, warmup_steps=min(5, cfg.steps), total_steps=cfg.steps, min_lr_ratio=0.1)
-    trainer = Trainer(model=model, policy=policy, optimizer=optimizer, scheduler=scheduler, sampler=sampler,
-                      device=setup.device, grad_accum=1, clip_grad_norm=cfg.clip_grad_norm)
+    trainer = Trainer(
+        model=model,
+        policy=policy,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        sampler=sampler,
+        device=setup.device,
+        grad_accum=1,
+        clip_grad_norm=cfg.clip_grad_norm,
+    )
     locator = NonFiniteLocator(model, ring_size=cfg.ring_size)
     stats = GradientStatistics(model, every=1, scale_fn=policy.loss_scale)
     injector = FaultInjector(model, cfg.fault) if cfg.fault else None
@@ -264,8 +302,9 @@ def smoke_tests(setup: _Setup) -> dict[str, SmokeResult]:
         model = policy.convert_module(setup.fresh_model())
         injector = FaultInjector(model, cfg.fault).attach() if cfg.fault and name == cfg.precision else None
         try:
-            results[name] = run_smoke_test(model, policy, batch, config=smoke_cfg,
-                                           observers=[injector] if injector else [])
+            results[name] = run_smoke_test(
+                model, policy, batch, config=smoke_cfg, observers=[injector] if injector else []
+            )
         finally:
             if injector:
                 injector.detach()
@@ -280,8 +319,9 @@ def _final_flush_fraction(stats: list[StepGradStats]) -> float | None:
     return None
 
 
-def run_doctor(config: DoctorConfig, *, model_hook: ModelHook | None = None,
-               progress: Callable[[str], None] = lambda message: None) -> DoctorResult:
+def run_doctor(
+    config: DoctorConfig, *, model_hook: ModelHook | None = None, progress: Callable[[str], None] = lambda message: None
+) -> DoctorResult:
     """The whole diagnosis. `model_hook(model)` may modify (or replace) each freshly built model,
     e.g. to insert a custom op; `progress` receives one line per part."""
     started = time.perf_counter()
@@ -297,31 +337,44 @@ def run_doctor(config: DoctorConfig, *, model_hook: ModelHook | None = None,
     fidelity = None
     if config.fidelity and config.precision != "fp32":
         progress("per-layer fidelity against fp32")
-        fidelity = compare_layers(setup.fresh_model(), setup.first_batch,
-                                  precision=setup.policy(), device_type=setup.device.type)
+        fidelity = compare_layers(
+            setup.fresh_model(), setup.first_batch, precision=setup.policy(), device_type=setup.device.type
+        )
     evidence = _evidence(setup, run, scale_range, tail, smoke, fidelity)
     advice = advise(evidence)
-    summary = build_summary(setup, run, scale_range, tail, layer_norms, smoke, fidelity, advice,
-                            wall_s=time.perf_counter() - started)
+    summary = build_summary(
+        setup, run, scale_range, tail, layer_norms, smoke, fidelity, advice, wall_s=time.perf_counter() - started
+    )
     return DoctorResult(config=config, summary=summary, run=run, advice=advice, smoke=smoke, fidelity=fidelity)
 
 
 def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity) -> Evidence:
     cfg, spec = setup.config, setup.spec
     return Evidence(
-        precision=cfg.precision, compute_dtype=str(spec.compute_dtype).replace("torch.", ""),
-        loss_scaling=spec.loss_scaling, device_type=setup.device.type, native_bf16=setup.info.native_bf16,
-        init_scale=cfg.init_scale, clip_grad_norm=cfg.clip_grad_norm, injected=cfg.inject or None,
-        nonfinite=run.nonfinite, near_max=run.near_max,
-        nonfinite_loss_steps=run.nonfinite_loss_steps, scale=run.trajectory.summary(), scale_range=scale_range,
-        flush_fraction=_final_flush_fraction(run.grad_stats), long_tail=tail,
-        smoke=smoke.get(cfg.precision), smoke_fp32=smoke.get("fp32") if cfg.precision != "fp32" else None,
+        precision=cfg.precision,
+        compute_dtype=str(spec.compute_dtype).replace("torch.", ""),
+        loss_scaling=spec.loss_scaling,
+        device_type=setup.device.type,
+        native_bf16=setup.info.native_bf16,
+        init_scale=cfg.init_scale,
+        clip_grad_norm=cfg.clip_grad_norm,
+        injected=cfg.inject or None,
+        nonfinite=run.nonfinite,
+        near_max=run.near_max,
+        nonfinite_loss_steps=run.nonfinite_loss_steps,
+        scale=run.trajectory.summary(),
+        scale_range=scale_range,
+        flush_fraction=_final_flush_fraction(run.grad_stats),
+        long_tail=tail,
+        smoke=smoke.get(cfg.precision),
+        smoke_fp32=smoke.get("fp32") if cfg.precision != "fp32" else None,
         fidelity=fidelity,
     )
 
 
-def build_summary(setup: _Setup, run: RunRecord, scale_range, tail, layer_norms, smoke, fidelity, advice,
-                  *, wall_s: float) -> dict[str, Any]:
+def build_summary(
+    setup: _Setup, run: RunRecord, scale_range, tail, layer_norms, smoke, fidelity, advice, *, wall_s: float
+) -> dict[str, Any]:
     """doctor's summary.json (schema "ampkit.doctor/1")."""
     cfg = setup.config
     fixes = [a for a in advice if a.severity == "fix"]
@@ -333,15 +386,28 @@ def build_summary(setup: _Setup, run: RunRecord, scale_range, tail, layer_norms,
         "config": asdict(cfg),
         "device": {"type": setup.device.type, "name": setup.info.name, "native_bf16": setup.info.native_bf16},
         "warnings": setup.warnings,
-        "model": {"preset": cfg.model, "parameters": setup.parameters, "unsafe_op": cfg.unsafe_op or None,
-                  "fp32_modules": cfg.fp32_paths},
+        "model": {
+            "preset": cfg.model,
+            "parameters": setup.parameters,
+            "unsafe_op": cfg.unsafe_op or None,
+            "fp32_modules": cfg.fp32_paths,
+        },
         "inject": {"spec": cfg.inject, "fired_steps": run.fired} if cfg.inject else None,
-        "run": {"steps": len(run.losses), "losses": run.losses, "grad_norms": run.grad_norms,
-                "nonfinite_loss_steps": run.nonfinite_loss_steps, "error": run.error},
+        "run": {
+            "steps": len(run.losses),
+            "losses": run.losses,
+            "grad_norms": run.grad_norms,
+            "nonfinite_loss_steps": run.nonfinite_loss_steps,
+            "error": run.error,
+        },
         "locator": run.locator | {"scaler_overflows": [f.to_dict(frames=False) for f in run.scaler_overflows]},
-        "scale": run.trajectory.summary() | {"points": [
-            {"step": s, "scale": v, "skipped": k}
-            for s, v, k in zip(run.trajectory.steps, run.trajectory.scales, run.trajectory.skipped)]},
+        "scale": run.trajectory.summary()
+        | {
+            "points": [
+                {"step": s, "scale": v, "skipped": k}
+                for s, v, k in zip(run.trajectory.steps, run.trajectory.scales, run.trajectory.skipped)
+            ]
+        },
         "gradients": {
             "scale_range": scale_range.to_dict(),
             "long_tail": tail.to_dict() if tail else None,

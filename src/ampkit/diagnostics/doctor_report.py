@@ -23,47 +23,89 @@ def _fmt(value: Any, spec: str = ".4g") -> str:
 
 def key_findings(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) rows shared by the console and the report."""
-    rows = [("precision", f"{summary['config']['precision']} on {summary['device']['name']}"),
-            ("model", f"{summary['model']['preset']} ({summary['model']['parameters']:,} parameters)")]
+    rows = [
+        ("precision", f"{summary['config']['precision']} on {summary['device']['name']}"),
+        ("model", f"{summary['model']['preset']} ({summary['model']['parameters']:,} parameters)"),
+    ]
     if summary["inject"]:
-        rows.append(("injected fault", f"{summary['inject']['spec']} (fired at steps {summary['inject']['fired_steps']})"))
+        rows.append(
+            ("injected fault", f"{summary['inject']['spec']} (fired at steps {summary['inject']['fired_steps']})")
+        )
     loc = summary["locator"]["first_nonfinite"]
-    rows.append(("first non-finite", f"{loc['module']} ({loc['cls']}), {loc['phase']} {loc['site']}, step "
-                                     f"{loc['step']}: {loc['values']}" if loc else "none"))
+    rows.append(
+        (
+            "first non-finite",
+            f"{loc['module']} ({loc['cls']}), {loc['phase']} {loc['site']}, step {loc['step']}: {loc['values']}"
+            if loc
+            else "none",
+        )
+    )
     overflows = summary["locator"]["scaler_overflows"]
     if overflows:
         first = overflows[0]
-        rows.append(("overflows the loss scaler absorbed", f"{len(overflows)}, first at {first['module']} "
-                                                            f"({first['phase']} {first['site']}, step {first['step']})"))
+        rows.append(
+            (
+                "overflows the loss scaler absorbed",
+                f"{len(overflows)}, first at {first['module']} "
+                f"({first['phase']} {first['site']}, step {first['step']})",
+            )
+        )
     near = summary["locator"]["first_near_fp16_max"]
     if near:
-        rows.append(("first value near fp16 max", f"{near['module']}, {near['phase']} {near['site']}: {near['values']}"))
+        rows.append(
+            ("first value near fp16 max", f"{near['module']}, {near['phase']} {near['site']}: {near['values']}")
+        )
     run = summary["run"]
     bad = run["nonfinite_loss_steps"]
-    rows.append(("diagnostic run", f"{run['steps']} steps, non-finite loss at {len(bad)} of them" if bad
-                 else f"{run['steps']} steps, all losses finite"))
+    rows.append(
+        (
+            "diagnostic run",
+            f"{run['steps']} steps, non-finite loss at {len(bad)} of them"
+            if bad
+            else f"{run['steps']} steps, all losses finite",
+        )
+    )
     rows.append(("loss scale", _scale_text(summary["scale"])))
     rng = summary["gradients"]["scale_range"]
-    rows.append(("representable loss scales", f"{rng['low_pow2']:g} .. {rng['high_pow2']:g}" if rng["representable"]
-                 else f"none (underflow needs >= {rng['low_pow2']:g}, overflow <= {rng['high_pow2']:g})"))
+    rows.append(
+        (
+            "representable loss scales",
+            f"{rng['low_pow2']:g} .. {rng['high_pow2']:g}"
+            if rng["representable"]
+            else f"none (underflow needs >= {rng['low_pow2']:g}, overflow <= {rng['high_pow2']:g})",
+        )
+    )
     tail = summary["gradients"]["long_tail"]
     if tail:
         rows.append(("gradient long tail", f"{tail['layer']}: {tail['ratio']:.0f}x the median layer norm"))
     for name, smoke in summary["smoke"].items():
-        rows.append((f"smoke test ({name})", "passed in " + str(smoke["steps_needed"]) + " steps" if smoke["passed"]
-                     else f"FAILED ({smoke['failure']}, accuracy {100 * smoke['final_accuracy']:.1f}%)"))
+        rows.append(
+            (
+                f"smoke test ({name})",
+                "passed in " + str(smoke["steps_needed"]) + " steps"
+                if smoke["passed"]
+                else f"FAILED ({smoke['failure']}, accuracy {100 * smoke['final_accuracy']:.1f}%)",
+            )
+        )
     fid = summary["fidelity"]
     if fid:
-        rows.append(("fidelity vs fp32", f"logits cosine {_fmt(fid['logits_cosine'], '.5f')} ({fid['verdict']}); "
-                                         f"first layer below {fid['threshold']}: {fid['first_below'] or 'none'}"))
+        rows.append(
+            (
+                "fidelity vs fp32",
+                f"logits cosine {_fmt(fid['logits_cosine'], '.5f')} ({fid['verdict']}); "
+                f"first layer below {fid['threshold']}: {fid['first_below'] or 'none'}",
+            )
+        )
     return rows
 
 
 def _scale_text(scale: dict[str, Any]) -> str:
     if not scale["active"]:
         return "no loss scaling in this precision"
-    text = (f"{scale['initial']:g} -> {_fmt(scale['final'], 'g')}, {scale['skipped']} skipped of {scale['steps']}, "
-            f"{scale['growths']} growths, {scale['backoffs']} backoffs")
+    text = (
+        f"{scale['initial']:g} -> {_fmt(scale['final'], 'g')}, {scale['skipped']} skipped of {scale['steps']}, "
+        f"{scale['growths']} growths, {scale['backoffs']} backoffs"
+    )
     if scale["collapsed_at"]:
         text += f", collapsed below min_scale at step {scale['collapsed_at']}"
     return text
@@ -112,14 +154,30 @@ def _locator_section(report: Report, locator: dict[str, Any]) -> None:
         rows = []
         for frame in first["frames"][-12:]:
             for site, s in frame["stats"].items():
-                rows.append([frame["index"], frame["step"], frame["module"], frame["phase"], site,
-                             f"{s['absmin']:.3g}", f"{s['absmax']:.3g}", s["n_inf"], s["n_nan"], s["dtype"]])
+                rows.append(
+                    [
+                        frame["index"],
+                        frame["step"],
+                        frame["module"],
+                        frame["phase"],
+                        site,
+                        f"{s['absmin']:.3g}",
+                        f"{s['absmax']:.3g}",
+                        s["n_inf"],
+                        s["n_nan"],
+                        s["dtype"],
+                    ]
+                )
         report.table(["frame", "step", "module", "phase", "site", "min |x|", "max |x|", "inf", "nan", "dtype"], rows)
     if locator["near_limits"]:
         report.text("Sites near fp16's limits (|x| > 65504/2, or nonzero values that flush to zero in fp16):")
-        report.table(["module", "phase", "site", "max |x|", "near max", "flush to 0", "elements"],
-                     [[n["module"], n["phase"], n["site"], f"{n['absmax']:.3g}", n["near_max"], n["fp16_flush"],
-                       n["numel"]] for n in locator["near_limits"][:30]])
+        report.table(
+            ["module", "phase", "site", "max |x|", "near max", "flush to 0", "elements"],
+            [
+                [n["module"], n["phase"], n["site"], f"{n['absmax']:.3g}", n["near_max"], n["fp16_flush"], n["numel"]]
+                for n in locator["near_limits"][:30]
+            ],
+        )
 
 
 def _scale_section(report: Report, scale: dict[str, Any]) -> None:
@@ -132,8 +190,14 @@ def _scale_section(report: Report, scale: dict[str, Any]) -> None:
     steps = [p["step"] for p in points]
     ax.step(steps, [p["scale"] for p in points], where="post", label="loss scale")
     skipped = [p for p in points if p["skipped"]]
-    ax.scatter([p["step"] for p in skipped], [p["scale"] for p in skipped], color="red", marker="x",
-               label="skipped step", zorder=3)
+    ax.scatter(
+        [p["step"] for p in skipped],
+        [p["scale"] for p in skipped],
+        color="red",
+        marker="x",
+        label="skipped step",
+        zorder=3,
+    )
     ax.set_yscale("log", base=2)
     ax.set_xlabel("step")
     ax.set_ylabel("scale")
@@ -144,9 +208,12 @@ def _scale_section(report: Report, scale: dict[str, Any]) -> None:
 def _gradient_section(report: Report, grads: dict[str, Any]) -> None:
     report.heading("Gradients")
     rng = grads["scale_range"]
-    report.text(f"Loss scales keeping fp32 gradients representable in fp16 (<= {100 * rng['flush_tolerance']:g}% "
-                f"flushed to zero, max |g·scale| <= 65504): {rng['low_pow2']:g} .. {rng['high_pow2']:g}"
-                + ("" if rng["representable"] else " (empty: no scale fits)") + f"; max |g| = {rng['max_abs']:.3g}.")
+    report.text(
+        f"Loss scales keeping fp32 gradients representable in fp16 (<= {100 * rng['flush_tolerance']:g}% "
+        f"flushed to zero, max |g·scale| <= 65504): {rng['low_pow2']:g} .. {rng['high_pow2']:g}"
+        + ("" if rng["representable"] else " (empty: no scale fits)")
+        + f"; max |g| = {rng['max_abs']:.3g}."
+    )
     steps = grads["steps"]
     if not steps:
         return
@@ -168,15 +235,30 @@ def _gradient_section(report: Report, grads: dict[str, Any]) -> None:
     fig, ax = plt.subplots(figsize=(8, max(3, 0.18 * len(names))))
     y = np.arange(len(last["tensors"]))
     ax.barh(y, [100 * t["flush_fraction"] for t in last["tensors"]], label="flush to zero")
-    ax.barh(y, [100 * t["subnormal_fraction"] for t in last["tensors"]],
-            left=[100 * t["flush_fraction"] for t in last["tensors"]], label="subnormal")
+    ax.barh(
+        y,
+        [100 * t["subnormal_fraction"] for t in last["tensors"]],
+        left=[100 * t["flush_fraction"] for t in last["tensors"]],
+        label="subnormal",
+    )
     ax.set_yticks(y, [t["name"] for t in last["tensors"]], fontsize=6)
     ax.set_xlabel(f"% of elements at loss scale {last['scale']:g} (step {last['step']})")
     ax.legend()
     report.figure(fig, "Underflow forecast: share of each gradient that fp16 would flush to zero or make subnormal.")
-    report.table(["layer", "norm", "max |g|", "flush %", "subnormal %", "headroom"],
-                 [[t["name"], f"{t['norm']:.3g}", f"{t['max_abs']:.3g}", f"{100 * t['flush_fraction']:.2f}",
-                   f"{100 * t['subnormal_fraction']:.2f}", f"{t['headroom']:.3g}"] for t in last["layers"]])
+    report.table(
+        ["layer", "norm", "max |g|", "flush %", "subnormal %", "headroom"],
+        [
+            [
+                t["name"],
+                f"{t['norm']:.3g}",
+                f"{t['max_abs']:.3g}",
+                f"{100 * t['flush_fraction']:.2f}",
+                f"{100 * t['subnormal_fraction']:.2f}",
+                f"{t['headroom']:.3g}",
+            ]
+            for t in last["layers"]
+        ],
+    )
 
 
 def _smoke_section(report: Report, smoke: dict[str, Any]) -> None:
@@ -197,6 +279,10 @@ def _fidelity_section(report: Report, fidelity: dict[str, Any] | None) -> None:
     if not fidelity:
         return
     report.heading("Per-layer fidelity against fp32")
-    report.table(["layer", "cosine", "relative error"],
-                 [[layer["name"], _fmt(layer["cosine"], ".6f"), _fmt(layer["rel_error"], ".3g")]
-                  for layer in fidelity["layers"]])
+    report.table(
+        ["layer", "cosine", "relative error"],
+        [
+            [layer["name"], _fmt(layer["cosine"], ".6f"), _fmt(layer["rel_error"], ".3g")]
+            for layer in fidelity["layers"]
+        ],
+    )

@@ -57,9 +57,15 @@ class TensorGradStats:
 
     def to_dict(self) -> dict[str, Any]:
         # by hand: dataclasses.asdict is ~10x slower, and this runs for every tensor at log steps
-        return {"name": self.name, "numel": self.numel, "norm": self.norm, "max_abs": self.max_abs,
-                "flush_fraction": self.flush_fraction, "subnormal_fraction": self.subnormal_fraction,
-                "headroom": self.headroom}
+        return {
+            "name": self.name,
+            "numel": self.numel,
+            "norm": self.norm,
+            "max_abs": self.max_abs,
+            "flush_fraction": self.flush_fraction,
+            "subnormal_fraction": self.subnormal_fraction,
+            "headroom": self.headroom,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,8 +77,12 @@ class StepGradStats:
     layers: list[TensorGradStats]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "scale": self.scale, "tensors": [t.to_dict() for t in self.tensors],
-                "layers": [layer.to_dict() for layer in self.layers]}
+        return {
+            "step": self.step,
+            "scale": self.scale,
+            "tensors": [t.to_dict() for t in self.tensors],
+            "layers": [layer.to_dict() for layer in self.layers],
+        }
 
 
 _BELOW_NORMAL = math.nextafter(FP16_MIN_NORMAL, 0.0)
@@ -116,27 +126,38 @@ def grad_stat_rows(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def stats_from_rows(names: list[str], numels: list[int], rows: list[list[float]], *, step: int,
-                    scale: float) -> StepGradStats:
+def stats_from_rows(
+    names: list[str], numels: list[int], rows: list[list[float]], *, step: int, scale: float
+) -> StepGradStats:
     """Host-side: per-tensor and per-layer statistics from `grad_stat_rows` output (scaled grads)."""
     tensors = [_tensor_stats(n, k, r, scale) for n, k, r in zip(names, numels, rows)]
     groups: dict[str, list[tuple[int, list[float]]]] = {}
     for name, numel, row in zip(names, numels, rows):
         groups.setdefault(layer_of(name), []).append((numel, row))
-    layers = [_tensor_stats(layer, sum(k for k, _ in members), _merge([r for _, r in members]), scale)
-              for layer, members in groups.items()]
+    layers = [
+        _tensor_stats(layer, sum(k for k, _ in members), _merge([r for _, r in members]), scale)
+        for layer, members in groups.items()
+    ]
     return StepGradStats(step=step, scale=scale, tensors=tensors, layers=layers)
 
 
 def _merge(rows: list[list[float]]) -> list[float]:
-    return [math.sqrt(sum(r[0] ** 2 for r in rows)), max(r[1] for r in rows),
-            sum(r[2] for r in rows), sum(r[3] for r in rows), sum(r[4] for r in rows)]
+    return [
+        math.sqrt(sum(r[0] ** 2 for r in rows)),
+        max(r[1] for r in rows),
+        sum(r[2] for r in rows),
+        sum(r[3] for r in rows),
+        sum(r[4] for r in rows),
+    ]
 
 
 def _tensor_stats(name: str, numel: int, row: list[float], scale: float) -> TensorGradStats:
     norm, peak, n_flush_or_zero, n_below_normal, n_zero = row
     return TensorGradStats(
-        name=name, numel=numel, norm=norm / scale, max_abs=peak / scale,
+        name=name,
+        numel=numel,
+        norm=norm / scale,
+        max_abs=peak / scale,
         flush_fraction=(n_flush_or_zero - n_zero) / numel if numel else 0.0,
         subnormal_fraction=(n_below_normal - n_flush_or_zero) / numel if numel else 0.0,
         headroom=FP16_MAX / peak if peak > 0 else math.inf,
@@ -152,8 +173,14 @@ class GradientStatistics:
     `micro_batches`-th backward, on the accumulated gradients.
     """
 
-    def __init__(self, model: nn.Module, *, every: int = 1, micro_batches: int = 1,
-                 scale_fn: Callable[[], float | None] = lambda: None):
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        every: int = 1,
+        micro_batches: int = 1,
+        scale_fn: Callable[[], float | None] = lambda: None,
+    ):
         if every < 1 or micro_batches < 1:
             raise ValueError(f"every and micro_batches must be >= 1, got {every}, {micro_batches}")
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -207,8 +234,11 @@ class GradientStatistics:
         out = []
         for step, scale, index, rows in self.pending:
             values = rows.tolist()  # sync point
-            out.append(stats_from_rows([self.names[i] for i in index], [self.numels[i] for i in index], values,
-                                       step=step, scale=scale))
+            out.append(
+                stats_from_rows(
+                    [self.names[i] for i in index], [self.numels[i] for i in index], values, step=step, scale=scale
+                )
+            )
         self.pending = []
         return out
 
@@ -232,8 +262,9 @@ class ScaleRange:
         return asdict(self)
 
 
-def loss_scale_range(grads: list[torch.Tensor], *, flush_tolerance: float = 1e-3,
-                     max_sample: int = 1 << 22) -> ScaleRange:
+def loss_scale_range(
+    grads: list[torch.Tensor], *, flush_tolerance: float = 1e-3, max_sample: int = 1 << 22
+) -> ScaleRange:
     """The range of loss scales from true-scale gradients (a few host syncs: doctor, not the loop).
 
     `low` comes from the `flush_tolerance` quantile of the nonzero |g| (a uniform sample of at most
@@ -244,8 +275,15 @@ def loss_scale_range(grads: list[torch.Tensor], *, flush_tolerance: float = 1e-3
     flat = flat[torch.isfinite(flat)]  # an inf/nan has no scale that represents it; the locator reports those
     nonzero = flat[flat > 0]
     if nonzero.numel() == 0:
-        return ScaleRange(low=0.0, high=math.inf, low_pow2=0.0, high_pow2=math.inf,
-                          flush_tolerance=flush_tolerance, max_abs=0.0, representable=True)
+        return ScaleRange(
+            low=0.0,
+            high=math.inf,
+            low_pow2=0.0,
+            high_pow2=math.inf,
+            flush_tolerance=flush_tolerance,
+            max_abs=0.0,
+            representable=True,
+        )
     if nonzero.numel() > max_sample:
         gen = torch.Generator(device=nonzero.device).manual_seed(0)
         nonzero = nonzero[torch.randint(nonzero.numel(), (max_sample,), generator=gen, device=nonzero.device)]
@@ -255,8 +293,15 @@ def loss_scale_range(grads: list[torch.Tensor], *, flush_tolerance: float = 1e-3
     low, high = FP16_FLUSH_AT / kth_smallest, FP16_MAX / peak
     low_pow2 = 2.0 ** (math.floor(math.log2(low)) + 1)  # strictly above `low`: the k-th element survives
     high_pow2 = 2.0 ** math.floor(math.log2(high))
-    return ScaleRange(low=low, high=high, low_pow2=low_pow2, high_pow2=high_pow2, flush_tolerance=flush_tolerance,
-                      max_abs=peak, representable=low_pow2 <= high_pow2)
+    return ScaleRange(
+        low=low,
+        high=high,
+        low_pow2=low_pow2,
+        high_pow2=high_pow2,
+        flush_tolerance=flush_tolerance,
+        max_abs=peak,
+        representable=low_pow2 <= high_pow2,
+    )
 
 
 def flush_fraction(grad: torch.Tensor, scale: float) -> float:

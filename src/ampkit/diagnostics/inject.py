@@ -46,15 +46,20 @@ class FaultSpec:
 
     def __post_init__(self):
         if self.phase not in PHASES:
-            raise UsageError(f"fault phase '{self.phase}' is not one of {', '.join(PHASES)}; "
-                             "write module_path:forward:kind or module_path:backward:kind")
+            raise UsageError(
+                f"fault phase '{self.phase}' is not one of {', '.join(PHASES)}; "
+                "write module_path:forward:kind or module_path:backward:kind"
+            )
         if self.kind not in KINDS:
-            raise UsageError(f"fault kind '{self.kind}' is not one of {', '.join(KINDS)}; e.g. blocks.0.mlp:forward:nan")
+            raise UsageError(
+                f"fault kind '{self.kind}' is not one of {', '.join(KINDS)}; e.g. blocks.0.mlp:forward:nan"
+            )
         if not self.module:
             raise UsageError("fault needs a module path (e.g. blocks.0.attn.q_proj); the root model is not a target")
         if self.first_step is not None and (self.first_step < 1 or (self.last_step or 0) < self.first_step):
-            raise UsageError(f"fault steps {self.first_step}-{self.last_step} are not a range of steps >= 1; "
-                             "write @7 or @7-9")
+            raise UsageError(
+                f"fault steps {self.first_step}-{self.last_step} are not a range of steps >= 1; write @7 or @7-9"
+            )
 
     def active(self, step: int) -> bool:
         return self.first_step is None or self.first_step <= step <= self.last_step
@@ -73,8 +78,9 @@ def parse_fault_spec(text: str) -> FaultSpec:
     body, _, steps = text.strip().partition("@")
     parts = body.split(":")
     if len(parts) != 3 or not all(parts):
-        raise UsageError(f"--inject '{text}' is not module_path:phase:kind[@step]; "
-                         "e.g. blocks.0.attn.q_proj:forward:nan@3")
+        raise UsageError(
+            f"--inject '{text}' is not module_path:phase:kind[@step]; e.g. blocks.0.attn.q_proj:forward:nan@3"
+        )
     module, phase, kind = (p.strip() for p in parts)
     first = last = None
     if steps:
@@ -99,9 +105,10 @@ def resolve_module(model: nn.Module, path: str) -> nn.Module:
         return modules[path]
     names = [n for n in modules if n]
     close = difflib.get_close_matches(path, names, n=4, cutoff=0.6)
-    examples = close or names[:3] + names[len(names) // 2: len(names) // 2 + 2] + names[-1:]
-    raise UsageError(f"model has no module '{path}'; valid paths include: {', '.join(examples)} "
-                     f"({len(names)} modules in all)")
+    examples = close or names[:3] + names[len(names) // 2 : len(names) // 2 + 2] + names[-1:]
+    raise UsageError(
+        f"model has no module '{path}'; valid paths include: {', '.join(examples)} ({len(names)} modules in all)"
+    )
 
 
 def corrupt(t: torch.Tensor, kind: str) -> torch.Tensor:

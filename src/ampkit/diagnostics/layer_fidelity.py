@@ -51,9 +51,14 @@ class FidelityResult:
         return "degraded" if self.logits_cosine >= BAD_COSINE else "bad"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"precision": self.precision, "layers": [layer.to_dict() for layer in self.layers],
-                "logits_cosine": self.logits_cosine, "first_below": self.first_below, "threshold": self.threshold,
-                "verdict": self.verdict}
+        return {
+            "precision": self.precision,
+            "layers": [layer.to_dict() for layer in self.layers],
+            "logits_cosine": self.logits_cosine,
+            "first_below": self.first_below,
+            "threshold": self.threshold,
+            "verdict": self.verdict,
+        }
 
 
 def watched_modules(model: nn.Module) -> list[str]:
@@ -76,6 +81,7 @@ def _capture(model: nn.Module, policy: Precision, batch: Batch, paths: list[str]
         def hook(module, args, output):
             tensor = output[0] if isinstance(output, (tuple, list)) else output
             outputs[path] = tensor.detach().double()
+
         return hook
 
     handles = [modules[p].register_forward_hook(keep(p)) for p in paths]
@@ -101,8 +107,9 @@ def _compare(ref: torch.Tensor, low: torch.Tensor) -> tuple[float, float]:
     return cosine, rel
 
 
-def compare_layers(model: nn.Module, batch: Batch, *, precision: str | Precision, device_type: str,
-                   threshold: float = GOOD_COSINE) -> FidelityResult:
+def compare_layers(
+    model: nn.Module, batch: Batch, *, precision: str | Precision, device_type: str, threshold: float = GOOD_COSINE
+) -> FidelityResult:
     """Run `model` (fp32 weights; left untouched) in fp32 and, on a converted copy, in `precision`."""
     policy = precision if isinstance(precision, Precision) else build_precision(precision, device_type=device_type)
     reference = build_precision("fp32", device_type=device_type)
@@ -110,8 +117,10 @@ def compare_layers(model: nn.Module, batch: Batch, *, precision: str | Precision
     ref = _capture(model, reference, batch, paths)
     low_model = policy.convert_module(copy.deepcopy(model))
     low = _capture(low_model, policy, batch, paths)
-    layers = [LayerFidelity(name=p, cosine=c, rel_error=r)
-              for p in paths + ["logits"] for c, r in [_compare(ref[p], low[p])]]
+    layers = [
+        LayerFidelity(name=p, cosine=c, rel_error=r) for p in paths + ["logits"] for c, r in [_compare(ref[p], low[p])]
+    ]
     first = next((layer.name for layer in layers if not layer.cosine >= threshold), None)  # nan counts as below
-    return FidelityResult(precision=policy.name, layers=layers, logits_cosine=layers[-1].cosine, first_below=first,
-                          threshold=threshold)
+    return FidelityResult(
+        precision=policy.name, layers=layers, logits_cosine=layers[-1].cosine, first_below=first, threshold=threshold
+    )

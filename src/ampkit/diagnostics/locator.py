@@ -81,8 +81,14 @@ class Frame:
         return [site for site, s in self.stats.items() if getattr(s, attribute)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "step": self.step, "module": self.module, "cls": self.cls, "phase": self.phase,
-                "stats": {site: s.to_dict() for site, s in self.stats.items()}}
+        return {
+            "index": self.index,
+            "step": self.step,
+            "module": self.module,
+            "cls": self.cls,
+            "phase": self.phase,
+            "stats": {site: s.to_dict() for site, s in self.stats.items()},
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,9 +163,12 @@ def _combine(floats: list[torch.Tensor], rows: list[list[float]]) -> TensorStats
     dtypes = sorted({str(t.dtype).replace("torch.", "") for t in floats})
     return TensorStats(
         numel=sum(t.numel() for t in floats),
-        absmin=min(r[0] for r in rows), absmax=max(r[1] for r in rows),
-        n_nan=sum(r[2] for r in rows), n_inf=sum(r[3] for r in rows),
-        near_max=sum(r[4] for r in rows), fp16_flush=sum(r[5] for r in rows),
+        absmin=min(r[0] for r in rows),
+        absmax=max(r[1] for r in rows),
+        n_nan=sum(r[2] for r in rows),
+        n_inf=sum(r[3] for r in rows),
+        near_max=sum(r[4] for r in rows),
+        fp16_flush=sum(r[5] for r in rows),
         dtype="+".join(dtypes),
     )
 
@@ -219,17 +228,17 @@ def _parent(path: str) -> str:
 
 _NONFINITE_WHY = {
     ("forward", "weights"): "the weights of {m} already hold {v}: an earlier optimizer step wrote them "
-                            "(a non-finite gradient was applied)",
-    ("forward", "inputs"): "the inputs of {m} were already {v}: produced by code outside any module, "
-                           "in {p}.forward",
+    "(a non-finite gradient was applied)",
+    ("forward", "inputs"): "the inputs of {m} were already {v}: produced by code outside any module, in {p}.forward",
     ("forward", "outputs"): "{m} ({c}) produced {v} in its forward output from finite inputs and weights",
     ("backward", "grad_output"): "the gradient arriving at the output of {m} was already {v}: produced by the "
-                                 "backward of code outside any module, in {p}.forward",
+    "backward of code outside any module, in {p}.forward",
     ("backward", "grad_input"): "the backward of {m} ({c}) turned a finite incoming gradient into {v}",
     ("backward", "param_grad"): "the accumulated gradient of {m}'s parameters holds {v}",
 }
-_NEAR_MAX_WHY = ("{m} ({c}) holds values near fp16's limit at its {s} ({v} > 65504 / 2): one doubling "
-                 "from overflow in fp16")
+_NEAR_MAX_WHY = (
+    "{m} ({c}) holds values near fp16's limit at its {s} ({v} > 65504 / 2): one doubling from overflow in fp16"
+)
 
 
 class NonFiniteLocator:
@@ -271,7 +280,8 @@ class NonFiniteLocator:
             if param.requires_grad:
                 owner = name.rsplit(".", 1)[0] if "." in name else ""
                 self._handles.append(
-                    param.register_post_accumulate_grad_hook(functools.partial(self._on_param_grad, owner)))
+                    param.register_post_accumulate_grad_hook(functools.partial(self._on_param_grad, owner))
+                )
         return self
 
     def detach(self) -> None:
@@ -307,8 +317,10 @@ class NonFiniteLocator:
     def _on_forward_pre(self, path: str, module: nn.Module, args, kwargs) -> None:
         if self.done:
             return
-        stats = {"weights": self._cache.stats(module.parameters(recurse=False)),
-                 "inputs": self._cache.stats(_flatten((args, kwargs)))}
+        stats = {
+            "weights": self._cache.stats(module.parameters(recurse=False)),
+            "inputs": self._cache.stats(_flatten((args, kwargs))),
+        }
         self._record(path, "forward", stats)
 
     def _on_forward(self, path: str, module: nn.Module, args, output) -> None:
@@ -317,8 +329,14 @@ class NonFiniteLocator:
 
     def _on_backward(self, path: str, module: nn.Module, grad_input, grad_output) -> None:
         if not self.done:
-            self._record(path, "backward", {"grad_output": self._cache.stats(_flatten(grad_output)),
-                                            "grad_input": self._cache.stats(_flatten(grad_input))})
+            self._record(
+                path,
+                "backward",
+                {
+                    "grad_output": self._cache.stats(_flatten(grad_output)),
+                    "grad_input": self._cache.stats(_flatten(grad_input)),
+                },
+            )
 
     def _on_param_grad(self, owner: str, param: torch.Tensor) -> None:
         if not self.done:
@@ -329,8 +347,14 @@ class NonFiniteLocator:
         present = {site: s for site, s in stats.items() if s is not None}
         if not present:
             return
-        frame = Frame(index=self._frames, step=self.step, module=path or ROOT, cls=self._classes.get(path, "?"),
-                      phase=phase, stats=present)
+        frame = Frame(
+            index=self._frames,
+            step=self.step,
+            module=path or ROOT,
+            cls=self._classes.get(path, "?"),
+            phase=phase,
+            stats=present,
+        )
         self._frames += 1
         self.ring.append(frame)
         self._note_limits(frame)
@@ -344,8 +368,9 @@ class NonFiniteLocator:
         for site, s in frame.stats.items():
             if not (s.near_max or s.fp16_flush):
                 continue
-            entry = self.limits.setdefault((frame.module, frame.phase, site),
-                                           {"absmax": 0.0, "near_max": 0, "fp16_flush": 0, "numel": 0})
+            entry = self.limits.setdefault(
+                (frame.module, frame.phase, site), {"absmax": 0.0, "near_max": 0, "fp16_flush": 0, "numel": 0}
+            )
             entry["absmax"] = max(entry["absmax"], s.absmax)
             entry["near_max"] += s.near_max
             entry["fp16_flush"] += s.fp16_flush
@@ -355,8 +380,17 @@ class NonFiniteLocator:
         values = _describe_values(frame.stats[site])
         template = _NONFINITE_WHY[(frame.phase, site)] if kind == "nonfinite" else _NEAR_MAX_WHY
         why = template.format(m=frame.module, c=frame.cls, v=values, p=_parent(frame.module), s=site)
-        return Finding(kind=kind, module=frame.module, cls=frame.cls, phase=frame.phase, site=site,
-                       step=frame.step, values=values, explanation=why, frames=tuple(self.ring))
+        return Finding(
+            kind=kind,
+            module=frame.module,
+            cls=frame.cls,
+            phase=frame.phase,
+            site=site,
+            step=frame.step,
+            values=values,
+            explanation=why,
+            frames=tuple(self.ring),
+        )
 
     def summary(self, *, frames: bool = True) -> dict[str, Any]:
         """JSON-ready: the findings (with their frame rings) and the sites near fp16's limits."""

@@ -86,8 +86,9 @@ def smoke_batch(*, samples: int = 16, seq_len: int = 32, seed: int = 0) -> Batch
             chosen.append(unit)
             if len(chosen) == samples:
                 return collate_pad(chosen)
-    raise UsageError(f"the corpus has fewer than {samples} distinct {seq_len}-token sequences; lower the smoke "
-                     "samples or seq_len")
+    raise UsageError(
+        f"the corpus has fewer than {samples} distinct {seq_len}-token sequences; lower the smoke samples or seq_len"
+    )
 
 
 def _consistent(tokens: list[int], next_token: dict[tuple[int, ...], int]) -> bool:
@@ -112,8 +113,7 @@ class _Smoke:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
         # Cosine decay to 10%: the last few tokens are memorized only once the steps get small.
-        self.scheduler = build_scheduler(self.optimizer, warmup_steps=0, total_steps=config.max_steps,
-                                         min_lr_ratio=0.1)
+        self.scheduler = build_scheduler(self.optimizer, warmup_steps=0, total_steps=config.max_steps, min_lr_ratio=0.1)
         self.accuracy: list[float] = []
         self.loss = math.nan
         self.skipped = self.skips_in_row = 0
@@ -166,8 +166,14 @@ class _Smoke:
         return locator.first_nonfinite or locator.first_near_max
 
 
-def run_smoke_test(model: nn.Module, policy: Precision, batch: Batch, *, config: SmokeConfig | None = None,
-                   observers: list | None = None) -> SmokeResult:
+def run_smoke_test(
+    model: nn.Module,
+    policy: Precision,
+    batch: Batch,
+    *,
+    config: SmokeConfig | None = None,
+    observers: list | None = None,
+) -> SmokeResult:
     """Overfit `batch` with `model` under `policy` (the model is trained in place; pass a copy).
 
     `observers` get `begin_step(step)` before every step and replay (e.g. a `FaultInjector`).
@@ -184,15 +190,24 @@ def run_smoke_test(model: nn.Module, policy: Precision, batch: Batch, *, config:
                 outcome = "scale_collapse"
             if outcome:
                 break
-        finding = smoke.locate(step) if outcome in ("nonfinite_loss", "nonfinite_grad", "scale_collapse", "skips") \
-            else None
+        finding = (
+            smoke.locate(step) if outcome in ("nonfinite_loss", "nonfinite_grad", "scale_collapse", "skips") else None
+        )
     passed = outcome == "passed"
     failure = None if passed else (outcome or "plateau")
     result = SmokeResult(
-        precision=policy.name, passed=passed, steps_needed=step - 1 if passed else None, steps_run=step,
-        final_accuracy=smoke.accuracy[-1] if smoke.accuracy else 0.0, final_loss=smoke.loss,
-        skipped_steps=smoke.skipped, failure=failure, failure_step=None if passed else step, finding=finding,
-        diagnosis="", accuracy=smoke.accuracy,
+        precision=policy.name,
+        passed=passed,
+        steps_needed=step - 1 if passed else None,
+        steps_run=step,
+        final_accuracy=smoke.accuracy[-1] if smoke.accuracy else 0.0,
+        final_loss=smoke.loss,
+        skipped_steps=smoke.skipped,
+        failure=failure,
+        failure_step=None if passed else step,
+        finding=finding,
+        diagnosis="",
+        accuracy=smoke.accuracy,
     )
     result.diagnosis = diagnose(result, samples=batch.input_ids.shape[0])
     return result
@@ -201,19 +216,21 @@ def run_smoke_test(model: nn.Module, policy: Precision, batch: Batch, *, config:
 def diagnose(result: SmokeResult, *, samples: int) -> str:
     """One or two sentences: what happened, and where, with the evidence."""
     if result.passed:
-        return (f"{result.precision}: reached 100% token accuracy on {samples} samples after "
-                f"{result.steps_needed} steps")
-    where = f" First sign: {result.finding.explanation} (step {result.finding.step}, {result.finding.phase})." \
-        if result.finding else ""
+        return f"{result.precision}: reached 100% token accuracy on {samples} samples after {result.steps_needed} steps"
+    where = (
+        f" First sign: {result.finding.explanation} (step {result.finding.step}, {result.finding.phase})."
+        if result.finding
+        else ""
+    )
     step = result.failure_step
     texts = {
         "nonfinite_loss": f"the loss became non-finite at step {step}.",
         "nonfinite_grad": f"the gradients became non-finite at step {step} (loss {result.final_loss:.4g}).",
         "scale_collapse": f"the loss scale collapsed below min_scale at step {step}: every step overflowed.",
         "skips": f"the loss scaler skipped {result.skipped_steps} of {result.steps_run} steps, the last ones in a "
-                 "row: the gradients overflow fp16 at every scale tried.",
+        "row: the gradients overflow fp16 at every scale tried.",
         "plateau": f"token accuracy reached only {100 * result.final_accuracy:.1f}% after {result.steps_run} steps "
-                   f"(loss {result.final_loss:.4g}); if fp32 passes, the precision loses what the model needs, "
-                   "otherwise suspect the code or the learning rate.",
+        f"(loss {result.final_loss:.4g}); if fp32 passes, the precision loses what the model needs, "
+        "otherwise suspect the code or the learning rate.",
     }
     return f"{result.precision}: FAILED: {texts[result.failure]}{where}"

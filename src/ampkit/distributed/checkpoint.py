@@ -70,8 +70,17 @@ def _describe(paths: list[Path]) -> dict[str, dict[str, Any]]:
     return {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size} for p in paths}
 
 
-def save_sharded(run, *, model: nn.Module, optimizer: torch.optim.Optimizer, rank_state: dict[str, Any],
-                 run_dir: Path, step: int, keep: int, identity: dict[str, Any]) -> Path:
+def save_sharded(
+    run,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    rank_state: dict[str, Any],
+    run_dir: Path,
+    step: int,
+    keep: int,
+    identity: dict[str, Any],
+) -> Path:
     """Every rank calls this at the same step (collectives inside). Returns the final path.
 
     `rank_state` is this rank's non-tensor-parallel state (sampler, RNG, scheduler, scaler, counters).
@@ -99,14 +108,22 @@ def save_sharded(run, *, model: nn.Module, optimizer: torch.optim.Optimizer, ran
     return final
 
 
-def _publish(tmp: Path, final: Path, *, files: list[dict], step: int, world_size: int, mode: str,
-             identity: dict[str, Any]) -> None:
+def _publish(
+    tmp: Path, final: Path, *, files: list[dict], step: int, world_size: int, mode: str, identity: dict[str, Any]
+) -> None:
     """Rank 0: manifest last, then the rename that makes the checkpoint visible."""
     described = {name: info for per_rank in files for name, info in per_rank.items()}
     claimed = set(described) | {MANIFEST}
     described.update(_describe([p for p in sorted(tmp.iterdir()) if p.name not in claimed]))  # .metadata
-    manifest = {"format": FORMAT, "ampkit_version": __version__, "step": step, "world_size": world_size,
-                "parallel": mode, "identity": identity, "files": described}
+    manifest = {
+        "format": FORMAT,
+        "ampkit_version": __version__,
+        "step": step,
+        "world_size": world_size,
+        "parallel": mode,
+        "identity": identity,
+        "files": described,
+    }
     with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2)
         fh.flush()
@@ -129,8 +146,10 @@ def read_sharded_manifest(path: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        raise UsageError(f"checkpoint {path} has no readable {MANIFEST}; delete it to resume from an earlier "
-                         "checkpoint, or start a new run") from None
+        raise UsageError(
+            f"checkpoint {path} has no readable {MANIFEST}; delete it to resume from an earlier "
+            "checkpoint, or start a new run"
+        ) from None
     if manifest.get("format") != FORMAT:
         raise UsageError(f"{path} is not an ampkit sharded checkpoint ({FORMAT}); start a new run")
     return manifest
@@ -138,13 +157,17 @@ def read_sharded_manifest(path: Path) -> dict[str, Any]:
 
 def _check_manifest(manifest: dict[str, Any], path: Path, *, world_size: int, identity: dict[str, Any]) -> None:
     if manifest["world_size"] != world_size:
-        raise UsageError(f"checkpoint {path.name} was written by {manifest['world_size']} ranks and this job has "
-                         f"{world_size}: resume with --nproc {manifest['world_size']} (see docs/distributed.md)")
+        raise UsageError(
+            f"checkpoint {path.name} was written by {manifest['world_size']} ranks and this job has "
+            f"{world_size}: resume with --nproc {manifest['world_size']} (see docs/distributed.md)"
+        )
     for key, expected in identity.items():
         saved = manifest.get("identity", {}).get(key)
         if saved != expected:
-            raise UsageError(f"checkpoint {path} does not match this run: it was made with {key}={saved!r}, this run "
-                             f"has {key}={expected!r}; resume with the same settings, or start a new run")
+            raise UsageError(
+                f"checkpoint {path} does not match this run: it was made with {key}={saved!r}, this run "
+                f"has {key}={expected!r}; resume with the same settings, or start a new run"
+            )
 
 
 def _corrupt_files(path: Path, manifest: dict[str, Any], *, rank: int, world_size: int) -> list[str]:
@@ -157,19 +180,25 @@ def _corrupt_files(path: Path, manifest: dict[str, Any], *, rank: int, world_siz
     return bad
 
 
-def load_sharded(run, *, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path,
-                 identity: dict[str, Any]) -> dict[str, Any]:
+def load_sharded(
+    run, *, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, identity: dict[str, Any]
+) -> dict[str, Any]:
     """Verify, load model and optimizer shards in place, and return this rank's state (collective)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     manifest = read_sharded_manifest(path)
     _check_manifest(manifest, path, world_size=run.world_size, identity=identity)
-    bad = sorted(n for names in run.all_gather_object(_corrupt_files(path, manifest, rank=run.rank,
-                                                                     world_size=run.world_size)) for n in names)
+    bad = sorted(
+        n
+        for names in run.all_gather_object(_corrupt_files(path, manifest, rank=run.rank, world_size=run.world_size))
+        for n in names
+    )
     if bad:
-        raise UsageError(f"checkpoint {path} is corrupt or truncated ({', '.join(bad)} fail their checksum); "
-                         "delete it to resume from an earlier checkpoint, or start a new run")
+        raise UsageError(
+            f"checkpoint {path} is corrupt or truncated ({', '.join(bad)} fail their checksum); "
+            "delete it to resume from an earlier checkpoint, or start a new run"
+        )
     # The optimizer's state must exist to be loaded into: get_state_dict creates it (a zero-lr step).
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optim_state}
@@ -192,14 +221,17 @@ def all_finite(run, model: nn.Module, optimizer: torch.optim.Optimizer) -> bool:
 
     Checks this rank's shards (`to_local()` of DTensors), then agrees across ranks."""
     tensors = [p.detach() for p in model.parameters()]
-    tensors += [v for s in optimizer.state.values() for v in s.values()
-                if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    tensors += [
+        v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.is_floating_point()
+    ]
     local = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
     by_device: dict[torch.device, list[torch.Tensor]] = {}
     for t in local:
         if t.numel():
             by_device.setdefault(t.device, []).append(t)
     # The max-abs norm is inf/nan exactly when an element is, and cannot overflow like a sum of squares.
-    finite = all(bool(torch.isfinite(torch.stack([n.float() for n in torch._foreach_norm(group, math.inf)])).all())
-                 for group in by_device.values())  # one sync point per device
+    finite = all(
+        bool(torch.isfinite(torch.stack([n.float() for n in torch._foreach_norm(group, math.inf)])).all())
+        for group in by_device.values()
+    )  # one sync point per device
     return run.all_true(finite)

@@ -43,8 +43,9 @@ def launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
     environ = os.environ if environ is None else environ
     if "RANK" not in environ or "WORLD_SIZE" not in environ:
         return None
-    return LaunchEnv(rank=int(environ["RANK"]), local_rank=int(environ.get("LOCAL_RANK", "0")),
-                     world_size=int(environ["WORLD_SIZE"]))
+    return LaunchEnv(
+        rank=int(environ["RANK"]), local_rank=int(environ.get("LOCAL_RANK", "0")), world_size=int(environ["WORLD_SIZE"])
+    )
 
 
 class LocalRun:
@@ -164,8 +165,12 @@ class ProcessGroupRun(LocalRun):
         return out
 
     def describe(self) -> dict[str, Any]:
-        return {"mode": self.mode, "world_size": self.world_size, "backend": self.backend,
-                "reduce_dtype": self.reduce_dtype}
+        return {
+            "mode": self.mode,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "reduce_dtype": self.reduce_dtype,
+        }
 
     def close(self) -> None:
         import torch.distributed as dist
@@ -182,19 +187,27 @@ def init_run(*, parallel: str, device: torch.device, reduce_dtype: str = "fp32")
     env = launch_env()
     if parallel == "none":
         if env is not None and env.world_size > 1:
-            raise UsageError(f"this process is one of {env.world_size} started by torchrun, but --parallel is "
-                             "none (every rank would train alone): add --parallel ddp or --parallel fsdp")
+            raise UsageError(
+                f"this process is one of {env.world_size} started by torchrun, but --parallel is "
+                "none (every rank would train alone): add --parallel ddp or --parallel fsdp"
+            )
         return LocalRun(), device
     if env is None:
-        raise UsageError(f"--parallel {parallel} runs one process per device: launch with 'ampkit train --nproc N "
-                         f"--parallel {parallel} ...' or 'torchrun --nproc-per-node N -m ampkit train ...'")
+        raise UsageError(
+            f"--parallel {parallel} runs one process per device: launch with 'ampkit train --nproc N "
+            f"--parallel {parallel} ...' or 'torchrun --nproc-per-node N -m ampkit train ...'"
+        )
     device = _rank_device(device, env)
     import torch.distributed as dist
 
     backend = "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size,
-                                device_id=device if device.type == "cuda" else None)
+        dist.init_process_group(
+            backend=backend,
+            rank=env.rank,
+            world_size=env.world_size,
+            device_id=device if device.type == "cuda" else None,
+        )
     run = ProcessGroupRun(mode=parallel, env=env, device=device, backend=backend, reduce_dtype=reduce_dtype)
     return run, device
 
@@ -205,8 +218,10 @@ def _rank_device(device: torch.device, env: LaunchEnv) -> torch.device:
         return device
     visible = torch.cuda.device_count()
     if env.local_rank >= visible:
-        raise UsageError(f"local rank {env.local_rank} needs GPU {env.local_rank}, but this node shows {visible}: "
-                         f"start at most {visible} processes per node (--nproc / --nproc-per-node)")
+        raise UsageError(
+            f"local rank {env.local_rank} needs GPU {env.local_rank}, but this node shows {visible}: "
+            f"start at most {visible} processes per node (--nproc / --nproc-per-node)"
+        )
     device = torch.device("cuda", env.local_rank)
     torch.cuda.set_device(device)
     return device
@@ -238,6 +253,8 @@ def rank_error(err: Exception, *, rank: int) -> Exception:
         return type(err)(f"rank {rank}: {err}")
     first = (str(err).strip().splitlines() or [""])[0]
     if type(err).__name__.startswith("Dist") or any(s in first.lower() for s in _PEER_LOST):
-        return TrainingError(f"rank {rank}: lost contact with another rank ({first[:160]}); the job stops: the rank "
-                             "that failed first printed its own error")
+        return TrainingError(
+            f"rank {rank}: lost contact with another rank ({first[:160]}); the job stops: the rank "
+            "that failed first printed its own error"
+        )
     return err

@@ -19,8 +19,9 @@ from ampkit.errors import RunInterrupted, TrainingError
 EXIT_USAGE = 2
 
 
-def worker_argv(args: argparse.Namespace, config_cls, *, skip: tuple[str, ...] = ("nproc",),
-                options: dict[str, Any]) -> list[str]:
+def worker_argv(
+    args: argparse.Namespace, config_cls, *, skip: tuple[str, ...] = ("nproc",), options: dict[str, Any]
+) -> list[str]:
     """The command line each worker runs: every config flag the user gave (minus `skip`), then
     `options` (flag name -> value; True means a bare switch, None/False/0 are left out)."""
     argv: list[str] = []
@@ -50,10 +51,12 @@ def relaunch(*, nproc: int, module_argv: list[str]) -> int:
     checkpoint) and raise `RunInterrupted` here (exit code 128 + signal)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import get_args_parser, run as torchrun
+    from torch.distributed.run import get_args_parser
+    from torch.distributed.run import run as torchrun
 
     launcher_args = get_args_parser().parse_args(
-        ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", "0", "--module", "ampkit", *module_argv])
+        ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", "0", "--module", "ampkit", *module_argv]
+    )
     try:
         torchrun(launcher_args)
     except ChildFailedError as err:
@@ -62,10 +65,12 @@ def relaunch(*, nproc: int, module_argv: list[str]) -> int:
             return EXIT_USAGE
         raise TrainingError(describe_failures(err.failures, nproc=nproc)) from None
     except SignalException as err:  # the launcher was signalled: torchrun forwarded it to every worker
-        raise RunInterrupted(f"stopped by {signal.Signals(err.sigval).name}: torchrun passed it on to every rank, "
-                             f"which stop together at a log step and checkpoint; continue with --resume RUN_DIR "
-                             f"--nproc {nproc}",
-                             signum=int(err.sigval)) from None
+        raise RunInterrupted(
+            f"stopped by {signal.Signals(err.sigval).name}: torchrun passed it on to every rank, "
+            f"which stop together at a log step and checkpoint; continue with --resume RUN_DIR "
+            f"--nproc {nproc}",
+            signum=int(err.sigval),
+        ) from None
     return 0
 
 
@@ -80,8 +85,10 @@ def describe_failures(failures: dict[int, Any], *, nproc: int) -> str:
 
     ordered = sorted(failures.items(), key=order)
     parts = [f"rank {rank} {_how(failure.exitcode)}" for rank, failure in ordered]
-    return ("distributed job failed: " + "; ".join(parts) + " (each rank's own error is printed above; "
-            f"complete checkpoints are intact: continue with --resume RUN_DIR --nproc {nproc})")
+    return (
+        "distributed job failed: " + "; ".join(parts) + " (each rank's own error is printed above; "
+        f"complete checkpoints are intact: continue with --resume RUN_DIR --nproc {nproc})"
+    )
 
 
 def _how(exitcode: int) -> str:

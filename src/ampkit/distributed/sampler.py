@@ -46,7 +46,9 @@ class RankShardedSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Same stream position; refused at another world size (the batches would be dealt differently)."""
         if state.get("world_size") != self.world_size:
-            raise UsageError(f"the checkpoint was written by {state.get('world_size')} ranks and this job has "
-                             f"{self.world_size}: resume with the same number of processes (see docs/distributed.md)")
+            raise UsageError(
+                f"the checkpoint was written by {state.get('world_size')} ranks and this job has "
+                f"{self.world_size}: resume with the same number of processes (see docs/distributed.md)"
+            )
         self.inner.load_state_dict(state["inner"])
         self._tokens = self._slots = 0

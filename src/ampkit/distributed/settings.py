@@ -28,13 +28,19 @@ def check_parallel_settings(config) -> None:
     if config.nproc < 0:
         raise UsageError(f"--nproc must be >= 0 (0 = no re-launch), got {config.nproc}")
     if config.nproc > 0 and config.parallel == "none":
-        raise UsageError(f"--nproc {config.nproc} starts {config.nproc} processes: add --parallel ddp or --parallel fsdp")
+        raise UsageError(
+            f"--nproc {config.nproc} starts {config.nproc} processes: add --parallel ddp or --parallel fsdp"
+        )
     if config.parallel == "none":
         return
     for name, what in _SINGLE_PROCESS_ONLY.items():
         if getattr(config, name):
-            raise UsageError(f"{what} runs in a single process only; drop it with --parallel {config.parallel}, "
-                             "or diagnose with 'ampkit doctor' / a --parallel none run")
+            raise UsageError(
+                f"{what} runs in a single process only; drop it with --parallel {config.parallel}, "
+                "or diagnose with 'ampkit doctor' / a --parallel none run"
+            )
     if config.parallel == "fsdp" and config.precision in ("fp8", "fp8-emulated"):
-        raise UsageError("fp8 under --parallel fsdp is not supported by ampkit yet; use --parallel ddp with fp8, "
-                         "or bf16-mixed with fsdp")
+        raise UsageError(
+            "fp8 under --parallel fsdp is not supported by ampkit yet; use --parallel ddp with fp8, "
+            "or bf16-mixed with fsdp"
+        )

@@ -54,21 +54,25 @@ def shard_fsdp(model: nn.Module, *, mp_policy) -> nn.Module:
 
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.ModuleList):
-        raise UsageError(f"--parallel fsdp shards a model block by block and needs a `blocks` ModuleList; "
-                         f"{type(model).__name__} has none: use --parallel ddp")
+        raise UsageError(
+            f"--parallel fsdp shards a model block by block and needs a `blocks` ModuleList; "
+            f"{type(model).__name__} has none: use --parallel ddp"
+        )
     for block in blocks:
         fully_shard(block, mp_policy=mp_policy)
     fully_shard(model, mp_policy=mp_policy)
     return model
 
 
-def wrap_ddp(model: nn.Module, *, device: torch.device, grad_dtype: torch.dtype, reduce_dtype: torch.dtype,
-             world_size: int) -> nn.Module:
+def wrap_ddp(
+    model: nn.Module, *, device: torch.device, grad_dtype: torch.dtype, reduce_dtype: torch.dtype, world_size: int
+) -> nn.Module:
     """DDP without a buffer broadcast per forward (RoPE tables are computed, identical on every rank)."""
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                  forward_sync_buffers=False)
+    ddp = DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False
+    )
     if reduce_dtype != grad_dtype:
         ddp.register_comm_hook(state=None, hook=reduce_in_dtype_hook(reduce_dtype, world_size=world_size))
     return ddp
@@ -105,9 +109,9 @@ def wrap_model(model: nn.Module, *, run, spec, reduce_dtype: str) -> nn.Module:
         # FSDP2 reduce-scatters after every micro-batch's backward and accumulates the sharded fp32
         # gradients: no unsharded gradient is ever held across micro-batches (memory over traffic).
         return shard_fsdp(model, mp_policy=mixed_precision_policy(spec, reduce_dtype=reduce))
-    ddp = wrap_ddp(model, device=run.device, grad_dtype=spec.param_dtype, reduce_dtype=reduce,
-                   world_size=run.world_size)
+    ddp = wrap_ddp(
+        model, device=run.device, grad_dtype=spec.param_dtype, reduce_dtype=reduce, world_size=run.world_size
+    )
     # Gradient accumulation: all-reduce once, in the last micro-batch's backward (`no_sync` before).
     run.grad_sync = lambda last: contextlib.nullcontext() if last else ddp.no_sync()
     return ddp
-

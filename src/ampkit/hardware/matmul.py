@@ -174,15 +174,23 @@ def survey_matmul(info: DeviceInfo, device: torch.device, *, quick: bool = False
         flops = None
         if size is not None:
             flops = measure_matmul_flops(
-                MATMUL_DTYPES[key], device=device, size=size, min_time_s=min_time_s,
-                warmup=1 if quick else 2, allow_tf32=(key == "tf32"),
+                MATMUL_DTYPES[key],
+                device=device,
+                size=size,
+                min_time_s=min_time_s,
+                warmup=1 if quick else 2,
+                allow_tf32=(key == "tf32"),
             )
         fp32_flops = flops if key == "fp32" else fp32_flops
         ratio = flops / fp32_flops if (flops is not None and fp32_flops) else None
         results.append(
             MatmulThroughput(
-                dtype_key=key, native=info.is_native(key), size=size, measured_flops=flops,
-                ratio_vs_fp32=ratio, table_peak_flops=peak_flops(info, key),
+                dtype_key=key,
+                native=info.is_native(key),
+                size=size,
+                measured_flops=flops,
+                ratio_vs_fp32=ratio,
+                table_peak_flops=peak_flops(info, key),
             )
         )
     return results

@@ -32,8 +32,12 @@ from torch import nn
 from ampkit.errors import UsageError
 
 HF_PREFIX = "hf:"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 """Any of these in the directory means "load the weights" (transformers' own file names)."""
 
 
@@ -44,18 +48,22 @@ def is_hf_model(spec: str) -> bool:
 
 def hf_model_dir(spec: str) -> Path:
     """The directory of an `hf:PATH` spec, checked: it exists and holds a config.json."""
-    raw = spec[len(HF_PREFIX):] if is_hf_model(spec) else spec
+    raw = spec[len(HF_PREFIX) :] if is_hf_model(spec) else spec
     if not raw.strip():
         raise UsageError("--model hf: needs a path: hf:PATH, a local directory with a transformers config.json")
     path = Path(raw).expanduser()
     if path.is_file() and path.name == "config.json":
         path = path.parent
     if not path.is_dir():
-        raise UsageError(f"--model {spec}: {path} is not a directory; pass hf:PATH with PATH a local folder "
-                         "holding config.json (and optionally weights and a tokenizer)")
+        raise UsageError(
+            f"--model {spec}: {path} is not a directory; pass hf:PATH with PATH a local folder "
+            "holding config.json (and optionally weights and a tokenizer)"
+        )
     if not (path / "config.json").is_file():
-        raise UsageError(f"--model {spec}: {path} has no config.json; save one there "
-                         "(e.g. AutoConfig.for_model(...).save_pretrained(PATH)) or point at another folder")
+        raise UsageError(
+            f"--model {spec}: {path} has no config.json; save one there "
+            "(e.g. AutoConfig.for_model(...).save_pretrained(PATH)) or point at another folder"
+        )
     return path
 
 
@@ -72,8 +80,10 @@ def load_transformers():
     try:
         import transformers
     except ImportError:
-        raise UsageError("--model hf:PATH needs the transformers library; install it with "
-                         "pip install 'ampkit[hf]' (or use a built-in preset such as --model tiny)") from None
+        raise UsageError(
+            "--model hf:PATH needs the transformers library; install it with "
+            "pip install 'ampkit[hf]' (or use a built-in preset such as --model tiny)"
+        ) from None
     return transformers
 
 
@@ -116,11 +126,20 @@ class HFModelInfo:
         return self.total_parameters if include_embedding else self.total_parameters - self.embedding_parameters
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.path, "model_type": self.model_type,
-                "architecture": self.architecture, "vocab_size": self.vocab_size, "d_model": self.d_model,
-                "n_layers": self.n_layers, "n_heads": self.n_heads, "max_seq_len": self.max_seq_len,
-                "tie_embeddings": self.tie_embeddings, "pretrained": self.pretrained,
-                "num_parameters": self.total_parameters}
+        return {
+            "name": self.name,
+            "path": self.path,
+            "model_type": self.model_type,
+            "architecture": self.architecture,
+            "vocab_size": self.vocab_size,
+            "d_model": self.d_model,
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "max_seq_len": self.max_seq_len,
+            "tie_embeddings": self.tie_embeddings,
+            "pretrained": self.pretrained,
+            "num_parameters": self.total_parameters,
+        }
 
 
 def _first_line(err: Exception) -> str:
@@ -135,8 +154,10 @@ def load_hf_config(spec: str):
     try:
         return transformers.AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except (ValueError, OSError, KeyError, TypeError) as err:
-        raise UsageError(f"--model {spec}: transformers cannot read {path / 'config.json'} ({_first_line(err)}); "
-                         "pass a folder with a transformers config.json of a built-in model type") from None
+        raise UsageError(
+            f"--model {spec}: transformers cannot read {path / 'config.json'} ({_first_line(err)}); "
+            "pass a folder with a transformers config.json of a built-in model type"
+        ) from None
 
 
 def _instantiate(spec: str, config, *, weights: bool) -> nn.Module:
@@ -145,12 +166,15 @@ def _instantiate(spec: str, config, *, weights: bool) -> nn.Module:
     auto = transformers.AutoModelForCausalLM
     try:
         if weights:
-            return auto.from_pretrained(hf_model_dir(spec), config=config, local_files_only=True,
-                                        trust_remote_code=False, dtype=torch.float32)
+            return auto.from_pretrained(
+                hf_model_dir(spec), config=config, local_files_only=True, trust_remote_code=False, dtype=torch.float32
+            )
         return auto.from_config(config, dtype=torch.float32)
     except (ValueError, OSError, KeyError, TypeError) as err:
-        raise UsageError(f"--model {spec}: transformers cannot build a causal LM from it ({_first_line(err)}); "
-                         "ampkit trains AutoModelForCausalLM types (llama, gpt2, mistral, qwen2, ...)") from None
+        raise UsageError(
+            f"--model {spec}: transformers cannot build a causal LM from it ({_first_line(err)}); "
+            "ampkit trains AutoModelForCausalLM types (llama, gpt2, mistral, qwen2, ...)"
+        ) from None
 
 
 def _distinct_parameters(params) -> list[nn.Parameter]:
@@ -169,11 +193,19 @@ def info_from_model(spec: str, model: nn.Module, *, pretrained: bool) -> HFModel
     tied = head is not None and embed is not None and head.weight is embed.weight
     max_len = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 2048
     return HFModelInfo(
-        name=HF_PREFIX + hf_model_dir(spec).resolve().name, path=spec[len(HF_PREFIX):] if is_hf_model(spec) else spec,
-        model_type=cfg.model_type, architecture=type(model).__name__, vocab_size=int(cfg.vocab_size),
-        d_model=int(cfg.hidden_size), n_layers=int(cfg.num_hidden_layers), n_heads=int(cfg.num_attention_heads),
-        max_seq_len=int(max_len), tie_embeddings=tied, pretrained=pretrained,
-        total_parameters=sum(p.numel() for p in params), embedding_parameters=sum(p.numel() for p in lookup),
+        name=HF_PREFIX + hf_model_dir(spec).resolve().name,
+        path=spec[len(HF_PREFIX) :] if is_hf_model(spec) else spec,
+        model_type=cfg.model_type,
+        architecture=type(model).__name__,
+        vocab_size=int(cfg.vocab_size),
+        d_model=int(cfg.hidden_size),
+        n_layers=int(cfg.num_hidden_layers),
+        n_heads=int(cfg.num_attention_heads),
+        max_seq_len=int(max_len),
+        tie_embeddings=tied,
+        pretrained=pretrained,
+        total_parameters=sum(p.numel() for p in params),
+        embedding_parameters=sum(p.numel() for p in lookup),
     )
 
 
@@ -225,16 +257,19 @@ class HFCausalLM(nn.Module):
     def num_parameters(self) -> int:
         return self.config.num_parameters()
 
-    def forward(self, input_ids: torch.Tensor, *, positions: torch.Tensor | None = None,
-                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, *, positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         kwargs: dict[str, Any] = {}
         if positions is not None:
             kwargs["position_ids"] = positions if positions.dim() == 2 else positions.unsqueeze(0)
         if attn_mask is not None:
             if not self.supports_attn_mask:
                 impl = getattr(self.hf.config, "_attn_implementation", None)
-                raise UsageError(f"a custom attention mask (--batching pack) needs transformers' sdpa attention; "
-                                 f"this model uses {impl!r}: use --batching bucket")
+                raise UsageError(
+                    f"a custom attention mask (--batching pack) needs transformers' sdpa attention; "
+                    f"this model uses {impl!r}: use --batching bucket"
+                )
             kwargs["attention_mask"] = attn_mask
         return self.hf(input_ids=input_ids, use_cache=False, **kwargs).logits
 
@@ -252,9 +287,11 @@ def check_causal(spec: str, model: HFCausalLM) -> None:
     finally:
         model.train(was_training)
     if not torch.equal(logits[0, :-1], logits[1, :-1]):
-        raise UsageError(f"--model {spec}: {model.config.architecture} is not causal (earlier outputs depend on "
-                         "later tokens), so next-token training would see the answer; use a decoder-only model "
-                         "(for BERT-like configs set is_decoder: true)")
+        raise UsageError(
+            f"--model {spec}: {model.config.architecture} is not causal (earlier outputs depend on "
+            "later tokens), so next-token training would see the answer; use a decoder-only model "
+            "(for BERT-like configs set is_decoder: true)"
+        )
 
 
 def build_hf_model(spec: str, *, device: str | torch.device = "cpu", seed: int | None = None) -> HFCausalLM:

@@ -40,8 +40,13 @@ class Fix:
     total_bytes: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"change": self.change, "cost": self.cost, "setting": self.setting.to_dict(),
-                "total_bytes": self.total_bytes, "total_gib": round(self.total_bytes / GIB, 3)}
+        return {
+            "change": self.change,
+            "cost": self.cost,
+            "setting": self.setting.to_dict(),
+            "total_bytes": self.total_bytes,
+            "total_gib": round(self.total_bytes / GIB, 3),
+        }
 
 
 def base_precision(gpu: GpuSpec | None) -> tuple[str, str]:
@@ -49,11 +54,14 @@ def base_precision(gpu: GpuSpec | None) -> tuple[str, str]:
     if gpu is None:
         return "bf16-mixed", "no GPU named: bf16-mixed is the default on Ampere and newer"
     if not gpu.native_bf16:
-        return "fp16-mixed", (f"{gpu.name} has no bf16 tensor cores: fp16 with dynamic loss scaling is its fast "
-                              f"path ({gpu.peak_tflops.get('fp16', 0):g} vs {gpu.peak_tflops.get('fp32', 0):g} "
-                              "TFLOP/s fp32)")
-    return "bf16-mixed", (f"{gpu.name} runs bf16 natively ({gpu.peak_tflops.get('bf16', 0):g} TFLOP/s): fp32's "
-                          "range, no loss scaler")
+        return "fp16-mixed", (
+            f"{gpu.name} has no bf16 tensor cores: fp16 with dynamic loss scaling is its fast "
+            f"path ({gpu.peak_tflops.get('fp16', 0):g} vs {gpu.peak_tflops.get('fp32', 0):g} "
+            "TFLOP/s fp32)"
+        )
+    return "bf16-mixed", (
+        f"{gpu.name} runs bf16 natively ({gpu.peak_tflops.get('bf16', 0):g} TFLOP/s): fp32's range, no loss scaler"
+    )
 
 
 def _candidates(setting: StepSetting, gpu: GpuSpec | None) -> list[tuple[str, str, dict[str, Any]]]:
@@ -65,8 +73,13 @@ def _candidates(setting: StepSetting, gpu: GpuSpec | None) -> list[tuple[str, st
     if setting.optimizer == "adamw":
         out.append(eight)
         if setting.checkpointing != "full":
-            out.append(("checkpointing + 8-bit AdamW", f"{ckpt[1]}; {eight[1]}",
-                        {"checkpointing": "full", "optimizer": "adamw-8bit"}))
+            out.append(
+                (
+                    "checkpointing + 8-bit AdamW",
+                    f"{ckpt[1]}; {eight[1]}",
+                    {"checkpointing": "full", "optimizer": "adamw-8bit"},
+                )
+            )
     bf16_ok = gpu is None or gpu.native_bf16
     if bf16_ok and setting.precision not in ("bf16-true", "fp16-true"):
         true = ("bf16-true", "bf16 weights and updates: weigh the fidelity cost", {"precision": "bf16-true"})
@@ -74,13 +87,19 @@ def _candidates(setting: StepSetting, gpu: GpuSpec | None) -> list[tuple[str, st
         combo = {"precision": "bf16-true", "checkpointing": "full"}
         if setting.optimizer == "adamw":
             combo["optimizer"] = "adamw-8bit"
-        out.append(("bf16-true + checkpointing" + (" + 8-bit AdamW" if "optimizer" in combo else ""),
-                    f"{true[1]}; +~33% compute", combo))
+        out.append(
+            (
+                "bf16-true + checkpointing" + (" + 8-bit AdamW" if "optimizer" in combo else ""),
+                f"{true[1]}; +~33% compute",
+                combo,
+            )
+        )
     return out
 
 
-def _try(desc: ModelDescription, setting: StepSetting, capacity: int, change: str, cost: str,
-         kwargs: dict[str, Any]) -> Fix | None:
+def _try(
+    desc: ModelDescription, setting: StepSetting, capacity: int, change: str, cost: str, kwargs: dict[str, Any]
+) -> Fix | None:
     """The change at the requested micro-batch, else with the largest micro-batch + accumulation."""
     ledger = analytic_ledger(desc, setting, **kwargs)
     if ledger.total <= capacity:
@@ -98,13 +117,17 @@ def _try(desc: ModelDescription, setting: StepSetting, capacity: int, change: st
     if ledger.total > capacity:
         return None
     prefix = "" if not change else f"{change}, "
-    return Fix(change=f"{prefix}micro-batch {m} x {k} accumulation steps",
-               cost=cost or "same math; smaller matmuls may lower throughput", setting=new,
-               total_bytes=ledger.total)
+    return Fix(
+        change=f"{prefix}micro-batch {m} x {k} accumulation steps",
+        cost=cost or "same math; smaller matmuls may lower throughput",
+        setting=new,
+        total_bytes=ledger.total,
+    )
 
 
-def cheapest_fix(desc: ModelDescription, setting: StepSetting, capacity: int, *, gpu: GpuSpec | None,
-                 **kwargs) -> Fix | None:
+def cheapest_fix(
+    desc: ModelDescription, setting: StepSetting, capacity: int, *, gpu: GpuSpec | None, **kwargs
+) -> Fix | None:
     """The first change (in the module docstring's order) whose step fits; None if it already fits
     or nothing up to MAX_FSDP_GPUS does."""
     if analytic_ledger(desc, setting, **kwargs).total <= capacity:
@@ -120,9 +143,10 @@ def cheapest_fix(desc: ModelDescription, setting: StepSetting, capacity: int, *,
     while n <= MAX_FSDP_GPUS:
         sharded = replace(setting, parallel="fsdp", world_size=n)
         cost = f"{n} GPUs; parameters, gradients and states sharded"
-        for change, extra, more in ((f"FSDP over {n} GPUs", {}, ""),
-                                    (f"FSDP over {n} GPUs + activation checkpointing", {"checkpointing": "full"},
-                                     "; +~33% compute")):
+        for change, extra, more in (
+            (f"FSDP over {n} GPUs", {}, ""),
+            (f"FSDP over {n} GPUs + activation checkpointing", {"checkpointing": "full"}, "; +~33% compute"),
+        ):
             fix = _try(desc, replace(sharded, **extra), capacity, change, cost + more, kwargs)
             if fix is not None:
                 return fix
@@ -133,6 +157,8 @@ def cheapest_fix(desc: ModelDescription, setting: StepSetting, capacity: int, *,
 def fp8_note(gpu: GpuSpec | None) -> str | None:
     if gpu is None or "fp8" not in gpu.peak_tflops:
         return None
-    return (f"{gpu.name} has fp8 tensor cores ({gpu.peak_tflops['fp8']:g} vs {gpu.peak_tflops.get('bf16', 0):g} "
-            "TFLOP/s bf16): the fp8 precision (torchao float8 Linears) can raise throughput; its memory is "
-            "planned analytically (the traced engine does not run float8)")
+    return (
+        f"{gpu.name} has fp8 tensor cores ({gpu.peak_tflops['fp8']:g} vs {gpu.peak_tflops.get('bf16', 0):g} "
+        "TFLOP/s bf16): the fp8 precision (torchao float8 Linears) can raise throughput; its memory is "
+        "planned analytically (the traced engine does not run float8)"
+    )

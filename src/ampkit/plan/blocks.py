@@ -45,11 +45,23 @@ def _casts(names: tuple[str, ...], st: StepReplay) -> list[tuple[str, float]]:
 
 def llama_saved(st: StepReplay) -> list[tuple[str, float]]:
     x = st.x
-    c, d, q, kv, ff = x.c, x.d, x.q, x.kv, x.ff
-    return [*rms_saved("n1", st), *_casts(("a.in_q", "a.in_k", "a.in_v"), st),
-            ("a.v", c * kv), ("a.q", c * q), ("a.k", c * kv), ("a.out", c * q), ("a.lse", F * x.heads),
-            ("a.clone", c * q), *rms_saved("n2", st), *_casts(("m.in_gate", "m.in_up"), st),
-            ("m.gate", c * ff), ("m.act", c * ff), ("m.up", c * ff), ("m.prod", c * ff)]
+    c, q, kv, ff = x.c, x.q, x.kv, x.ff
+    return [
+        *rms_saved("n1", st),
+        *_casts(("a.in_q", "a.in_k", "a.in_v"), st),
+        ("a.v", c * kv),
+        ("a.q", c * q),
+        ("a.k", c * kv),
+        ("a.out", c * q),
+        ("a.lse", F * x.heads),
+        ("a.clone", c * q),
+        *rms_saved("n2", st),
+        *_casts(("m.in_gate", "m.in_up"), st),
+        ("m.gate", c * ff),
+        ("m.act", c * ff),
+        ("m.up", c * ff),
+        ("m.prod", c * ff),
+    ]
 
 
 def llama_weights(st: StepReplay) -> dict[str, int]:
@@ -68,12 +80,21 @@ def llama_backward(st: StepReplay, k: int) -> None:
     st.alloc_tmp("g.act", c * ff)
     st.alloc_tmp("g.up", c * ff)
     st.free("g.prod", a("m.act"), a("m.up"))
-    st.block_linear(k, "up", g_out="g.up", in_bytes=c * d, cast_back=x.auto, frees=(a("m.in_up"),), out="g.y_up",
-                    sum_into="g.y")
+    st.block_linear(
+        k, "up", g_out="g.up", in_bytes=c * d, cast_back=x.auto, frees=(a("m.in_up"),), out="g.y_up", sum_into="g.y"
+    )
     st.alloc_tmp("g.gate", c * ff)
     st.free("g.act", a("m.gate"))
-    st.block_linear(k, "gate", g_out="g.gate", in_bytes=c * d, cast_back=x.auto,
-                    frees=(a("m.in_gate"), a("n2.y")), out="g.y_gate", sum_into="g.y")
+    st.block_linear(
+        k,
+        "gate",
+        g_out="g.gate",
+        in_bytes=c * d,
+        cast_back=x.auto,
+        frees=(a("m.in_gate"), a("n2.y")),
+        out="g.y_gate",
+        sum_into="g.y",
+    )
     st.norm_backward(k, "mlp", widest=RMS_WIDEST, early=(a("n2.normed"), a("n2.rstd")), late=(a("n2.x"),))
     st.moment(k, "attention")
     g = st.branch_grad()
@@ -86,8 +107,16 @@ def llama_backward(st: StepReplay, k: int) -> None:
     st.free("g.rope")
     st.moment(k, "qkv")
     for proj in ("q", "k", "v"):  # autograd adds each input gradient as it arrives
-        st.block_linear(k, proj, g_out=f"g.{proj}", in_bytes=c * d, cast_back=x.auto, frees=(a(f"a.in_{proj}"),),
-                        out=f"g.y_{proj}", sum_into="g.y")
+        st.block_linear(
+            k,
+            proj,
+            g_out=f"g.{proj}",
+            in_bytes=c * d,
+            cast_back=x.auto,
+            frees=(a(f"a.in_{proj}"),),
+            out=f"g.y_{proj}",
+            sum_into="g.y",
+        )
     st.free(a("n1.y"))
     st.norm_backward(k, "attn", widest=RMS_WIDEST, early=(a("n1.normed"), a("n1.rstd")), late=(a("n1.x"),))
 
@@ -101,8 +130,18 @@ def gpt_saved(st: StepReplay) -> list[tuple[str, float]]:
     attn = [("a.qkv", c * (q + 2 * kv))] if fused else [("a.q", c * q), ("a.k", c * kv), ("a.v", c * kv)]
     mlp = [("m.h", c * ff), ("m.act", c * ff)] if fused else [("m.act", c * ff)]
     masks = [("a.mask", d), ("m.mask", d)] if st.desc.dropout > 0 else []
-    return [*ln_saved("n1", st), *_casts(inputs, st), *attn, ("a.out", c * q), ("a.lse", F * x.heads),
-            ("a.clone", c * q), *masks, *ln_saved("n2", st), *_casts(("m.in",), st), *mlp]
+    return [
+        *ln_saved("n1", st),
+        *_casts(inputs, st),
+        *attn,
+        ("a.out", c * q),
+        ("a.lse", F * x.heads),
+        ("a.clone", c * q),
+        *masks,
+        *ln_saved("n2", st),
+        *_casts(("m.in",), st),
+        *mlp,
+    ]
 
 
 def gpt_weights(st: StepReplay) -> dict[str, int]:
@@ -127,11 +166,20 @@ def gpt_backward(st: StepReplay, k: int) -> None:
     st.alloc_tmp("g.qkv", c * (q + 2 * kv))
     st.free("g.clone", a("a.qkv"), a("a.q"), a("a.k"), a("a.v"), a("a.out"), a("a.lse"))
     if fused:
-        st.block_linear(k, "qkv", g_out="g.qkv", in_bytes=c * d, cast_back=x.auto, frees=(a("a.in"), a("n1.y")),
-                        out="g.y")
+        st.block_linear(
+            k, "qkv", g_out="g.qkv", in_bytes=c * d, cast_back=x.auto, frees=(a("a.in"), a("n1.y")), out="g.y"
+        )
     else:
         for proj in ("q", "k", "v"):
-            st.block_linear(k, proj, g_out="g.qkv" if proj == "v" else None, in_bytes=c * d, cast_back=x.auto,
-                            frees=(a(f"a.in_{proj}"),), out=f"g.y_{proj}", sum_into="g.y")
+            st.block_linear(
+                k,
+                proj,
+                g_out="g.qkv" if proj == "v" else None,
+                in_bytes=c * d,
+                cast_back=x.auto,
+                frees=(a(f"a.in_{proj}"),),
+                out=f"g.y_{proj}",
+                sum_into="g.y",
+            )
         st.free(a("n1.y"))
     st.norm_backward(k, "attn", widest=LN_WIDEST, early=(), late=(a("n1.x"), a("n1.stats")))

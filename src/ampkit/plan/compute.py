@@ -67,8 +67,16 @@ class StepCompute:
         return asdict(self)
 
 
-def step_compute(desc: ModelDescription, *, precision: str, seq_len: int, tokens_per_step: int,
-                 gpu: GpuSpec | None, mfu: float, checkpointing: bool = False) -> StepCompute:
+def step_compute(
+    desc: ModelDescription,
+    *,
+    precision: str,
+    seq_len: int,
+    tokens_per_step: int,
+    gpu: GpuSpec | None,
+    mfu: float,
+    checkpointing: bool = False,
+) -> StepCompute:
     """FLOPs and (with a GPU) time of a step of `tokens_per_step` tokens at context `seq_len`."""
     num = get_numerics(precision)
     per_token = model_flops_per_token(desc, seq_len)
@@ -79,7 +87,14 @@ def step_compute(desc: ModelDescription, *, precision: str, seq_len: int, tokens
     at_mfu = seconds_at(work, peak, mfu=mfu) if peak else None
     tokens_per_s = tokens_per_step / at_mfu if at_mfu else None
     return StepCompute(
-        precision=num.name, peak_key=num.peak_key, flops_per_token=per_token, tokens_per_step=tokens_per_step,
-        flops_per_step=flops, peak_flops=peak, step_s_at_peak=at_peak, step_s_at_mfu=at_mfu,
-        tokens_per_s=tokens_per_s, hours_per_billion_tokens=(1e9 / tokens_per_s / 3600) if tokens_per_s else None,
+        precision=num.name,
+        peak_key=num.peak_key,
+        flops_per_token=per_token,
+        tokens_per_step=tokens_per_step,
+        flops_per_step=flops,
+        peak_flops=peak,
+        step_s_at_peak=at_peak,
+        step_s_at_mfu=at_mfu,
+        tokens_per_s=tokens_per_s,
+        hours_per_billion_tokens=(1e9 / tokens_per_s / 3600) if tokens_per_s else None,
     )

@@ -10,7 +10,6 @@ from ampkit.plan.numerics import parse_precisions
 from ampkit.plan.optim import check_optimizer
 from ampkit.plan.setting import CHECKPOINTING, PARALLEL
 
-
 DEFAULT_KV_GPU = "A100-80GB"
 
 
@@ -32,19 +31,37 @@ def _positive(config, names: tuple[str, ...]) -> None:
 class PlanConfig:
     """`ampkit plan`: a model's training-step memory and compute per precision x optimizer x checkpointing."""
 
-    model: str = field(default="7b", metadata={"help": "preset name (tiny, small, gpt2-124m, 1b, 7b, 13b, 70b) or a Hugging Face config.json"})
-    gpu: str | None = field(default=None, metadata={"help": "target GPU from the table (e.g. A100-80GB, H100-80GB, T4)"})
-    gpu_mem: str | None = field(default=None, metadata={"help": "target memory instead of (or overriding) --gpu's, e.g. 24GiB or 80GB"})
-    precisions: str = field(default="all", metadata={"help": "comma-separated precisions, or 'all' (fp32, tf32, fp16-mixed, bf16-mixed, bf16-true, fp16-true, fp8)"})
+    model: str = field(
+        default="7b",
+        metadata={"help": "preset name (tiny, small, gpt2-124m, 1b, 7b, 13b, 70b) or a Hugging Face config.json"},
+    )
+    gpu: str | None = field(
+        default=None, metadata={"help": "target GPU from the table (e.g. A100-80GB, H100-80GB, T4)"}
+    )
+    gpu_mem: str | None = field(
+        default=None, metadata={"help": "target memory instead of (or overriding) --gpu's, e.g. 24GiB or 80GB"}
+    )
+    precisions: str = field(
+        default="all",
+        metadata={
+            "help": "comma-separated precisions, or 'all' (fp32, tf32, fp16-mixed, bf16-mixed, bf16-true, fp16-true, fp8)"
+        },
+    )
     optimizers: str = field(default="adamw", metadata={"help": "comma-separated: adamw, adamw-8bit, sgd, sgd-momentum"})
-    checkpointing: str = field(default="none,full", metadata={"help": "comma-separated activation checkpointing modes: none, full"})
+    checkpointing: str = field(
+        default="none,full", metadata={"help": "comma-separated activation checkpointing modes: none, full"}
+    )
     micro_batch: int = field(default=1, metadata={"help": "sequences per micro-batch"})
     seq_len: int = field(default=2048, metadata={"help": "tokens per sequence"})
     grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
     world_size: int = field(default=1, metadata={"help": "data-parallel GPUs (with --parallel fsdp: shards)"})
-    parallel: str = field(default="none", metadata={"help": "none, ddp or fsdp (fsdp divides parameters, gradients and states)"})
+    parallel: str = field(
+        default="none", metadata={"help": "none, ddp or fsdp (fsdp divides parameters, gradients and states)"}
+    )
     mfu: float = field(default=0.4, metadata={"help": "assumed model-FLOPs utilization for step time"})
-    trace: bool = field(default=False, metadata={"help": "also run the traced engine (one step on fake tensors) for buildable models"})
+    trace: bool = field(
+        default=False, metadata={"help": "also run the traced engine (one step on fake tensors) for buildable models"}
+    )
     context_gib: float = field(default=0.5, metadata={"help": "CUDA context and workspaces outside the allocator, GiB"})
     fragmentation: float = field(default=0.05, metadata={"help": "allocator slack as a fraction of the tensor peak"})
 
@@ -78,14 +95,26 @@ class KvConfig:
     """`ampkit kv`: the KV-cache token budget of serving a model on a GPU, per KV dtype."""
 
     model: str = field(default="7b", metadata={"help": "preset name or a Hugging Face config.json"})
-    gpu: str | None = field(default=None, metadata={"help": "GPU from the table (A100-80GB when neither --gpu nor --gpu-mem is given)"})
-    gpu_mem: str | None = field(default=None, metadata={"help": "GPU memory instead of (or overriding) --gpu's, e.g. 24GiB"})
-    utilization: float = field(default=0.9, metadata={"help": "fraction of GPU memory the server may use (vLLM's gpu_memory_utilization)"})
+    gpu: str | None = field(
+        default=None, metadata={"help": "GPU from the table (A100-80GB when neither --gpu nor --gpu-mem is given)"}
+    )
+    gpu_mem: str | None = field(
+        default=None, metadata={"help": "GPU memory instead of (or overriding) --gpu's, e.g. 24GiB"}
+    )
+    utilization: float = field(
+        default=0.9, metadata={"help": "fraction of GPU memory the server may use (vLLM's gpu_memory_utilization)"}
+    )
     weight_dtype: str = field(default="bf16", metadata={"help": "weight storage dtype: fp32, fp16, bf16 or fp8"})
-    kv_dtypes: str = field(default="fp32,fp16,bf16,fp8", metadata={"help": "comma-separated KV-cache dtypes to compare"})
+    kv_dtypes: str = field(
+        default="fp32,fp16,bf16,fp8", metadata={"help": "comma-separated KV-cache dtypes to compare"}
+    )
     context_len: int = field(default=4096, metadata={"help": "tokens per request, for the concurrent-request count"})
-    batched_tokens: int = field(default=8192, metadata={"help": "largest tokens one forward batches (sizes the activation reserve)"})
-    activation_reserve_gib: float | None = field(default=None, metadata={"help": "activation reserve in GiB (default: estimated from --batched-tokens)"})
+    batched_tokens: int = field(
+        default=8192, metadata={"help": "largest tokens one forward batches (sizes the activation reserve)"}
+    )
+    activation_reserve_gib: float | None = field(
+        default=None, metadata={"help": "activation reserve in GiB (default: estimated from --batched-tokens)"}
+    )
     overhead_gib: float = field(default=0.5, metadata={"help": "non-torch memory (CUDA context, NCCL), GiB"})
 
     def __post_init__(self):

@@ -97,14 +97,17 @@ class ModelDescription:
 
     def num_parameters(self) -> int:
         """Exact count of distinct parameters (a tied head counted once)."""
-        return (self.embedding_parameters() + self.n_layers * self.block_parameters()
-                + self.final_norm_parameters() + self.head_parameters())
+        return (
+            self.embedding_parameters()
+            + self.n_layers * self.block_parameters()
+            + self.final_norm_parameters()
+            + self.head_parameters()
+        )
 
     def matmul_parameters(self) -> int:
         """Parameters that multiply in a forward pass: every block weight plus the head (which
         multiplies even when tied); embedding and position lookups do not. The N of 6N."""
-        return (self.n_layers * self.block_parameters() + self.final_norm_parameters()
-                + self.vocab_size * self.d_model)
+        return self.n_layers * self.block_parameters() + self.final_norm_parameters() + self.vocab_size * self.d_model
 
     def parameter_tensors(self) -> list[int]:
         """Element count of every distinct parameter tensor (for per-tensor optimizer rules)."""
@@ -131,17 +134,27 @@ class ModelDescription:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "model_config"}
-        out.update(num_parameters=self.num_parameters(), matmul_parameters=self.matmul_parameters(),
-                   buildable=self.buildable)
+        out.update(
+            num_parameters=self.num_parameters(), matmul_parameters=self.matmul_parameters(), buildable=self.buildable
+        )
         return out
 
 
 def from_model_config(cfg: ModelConfig, *, source: str = "preset") -> ModelDescription:
     """Describe an ampkit Llama-style ModelConfig (buildable, so the traced engine applies)."""
     return ModelDescription(
-        name=cfg.name, family="llama", vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
-        n_heads=cfg.n_heads, n_kv_heads=cfg.kv_heads, head_dim=cfg.head_dim, d_ff=cfg.d_ff,
-        tie_embeddings=cfg.tie_embeddings, source=source, model_config=cfg,
+        name=cfg.name,
+        family="llama",
+        vocab_size=cfg.vocab_size,
+        d_model=cfg.d_model,
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        n_kv_heads=cfg.kv_heads,
+        head_dim=cfg.head_dim,
+        d_ff=cfg.d_ff,
+        tie_embeddings=cfg.tie_embeddings,
+        source=source,
+        model_config=cfg,
     )
 
 
@@ -167,8 +180,9 @@ def describe_model(spec: str, *, vocab_size: int | None = None) -> ModelDescript
     return describe_config(data, name=str(path), vocab_size=vocab_size)
 
 
-def describe_config(data: dict[str, Any], *, name: str = "config.json",
-                    vocab_size: int | None = None) -> ModelDescription:
+def describe_config(
+    data: dict[str, Any], *, name: str = "config.json", vocab_size: int | None = None
+) -> ModelDescription:
     """Describe a parsed Hugging Face config (model_type llama, mistral, qwen2, gpt2 or opt)."""
     model_type = str(data.get("model_type", "")).lower()
     if model_type in _LLAMA_TYPES:
@@ -179,8 +193,10 @@ def describe_config(data: dict[str, Any], *, name: str = "config.json",
         desc = _opt(data, name)
     else:
         shown = repr(data["model_type"]) if "model_type" in data else "missing"
-        raise UsageError(f"{name}: model_type {shown} is not supported; ampkit plans llama, mistral, qwen2, "
-                         "gpt2 and opt configs (or use a preset)")
+        raise UsageError(
+            f"{name}: model_type {shown} is not supported; ampkit plans llama, mistral, qwen2, "
+            "gpt2 and opt configs (or use a preset)"
+        )
     if vocab_size is not None:
         desc = replace(desc, vocab_size=vocab_size, model_config=None)
     return desc
@@ -213,10 +229,20 @@ def _llama_family(data: dict[str, Any], name: str, model_type: str) -> ModelDesc
     qkv_bias = model_type == "qwen2" or bool(data.get("attention_bias", False))
     out_bias = model_type != "qwen2" and bool(data.get("attention_bias", False))
     desc = ModelDescription(
-        name=name, family="llama", vocab_size=data["vocab_size"], d_model=d, n_layers=data["num_hidden_layers"],
-        n_heads=heads, n_kv_heads=n_kv, head_dim=head_dim, d_ff=data["intermediate_size"],
-        tie_embeddings=bool(data.get("tie_word_embeddings", False)), qkv_bias=qkv_bias, out_bias=out_bias,
-        mlp_bias=bool(data.get("mlp_bias", False)), source="config.json",
+        name=name,
+        family="llama",
+        vocab_size=data["vocab_size"],
+        d_model=d,
+        n_layers=data["num_hidden_layers"],
+        n_heads=heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        d_ff=data["intermediate_size"],
+        tie_embeddings=bool(data.get("tie_word_embeddings", False)),
+        qkv_bias=qkv_bias,
+        out_bias=out_bias,
+        mlp_bias=bool(data.get("mlp_bias", False)),
+        source="config.json",
     )
     return _with_model_config(desc, data)
 
@@ -227,10 +253,17 @@ def _with_model_config(desc: ModelDescription, data: dict[str, Any]) -> ModelDes
     if not plain or desc.head_dim % 2:
         return desc
     cfg = ModelConfig(
-        name=Path(desc.name).parent.name or desc.name, vocab_size=desc.vocab_size, d_model=desc.d_model,
-        n_layers=desc.n_layers, n_heads=desc.n_heads, n_kv_heads=desc.n_kv_heads, d_ff=desc.d_ff,
-        max_seq_len=int(data.get("max_position_embeddings", 2048)), tie_embeddings=desc.tie_embeddings,
-        norm_eps=float(data.get("rms_norm_eps", 1e-5)), rope_theta=float(data.get("rope_theta", 10000.0)),
+        name=Path(desc.name).parent.name or desc.name,
+        vocab_size=desc.vocab_size,
+        d_model=desc.d_model,
+        n_layers=desc.n_layers,
+        n_heads=desc.n_heads,
+        n_kv_heads=desc.n_kv_heads,
+        d_ff=desc.d_ff,
+        max_seq_len=int(data.get("max_position_embeddings", 2048)),
+        tie_embeddings=desc.tie_embeddings,
+        norm_eps=float(data.get("rms_norm_eps", 1e-5)),
+        rope_theta=float(data.get("rope_theta", 10000.0)),
     )
     return replace(desc, model_config=cfg)
 
@@ -242,26 +275,49 @@ def _gpt2(data: dict[str, Any], name: str) -> ModelDescription:
         raise UsageError(f"{name}: n_embd {d} is not divisible by n_head {heads}")
     _heads(heads, heads, d, d // heads, name)
     return ModelDescription(
-        name=name, family="gpt2", vocab_size=data["vocab_size"], d_model=d, n_layers=data["n_layer"],
-        n_heads=heads, n_kv_heads=heads, head_dim=d // heads, d_ff=data.get("n_inner") or 4 * d,
-        tie_embeddings=bool(data.get("tie_word_embeddings", True)), qkv_bias=True, out_bias=True, mlp_bias=True,
-        norm_bias=True, position_rows=data["n_positions"], max_positions=data["n_positions"],
-        dropout=float(data.get("resid_pdrop", 0.0) or 0.0), source="config.json",
+        name=name,
+        family="gpt2",
+        vocab_size=data["vocab_size"],
+        d_model=d,
+        n_layers=data["n_layer"],
+        n_heads=heads,
+        n_kv_heads=heads,
+        head_dim=d // heads,
+        d_ff=data.get("n_inner") or 4 * d,
+        tie_embeddings=bool(data.get("tie_word_embeddings", True)),
+        qkv_bias=True,
+        out_bias=True,
+        mlp_bias=True,
+        norm_bias=True,
+        position_rows=data["n_positions"],
+        max_positions=data["n_positions"],
+        dropout=float(data.get("resid_pdrop", 0.0) or 0.0),
+        source="config.json",
     )
 
 
 def _opt(data: dict[str, Any], name: str) -> ModelDescription:
-    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim", "vocab_size",
-            "max_position_embeddings")
+    keys = (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "ffn_dim",
+        "vocab_size",
+        "max_position_embeddings",
+    )
     _require(data, keys, name, "opt")
     d, heads = data["hidden_size"], data["num_attention_heads"]
     proj = data.get("word_embed_proj_dim", d)
     if proj != d:
-        raise UsageError(f"{name}: OPT with word_embed_proj_dim {proj} != hidden_size {d} (project_in/out, "
-                         "as in opt-350m) is not supported; plan another OPT size")
+        raise UsageError(
+            f"{name}: OPT with word_embed_proj_dim {proj} != hidden_size {d} (project_in/out, "
+            "as in opt-350m) is not supported; plan another OPT size"
+        )
     if not data.get("do_layer_norm_before", True):
-        raise UsageError(f"{name}: post-LayerNorm OPT (do_layer_norm_before false, as in opt-350m) is not "
-                         "supported; plan another OPT size")
+        raise UsageError(
+            f"{name}: post-LayerNorm OPT (do_layer_norm_before false, as in opt-350m) is not "
+            "supported; plan another OPT size"
+        )
     if d % heads:
         raise UsageError(f"{name}: hidden_size {d} is not divisible by num_attention_heads {heads}")
     bias = bool(data.get("enable_bias", True))
@@ -269,10 +325,22 @@ def _opt(data: dict[str, Any], name: str) -> ModelDescription:
     if not norm_bias:
         raise UsageError(f"{name}: OPT without LayerNorm affine parameters is not supported")
     return ModelDescription(
-        name=name, family="opt", vocab_size=data["vocab_size"], d_model=d, n_layers=data["num_hidden_layers"],
-        n_heads=heads, n_kv_heads=heads, head_dim=d // heads, d_ff=data["ffn_dim"],
-        tie_embeddings=bool(data.get("tie_word_embeddings", True)), qkv_bias=bias, out_bias=bias, mlp_bias=bias,
-        norm_bias=True, position_rows=data["max_position_embeddings"] + 2,  # OPT's learned positions start at 2
-        max_positions=data["max_position_embeddings"], dropout=float(data.get("dropout", 0.0) or 0.0),
+        name=name,
+        family="opt",
+        vocab_size=data["vocab_size"],
+        d_model=d,
+        n_layers=data["num_hidden_layers"],
+        n_heads=heads,
+        n_kv_heads=heads,
+        head_dim=d // heads,
+        d_ff=data["ffn_dim"],
+        tie_embeddings=bool(data.get("tie_word_embeddings", True)),
+        qkv_bias=bias,
+        out_bias=bias,
+        mlp_bias=bias,
+        norm_bias=True,
+        position_rows=data["max_position_embeddings"] + 2,  # OPT's learned positions start at 2
+        max_positions=data["max_position_embeddings"],
+        dropout=float(data.get("dropout", 0.0) or 0.0),
         source="config.json",
     )

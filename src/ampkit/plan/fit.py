@@ -25,8 +25,17 @@ from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, StepSett
 DRIVER_RESERVED = 0.01  # fraction of nominal memory the driver / ECC keep from PyTorch
 MAX_SEARCH = 1 << 24  # upper bound for micro-batch / sequence searches
 
-_UNITS = {"b": 1, "kib": 1024, "mib": 1024**2, "gib": GIB, "tib": 1024**4,
-          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+_UNITS = {
+    "b": 1,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": GIB,
+    "tib": 1024**4,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+}
 
 
 def parse_memory(text: str) -> int:
@@ -51,8 +60,12 @@ class Target:
     """the table entry when the target is a named GPU (peaks for the compute estimate)"""
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "capacity_bytes": self.capacity_bytes,
-                "capacity_gib": round(self.capacity_bytes / GIB, 2), "gpu": self.gpu.name if self.gpu else None}
+        return {
+            "name": self.name,
+            "capacity_bytes": self.capacity_bytes,
+            "capacity_gib": round(self.capacity_bytes / GIB, 2),
+            "gpu": self.gpu.name if self.gpu else None,
+        }
 
 
 def resolve_target(gpu: str | None, gpu_mem: str | None) -> Target | None:
@@ -70,8 +83,9 @@ def _lookup(name: str) -> GpuSpec:
     try:
         return lookup_gpu(name)
     except UsageError:
-        raise UsageError(f"unknown GPU {name!r}; known GPUs: {', '.join(GPUS)} "
-                         "(or give --gpu-mem 24GiB for any card)") from None
+        raise UsageError(
+            f"unknown GPU {name!r}; known GPUs: {', '.join(GPUS)} (or give --gpu-mem 24GiB for any card)"
+        ) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,9 +99,13 @@ class Fit:
     """largest sequence that fits at this micro-batch (0: not even 1 token)"""
 
     def to_dict(self) -> dict:
-        return {"fits": self.fits, "headroom_bytes": self.headroom_bytes,
-                "headroom_gib": round(self.headroom_bytes / GIB, 3),
-                "max_micro_batch": self.max_micro_batch, "max_seq_len": self.max_seq_len}
+        return {
+            "fits": self.fits,
+            "headroom_bytes": self.headroom_bytes,
+            "headroom_gib": round(self.headroom_bytes / GIB, 3),
+            "max_micro_batch": self.max_micro_batch,
+            "max_seq_len": self.max_seq_len,
+        }
 
 
 def _budget(capacity: int, context_bytes: int, fragmentation: float) -> float:
@@ -102,9 +120,16 @@ def _totals(desc: ModelDescription, setting: StepSetting) -> list[int]:
     return replay.r.totals
 
 
-def largest(desc: ModelDescription, setting: StepSetting, capacity: int, *, field: str,
-            context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION,
-            limit: int = MAX_SEARCH) -> int:
+def largest(
+    desc: ModelDescription,
+    setting: StepSetting,
+    capacity: int,
+    *,
+    field: str,
+    context_bytes: int = CUDA_CONTEXT_BYTES,
+    fragmentation: float = FRAGMENTATION,
+    limit: int = MAX_SEARCH,
+) -> int:
     """Largest `field` ("micro_batch" or "seq_len") that fits, all else as in `setting` (0: none)."""
     budget = _budget(capacity, context_bytes, fragmentation)
     at1, at2 = _totals(desc, replace(setting, **{field: 1})), _totals(desc, replace(setting, **{field: 2}))
@@ -118,8 +143,7 @@ def largest(desc: ModelDescription, setting: StepSetting, capacity: int, *, fiel
         best = min(best, math.floor((budget - intercept) / slope))
     best = max(0, best)
     # the replay rounds each allocation to whole bytes: confirm, and step down if a rounding bit
-    while best > 0 and not _fits_total(desc, replace(setting, **{field: best}), capacity,
-                                       context_bytes, fragmentation):
+    while best > 0 and not _fits_total(desc, replace(setting, **{field: best}), capacity, context_bytes, fragmentation):
         best -= 1
     return best
 
@@ -129,10 +153,20 @@ def _fits_total(desc, setting, capacity, context_bytes, fragmentation) -> bool:
     return ledger.total <= capacity
 
 
-def fit(desc: ModelDescription, setting: StepSetting, total_bytes: int, capacity: int, *,
-        context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION) -> Fit:
+def fit(
+    desc: ModelDescription,
+    setting: StepSetting,
+    total_bytes: int,
+    capacity: int,
+    *,
+    context_bytes: int = CUDA_CONTEXT_BYTES,
+    fragmentation: float = FRAGMENTATION,
+) -> Fit:
     limit = desc.max_positions or MAX_SEARCH
     kwargs = {"context_bytes": context_bytes, "fragmentation": fragmentation}
-    return Fit(fits=total_bytes <= capacity, headroom_bytes=capacity - total_bytes,
-               max_micro_batch=largest(desc, setting, capacity, field="micro_batch", **kwargs),
-               max_seq_len=largest(desc, setting, capacity, field="seq_len", limit=limit, **kwargs))
+    return Fit(
+        fits=total_bytes <= capacity,
+        headroom_bytes=capacity - total_bytes,
+        max_micro_batch=largest(desc, setting, capacity, field="micro_batch", **kwargs),
+        max_seq_len=largest(desc, setting, capacity, field="seq_len", limit=limit, **kwargs),
+    )

@@ -69,8 +69,7 @@ class KvBudget:
         return asdict(self)
 
 
-def kv_pool_bytes(*, capacity: int, utilization: float, weights: int, activation_reserve: int,
-                  overhead: int) -> int:
+def kv_pool_bytes(*, capacity: int, utilization: float, weights: int, activation_reserve: int, overhead: int) -> int:
     return int(capacity * utilization) - weights - activation_reserve - overhead
 
 
@@ -78,6 +77,12 @@ def kv_budget(desc: ModelDescription, *, kv_dtype: str, pool_bytes: int, context
     per_token = kv_bytes_per_token(desc, kv_dtype)
     pool = max(0, pool_bytes)
     max_tokens = pool // per_token
-    return KvBudget(kv_dtype=kv_dtype, bytes_per_token=per_token, pool_bytes=pool_bytes,
-                    token_capacity=pool / per_token, max_tokens=max_tokens,
-                    max_requests=max_tokens // context_len, context_len=context_len)
+    return KvBudget(
+        kv_dtype=kv_dtype,
+        bytes_per_token=per_token,
+        pool_bytes=pool_bytes,
+        token_capacity=pool / per_token,
+        max_tokens=max_tokens,
+        max_requests=max_tokens // context_len,
+        context_len=context_len,
+    )

@@ -63,13 +63,23 @@ class StepReplay:
 
     def __init__(self, desc: ModelDescription, setting: StepSetting):
         if desc.max_positions and setting.seq_len > desc.max_positions:
-            raise UsageError(f"--seq-len {setting.seq_len} exceeds {desc.name}'s {desc.max_positions} learned "
-                             "positions; use a shorter --seq-len")
+            raise UsageError(
+                f"--seq-len {setting.seq_len} exceeds {desc.name}'s {desc.max_positions} learned "
+                "positions; use a shorter --seq-len"
+            )
         self.desc, self.setting = desc, setting
         self.num = get_numerics(setting.precision)
-        self.x = Dims(d=desc.d_model, q=desc.q_dim, kv=desc.kv_dim, ff=desc.d_ff, heads=desc.n_heads,
-                      vocab=desc.vocab_size, p=self.num.param_bytes, c=self.num.compute_bytes,
-                      auto=self.num.autocast)
+        self.x = Dims(
+            d=desc.d_model,
+            q=desc.q_dim,
+            kv=desc.kv_dim,
+            ff=desc.d_ff,
+            heads=desc.n_heads,
+            vocab=desc.vocab_size,
+            p=self.num.param_bytes,
+            c=self.num.compute_bytes,
+            auto=self.num.autocast,
+        )
         llama = desc.family == "llama"
         self.saved = blocks.llama_saved(self) if llama else blocks.gpt_saved(self)
         self.weights = blocks.llama_weights(self) if llama else blocks.gpt_weights(self)
@@ -115,9 +125,19 @@ class StepReplay:
     def block_linear(self, k: int, weight: str, **kwargs) -> None:
         self.linear(f"{k}.{weight}", self.weights[weight], **kwargs)
 
-    def linear(self, name: str, elements: int, *, g_out: str | None, in_bytes: float, cast_back: bool,
-               frees: tuple[str, ...], out: str, sum_into: str | None = None,
-               keep_as: str | None = None) -> None:
+    def linear(
+        self,
+        name: str,
+        elements: int,
+        *,
+        g_out: str | None,
+        in_bytes: float,
+        cast_back: bool,
+        frees: tuple[str, ...],
+        out: str,
+        sum_into: str | None = None,
+        keep_as: str | None = None,
+    ) -> None:
         """A Linear's backward: two matmuls (weight gradient, input gradient); then its incoming
         gradient, saved input and weight copy are released; an autocast input's gradient is cast
         back to fp32 (and added to `sum_into`); the weight gradient is cast to the parameter dtype
@@ -156,8 +176,9 @@ class StepReplay:
         self.r.free(total, part)
         self.r.rename(total + ".sum", total)
 
-    def norm_backward(self, k: int | None, label: str, *, widest: float, early: tuple[str, ...],
-                      late: tuple[str, ...]) -> None:
+    def norm_backward(
+        self, k: int | None, label: str, *, widest: float, early: tuple[str, ...], late: tuple[str, ...]
+    ) -> None:
         """A norm's backward: `early` saved tensors are released by its first ops; then elementwise
         fp32 math at most `widest` (tokens, d) fp32 buffers wide; then `late` ones go and its input
         gradient joins the residual stream's gradient."""
@@ -292,14 +313,21 @@ class StepReplay:
             r.free("g.logits")
             r.rename("g.logits.c", "g.logits")
         r.moment = "backward: output head"
-        self.linear("head", x.vocab * x.d, g_out="g.logits", in_bytes=x.c * x.d, cast_back=x.auto,
-                    frees=("h.in", "f.y"), out="g.y", keep_as="tied.grad" if self.desc.tie_embeddings else None)
+        self.linear(
+            "head",
+            x.vocab * x.d,
+            g_out="g.logits",
+            in_bytes=x.c * x.d,
+            cast_back=x.auto,
+            frees=("h.in", "f.y"),
+            out="g.y",
+            keep_as="tied.grad" if self.desc.tie_embeddings else None,
+        )
         # one buffer wider than in a block, where the first fp32 partial gradient is added into
         # the residual gradient's buffer early; here there is no residual gradient yet
         widest = (blocks.RMS_WIDEST if self.desc.family == "llama" else blocks.LN_WIDEST) + 1
         early = ("f.rstd", "f.normed") if self.desc.family == "llama" else ()
-        self.norm_backward(None, "final", widest=widest, early=early,
-                           late=("f.x", "f.rstd", "f.normed", "f.stats"))
+        self.norm_backward(None, "final", widest=widest, early=early, late=("f.x", "f.rstd", "f.normed", "f.stats"))
         self.keep_grad("final.vectors", self.desc.final_norm_parameters())
 
     def backward_embedding(self) -> None:
@@ -324,10 +352,20 @@ class StepReplay:
         self.r.free("clip")
 
 
-def analytic_ledger(desc: ModelDescription, setting: StepSetting, *, context_bytes: int = CUDA_CONTEXT_BYTES,
-                    fragmentation: float = FRAGMENTATION) -> Ledger:
+def analytic_ledger(
+    desc: ModelDescription,
+    setting: StepSetting,
+    *,
+    context_bytes: int = CUDA_CONTEXT_BYTES,
+    fragmentation: float = FRAGMENTATION,
+) -> Ledger:
     """The step's memory from formulas (see the module docstring); any model size, microseconds."""
     replay = StepReplay(desc, setting).run()
-    return Ledger(setting=setting, engine="analytic", at_peak=dict(replay.peak_lines),
-                  largest=dict(replay.largest), peak_moment=replay.peak_moment,
-                  reserve=framework_reserve(replay.peak, context_bytes=context_bytes, fragmentation=fragmentation))
+    return Ledger(
+        setting=setting,
+        engine="analytic",
+        at_peak=dict(replay.peak_lines),
+        largest=dict(replay.largest),
+        peak_moment=replay.peak_moment,
+        reserve=framework_reserve(replay.peak, context_bytes=context_bytes, fragmentation=fragmentation),
+    )

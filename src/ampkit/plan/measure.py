@@ -54,6 +54,7 @@ def _allocator_peak(prof) -> int:
 def measure_cpu_step_peak(desc: ModelDescription, setting: StepSetting, *, seed: int = 0) -> int:
     """Bytes at the peak of one real steady-state training step on CPU (see the module docstring)."""
     from torch.profiler import ProfilerActivity, profile
+
     if not desc.buildable:
         raise UsageError(f"cannot measure {desc.name}: ampkit cannot build a {desc.family} model")
     if setting.checkpointing != "none":
@@ -64,10 +65,11 @@ def measure_cpu_step_peak(desc: ModelDescription, setting: StepSetting, *, seed:
     _warm_up(model, optimizer, keep_grads=setting.grad_accum > 1)
     generator = torch.Generator().manual_seed(seed)
     shape = (setting.micro_batch, setting.seq_len)
-    batch = (torch.randint(0, desc.vocab_size, shape, generator=generator),
-             torch.randint(0, desc.vocab_size, shape, generator=generator))
+    batch = (
+        torch.randint(0, desc.vocab_size, shape, generator=generator),
+        torch.randint(0, desc.vocab_size, shape, generator=generator),
+    )
     held = _held_bytes(model, optimizer, batch)
     with policy.run_context(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         _train_step(model, policy, optimizer, StorageTracker(), batch)  # an unentered tracker only names phases
     return held + _allocator_peak(prof)
-

@@ -52,16 +52,25 @@ def plan_precision_name(name: str) -> str:
     try:
         return canonical_name(name)
     except UsageError:
-        raise UsageError(f"unknown precision {name!r}; choose from: {', '.join(PLAN_PRECISIONS)} "
-                         "(or an alias such as bf16, fp16, 32-true)") from None
+        raise UsageError(
+            f"unknown precision {name!r}; choose from: {', '.join(PLAN_PRECISIONS)} "
+            "(or an alias such as bf16, fp16, 32-true)"
+        ) from None
 
 
 def get_numerics(name: str) -> Numerics:
     name = plan_precision_name(name)
     spec = SPECS.get(name)
     if spec is None:  # fp8 before the precision table lists it: torchao's recipe, fp32 weights
-        return Numerics(name=name, param_bytes=4, compute_bytes=2, autocast=True, float8_block_linears=True,
-                        peak_key="fp8", traceable=False)
+        return Numerics(
+            name=name,
+            param_bytes=4,
+            compute_bytes=2,
+            autocast=True,
+            float8_block_linears=True,
+            peak_key="fp8",
+            traceable=False,
+        )
     fp8 = getattr(spec, "fp8", None)
     compute = _bytes(spec.compute_dtype)
     if fp8:
@@ -70,9 +79,15 @@ def get_numerics(name: str) -> Numerics:
         peak_key = "tf32" if spec.tf32 else "fp32"
     else:
         peak_key = "bf16" if spec.compute_dtype == torch.bfloat16 else "fp16"
-    return Numerics(name=name, param_bytes=_bytes(spec.param_dtype), compute_bytes=compute,
-                    autocast=spec.autocast, float8_block_linears=bool(fp8), peak_key=peak_key,
-                    traceable=fp8 in (None, "emulated"))
+    return Numerics(
+        name=name,
+        param_bytes=_bytes(spec.param_dtype),
+        compute_bytes=compute,
+        autocast=spec.autocast,
+        float8_block_linears=bool(fp8),
+        peak_key=peak_key,
+        traceable=fp8 in (None, "emulated"),
+    )
 
 
 def _bytes(dtype: torch.dtype) -> int:

@@ -57,8 +57,10 @@ def build_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
     fused AdamW, weight decay on matrices only)."""
     name = check_optimizer(name)
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, fused=True)
     if name == "sgd":
@@ -68,6 +70,8 @@ def build_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
     try:
         import bitsandbytes as bnb
     except ImportError:
-        raise UsageError("tracing adamw-8bit needs bitsandbytes: pip install 'ampkit[8bit]' "
-                         "(or drop --trace: the analytic ledger plans it without)") from None
+        raise UsageError(
+            "tracing adamw-8bit needs bitsandbytes: pip install 'ampkit[8bit]' "
+            "(or drop --trace: the analytic ledger plans it without)"
+        ) from None
     return bnb.optim.AdamW8bit(groups, lr=1e-3, betas=(0.9, 0.95), eps=1e-8)

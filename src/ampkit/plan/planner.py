@@ -25,8 +25,12 @@ KV_SCHEMA = "ampkit.kv/1"
 TOTAL_TOLERANCE = 0.05  # analytic vs traced, on the tensor peak
 LINE_TOLERANCE = 0.10  # per line ...
 LINE_FLOOR = 0.01  # ... or within 1% of the tensor peak, for lines too small for a ratio to mean much
-UNITS = {"memory": "bytes; fields ending in _gib are GiB (1024**3 bytes)", "flops": "FLOPs",
-         "rates": "FLOP/s", "time": "seconds"}
+UNITS = {
+    "memory": "bytes; fields ending in _gib are GiB (1024**3 bytes)",
+    "flops": "FLOPs",
+    "rates": "FLOP/s",
+    "time": "seconds",
+}
 
 
 def ledger_kwargs(config: PlanConfig) -> dict[str, Any]:
@@ -35,9 +39,19 @@ def ledger_kwargs(config: PlanConfig) -> dict[str, Any]:
 
 def settings_of(config: PlanConfig) -> list[StepSetting]:
     combos = itertools.product(config.precision_list(), config.optimizer_list(), config.checkpointing_list())
-    return [StepSetting(precision=p, optimizer=o, checkpointing=c, micro_batch=config.micro_batch,
-                        seq_len=config.seq_len, grad_accum=config.grad_accum, world_size=config.world_size,
-                        parallel=config.parallel) for p, o, c in combos]
+    return [
+        StepSetting(
+            precision=p,
+            optimizer=o,
+            checkpointing=c,
+            micro_batch=config.micro_batch,
+            seq_len=config.seq_len,
+            grad_accum=config.grad_accum,
+            world_size=config.world_size,
+            parallel=config.parallel,
+        )
+        for p, o, c in combos
+    ]
 
 
 def agreement(analytic: Ledger, traced: Ledger) -> dict[str, Any]:
@@ -57,21 +71,34 @@ def agreement(analytic: Ledger, traced: Ledger) -> dict[str, Any]:
 def _row(desc: ModelDescription, setting: StepSetting, config: PlanConfig, target: Target | None) -> dict[str, Any]:
     kwargs = ledger_kwargs(config)
     ledger = analytic_ledger(desc, setting, **kwargs)
-    row: dict[str, Any] = {"setting": setting.to_dict(), "analytic": ledger.to_dict(), "traced": None,
-                           "agreement": None, "fit": None, "trace_note": None}
+    row: dict[str, Any] = {
+        "setting": setting.to_dict(),
+        "analytic": ledger.to_dict(),
+        "traced": None,
+        "agreement": None,
+        "fit": None,
+        "trace_note": None,
+    }
     if config.trace:
         row.update(_traced(desc, setting, ledger, kwargs))
     if target is not None:
         row["fit"] = fit(desc, setting, ledger.total, target.capacity_bytes, **kwargs).to_dict()
     tokens = setting.micro_batch * setting.seq_len * setting.grad_accum
-    row["compute"] = step_compute(desc, precision=setting.precision, seq_len=setting.seq_len, tokens_per_step=tokens,
-                                  gpu=target.gpu if target else None, mfu=config.mfu,
-                                  checkpointing=setting.checkpointing == "full").to_dict()
+    row["compute"] = step_compute(
+        desc,
+        precision=setting.precision,
+        seq_len=setting.seq_len,
+        tokens_per_step=tokens,
+        gpu=target.gpu if target else None,
+        mfu=config.mfu,
+        checkpointing=setting.checkpointing == "full",
+    ).to_dict()
     return row
 
 
 def _traced(desc: ModelDescription, setting: StepSetting, analytic: Ledger, kwargs) -> dict[str, Any]:
     from ampkit.plan.trace import trace_blocker, traced_ledger  # fake-tensor machinery: only when asked for
+
     why = trace_blocker(desc, setting)
     if why is not None:
         return {"trace_note": f"analytic only: {why}"}
@@ -83,14 +110,27 @@ def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | 
     """The precision for this GPU, its figures, and the cheapest fix when it does not fit."""
     gpu = target.gpu if target else None
     precision, reason = base_precision(gpu)
-    setting = StepSetting(precision=precision, optimizer=config.optimizer_list()[0], checkpointing="none",
-                          micro_batch=config.micro_batch, seq_len=config.seq_len, grad_accum=config.grad_accum,
-                          world_size=config.world_size, parallel=config.parallel)
+    setting = StepSetting(
+        precision=precision,
+        optimizer=config.optimizer_list()[0],
+        checkpointing="none",
+        micro_batch=config.micro_batch,
+        seq_len=config.seq_len,
+        grad_accum=config.grad_accum,
+        world_size=config.world_size,
+        parallel=config.parallel,
+    )
     kwargs = ledger_kwargs(config)
     ledger = analytic_ledger(desc, setting, **kwargs)
-    out: dict[str, Any] = {"precision": precision, "reason": reason, "setting": setting.to_dict(),
-                           "total_gib": round(ledger.total / GIB, 3), "fits": None, "fix": None,
-                           "notes": [n for n in (fp8_note(gpu),) if n]}
+    out: dict[str, Any] = {
+        "precision": precision,
+        "reason": reason,
+        "setting": setting.to_dict(),
+        "total_gib": round(ledger.total / GIB, 3),
+        "fits": None,
+        "fix": None,
+        "notes": [n for n in (fp8_note(gpu),) if n],
+    }
     if target is not None:
         out["fits"] = ledger.total <= target.capacity_bytes
         fix = cheapest_fix(desc, setting, target.capacity_bytes, gpu=gpu, **kwargs)
@@ -100,8 +140,15 @@ def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | 
             out["notes"].append("nothing up to FSDP over 1024 GPUs fits: shorten the sequence or plan a smaller model")
         final = fix.setting if fix else setting
         tokens = final.micro_batch * final.seq_len * final.grad_accum
-        out["compute"] = step_compute(desc, precision=final.precision, seq_len=final.seq_len, tokens_per_step=tokens,
-                                      gpu=gpu, mfu=config.mfu, checkpointing=final.checkpointing == "full").to_dict()
+        out["compute"] = step_compute(
+            desc,
+            precision=final.precision,
+            seq_len=final.seq_len,
+            tokens_per_step=tokens,
+            gpu=gpu,
+            mfu=config.mfu,
+            checkpointing=final.checkpointing == "full",
+        ).to_dict()
     return out
 
 
@@ -133,19 +180,31 @@ def build_kv(config: KvConfig, *, desc: ModelDescription | None = None) -> dict[
     else:
         reserve = activation_reserve_bytes(desc, batched_tokens=config.batched_tokens, weight_dtype=config.weight_dtype)
     overhead = int(config.overhead_gib * GIB)
-    pool = kv_pool_bytes(capacity=target.capacity_bytes, utilization=config.utilization, weights=weights,
-                         activation_reserve=reserve, overhead=overhead)
-    budgets = [kv_budget(desc, kv_dtype=name, pool_bytes=pool, context_len=config.context_len).to_dict()
-               for name in config.kv_dtype_list()]
+    pool = kv_pool_bytes(
+        capacity=target.capacity_bytes,
+        utilization=config.utilization,
+        weights=weights,
+        activation_reserve=reserve,
+        overhead=overhead,
+    )
+    budgets = [
+        kv_budget(desc, kv_dtype=name, pool_bytes=pool, context_len=config.context_len).to_dict()
+        for name in config.kv_dtype_list()
+    ]
     return {
         "schema": KV_SCHEMA,
         "units": UNITS,
         "config": _config_dict(config),
         "model": desc.to_dict(),
         "target": target.to_dict(),
-        "budget": {"capacity_bytes": target.capacity_bytes, "utilization": config.utilization,
-                   "usable_bytes": int(target.capacity_bytes * config.utilization), "weights_bytes": weights,
-                   "activation_reserve_bytes": reserve, "overhead_bytes": overhead, "pool_bytes": pool},
+        "budget": {
+            "capacity_bytes": target.capacity_bytes,
+            "utilization": config.utilization,
+            "usable_bytes": int(target.capacity_bytes * config.utilization),
+            "weights_bytes": weights,
+            "activation_reserve_bytes": reserve,
+            "overhead_bytes": overhead,
+            "pool_bytes": pool,
+        },
         "kv": budgets,
     }
-

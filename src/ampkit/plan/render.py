@@ -10,12 +10,26 @@ from rich.table import Table
 
 from ampkit.plan.setting import GIB, LINE_LABELS
 
-_SHORT = {"parameters": "params", "gradients": "grads", "optimizer_states": "optim", "master_weights": "master",
-          "weight_copies": "w-copies", "activations": "activ", "temporaries": "temps",
-          "framework_reserve": "reserve"}
-_COLORS = {"parameters": "#4c72b0", "gradients": "#dd8452", "optimizer_states": "#55a868",
-           "master_weights": "#8172b3", "weight_copies": "#937860", "activations": "#c44e52",
-           "temporaries": "#da8bc3", "framework_reserve": "#8c8c8c"}
+_SHORT = {
+    "parameters": "params",
+    "gradients": "grads",
+    "optimizer_states": "optim",
+    "master_weights": "master",
+    "weight_copies": "w-copies",
+    "activations": "activ",
+    "temporaries": "temps",
+    "framework_reserve": "reserve",
+}
+_COLORS = {
+    "parameters": "#4c72b0",
+    "gradients": "#dd8452",
+    "optimizer_states": "#55a868",
+    "master_weights": "#8172b3",
+    "weight_copies": "#937860",
+    "activations": "#c44e52",
+    "temporaries": "#da8bc3",
+    "framework_reserve": "#8c8c8c",
+}
 
 
 def gib(n: float | None, digits: int = 2) -> str:
@@ -45,12 +59,14 @@ def model_table(model: dict[str, Any]) -> Table:
     table = Table(title=f"Model: {model['name']} ({model['family']})", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", justify="right")
-    rows = [("parameters (exact)", f"{model['num_parameters']:,}"),
-            ("matmul parameters (N of 6N)", f"{model['matmul_parameters']:,}"),
-            ("layers x d_model", f"{model['n_layers']} x {model['d_model']}"),
-            ("heads / KV heads / head dim", f"{model['n_heads']} / {model['n_kv_heads']} / {model['head_dim']}"),
-            ("MLP hidden / vocabulary", f"{model['d_ff']:,} / {model['vocab_size']:,}"),
-            ("tied embeddings", "yes" if model["tie_embeddings"] else "no")]
+    rows = [
+        ("parameters (exact)", f"{model['num_parameters']:,}"),
+        ("matmul parameters (N of 6N)", f"{model['matmul_parameters']:,}"),
+        ("layers x d_model", f"{model['n_layers']} x {model['d_model']}"),
+        ("heads / KV heads / head dim", f"{model['n_heads']} / {model['n_kv_heads']} / {model['head_dim']}"),
+        ("MLP hidden / vocabulary", f"{model['d_ff']:,} / {model['vocab_size']:,}"),
+        ("tied embeddings", "yes" if model["tie_embeddings"] else "no"),
+    ]
     for field, value in rows:
         table.add_row(field, value)
     return table
@@ -73,8 +89,11 @@ def ledger_rows(rows: list[dict[str, Any]], with_fit: bool, *, full: bool = True
         if with_fit:
             f = row["fit"]
             cells += ["yes" if f["fits"] else "NO"]
-            cells += [gib(f["headroom_bytes"]), str(f["max_micro_batch"]), f"{f['max_seq_len']:,}"] if full \
+            cells += (
+                [gib(f["headroom_bytes"]), str(f["max_micro_batch"]), f"{f['max_seq_len']:,}"]
+                if full
                 else [str(f["max_micro_batch"])]
+            )
         if full:
             cells.append(led["peak_moment"])
         out.append(cells)
@@ -86,8 +105,10 @@ def ledger_table(summary: dict[str, Any]) -> Table:
     with_fit = target is not None
     cfg = summary["config"]
     where = f" on {target['name']} ({target['capacity_gib']:.1f} GiB)" if with_fit else ""
-    table = Table(title=f"Memory at the step's peak, GiB (1024^3 B): micro-batch {cfg['micro_batch']} x "
-                        f"{cfg['seq_len']} tokens{where}")
+    table = Table(
+        title=f"Memory at the step's peak, GiB (1024^3 B): micro-batch {cfg['micro_batch']} x "
+        f"{cfg['seq_len']} tokens{where}"
+    )
     for i, head in enumerate(ledger_headers(rows, with_fit, full=False)):
         table.add_column(head, justify="left" if i == 0 else "right")
     for cells in ledger_rows(rows, with_fit, full=False):
@@ -96,8 +117,16 @@ def ledger_table(summary: dict[str, Any]) -> Table:
 
 
 def compute_headers() -> list[str]:
-    return ["configuration", "GFLOPs/token", "TFLOPs/step", "peak TFLOP/s", "step at peak", "step at MFU",
-            "tokens/s", "h / 1B tokens"]
+    return [
+        "configuration",
+        "GFLOPs/token",
+        "TFLOPs/step",
+        "peak TFLOP/s",
+        "step at peak",
+        "step at MFU",
+        "tokens/s",
+        "h / 1B tokens",
+    ]
 
 
 def compute_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
@@ -108,19 +137,27 @@ def compute_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
         if key in seen:  # the optimizer does not change the FLOPs
             continue
         seen.add(key)
-        out.append([c["precision"] + (" +ckpt" if ckpt == "full" else ""), f"{c['flops_per_token'] / 1e9:,.2f}",
-                    f"{c['flops_per_step'] / 1e12:,.1f}",
-                    f"{c['peak_flops'] / 1e12:,.1f}" if c["peak_flops"] else "no fast path",
-                    _fmt_time(c["step_s_at_peak"]), _fmt_time(c["step_s_at_mfu"]),
-                    f"{c['tokens_per_s']:,.0f}" if c["tokens_per_s"] else "-",
-                    f"{c['hours_per_billion_tokens']:,.3g}" if c["hours_per_billion_tokens"] else "-"])
+        out.append(
+            [
+                c["precision"] + (" +ckpt" if ckpt == "full" else ""),
+                f"{c['flops_per_token'] / 1e9:,.2f}",
+                f"{c['flops_per_step'] / 1e12:,.1f}",
+                f"{c['peak_flops'] / 1e12:,.1f}" if c["peak_flops"] else "no fast path",
+                _fmt_time(c["step_s_at_peak"]),
+                _fmt_time(c["step_s_at_mfu"]),
+                f"{c['tokens_per_s']:,.0f}" if c["tokens_per_s"] else "-",
+                f"{c['hours_per_billion_tokens']:,.3g}" if c["hours_per_billion_tokens"] else "-",
+            ]
+        )
     return out
 
 
 def compute_table(summary: dict[str, Any]) -> Table:
     cfg = summary["config"]
-    table = Table(title=f"Compute per GPU step ({cfg['micro_batch'] * cfg['seq_len'] * cfg['grad_accum']:,} tokens, "
-                        f"MFU {cfg['mfu']:g}; checkpointing recomputes the forward)")
+    table = Table(
+        title=f"Compute per GPU step ({cfg['micro_batch'] * cfg['seq_len'] * cfg['grad_accum']:,} tokens, "
+        f"MFU {cfg['mfu']:g}; checkpointing recomputes the forward)"
+    )
     for i, head in enumerate(compute_headers()):
         table.add_column(head, justify="left" if i == 0 else "right")
     for cells in compute_rows(summary["rows"]):
@@ -133,19 +170,39 @@ def agreement_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     for row in rows:
         agree = row["agreement"]
         if agree is None:
-            out.append([_label(row["setting"]), gib(row["analytic"]["tensor_peak_bytes"], 3), "-", "-", "-",
-                        row["trace_note"] or "-"])
+            out.append(
+                [
+                    _label(row["setting"]),
+                    gib(row["analytic"]["tensor_peak_bytes"], 3),
+                    "-",
+                    "-",
+                    "-",
+                    row["trace_note"] or "-",
+                ]
+            )
             continue
         worst = max(agree["lines"].items(), key=lambda kv: abs(kv[1]["relative"] or 0))
-        out.append([_label(row["setting"]), gib(row["analytic"]["tensor_peak_bytes"], 3),
-                    gib(row["traced"]["tensor_peak_bytes"], 3), f"{agree['tensor_peak_relative'] * 100:+.2f}%",
-                    f"{_SHORT[worst[0]]} {(worst[1]['relative'] or 0) * 100:+.1f}%",
-                    "yes" if agree["within"] else "NO"])
+        out.append(
+            [
+                _label(row["setting"]),
+                gib(row["analytic"]["tensor_peak_bytes"], 3),
+                gib(row["traced"]["tensor_peak_bytes"], 3),
+                f"{agree['tensor_peak_relative'] * 100:+.2f}%",
+                f"{_SHORT[worst[0]]} {(worst[1]['relative'] or 0) * 100:+.1f}%",
+                "yes" if agree["within"] else "NO",
+            ]
+        )
     return out
 
 
-AGREEMENT_HEADERS = ["configuration", "analytic GiB", "traced GiB", "total diff", "largest line diff",
-                     "within tolerance"]
+AGREEMENT_HEADERS = [
+    "configuration",
+    "analytic GiB",
+    "traced GiB",
+    "total diff",
+    "largest line diff",
+    "within tolerance",
+]
 
 
 def agreement_table(summary: dict[str, Any]) -> Table:
@@ -161,16 +218,20 @@ def recommendation_lines(rec: dict[str, Any], target: dict[str, Any] | None) -> 
     lines = [f"Precision: {rec['precision']} ({rec['reason']})."]
     if target is not None:
         state = "fits" if rec["fits"] else "does not fit"
-        lines.append(f"At the requested shape it needs {rec['total_gib']:.2f} GiB and {state} in "
-                     f"{target['capacity_gib']:.1f} GiB.")
+        lines.append(
+            f"At the requested shape it needs {rec['total_gib']:.2f} GiB and {state} in "
+            f"{target['capacity_gib']:.1f} GiB."
+        )
         if rec["fix"]:
             fix = rec["fix"]
             lines.append(f"Cheapest change that fits: {fix['change']} -> {fix['total_gib']:.2f} GiB ({fix['cost']}).")
         comp = rec.get("compute")
         if comp and comp["step_s_at_mfu"]:
-            lines.append(f"Expected: {_fmt_time(comp['step_s_at_mfu'])} per step, "
-                         f"{comp['tokens_per_s']:,.0f} tokens/s, "
-                         f"{comp['hours_per_billion_tokens']:,.3g} h per billion tokens at the assumed MFU.")
+            lines.append(
+                f"Expected: {_fmt_time(comp['step_s_at_mfu'])} per step, "
+                f"{comp['tokens_per_s']:,.0f} tokens/s, "
+                f"{comp['hours_per_billion_tokens']:,.3g} h per billion tokens at the assumed MFU."
+            )
     lines += rec["notes"]
     return lines
 
@@ -178,6 +239,7 @@ def recommendation_lines(rec: dict[str, Any], target: dict[str, Any] | None) -> 
 def ledger_figure(summary: dict[str, Any]):
     """Stacked bars: each configuration's lines at the peak, GiB, with the target's capacity."""
     from ampkit.report import plt
+
     rows = summary["rows"]
     names = list(rows[0]["analytic"]["lines_at_peak_bytes"])
     labels = [_label(r["setting"]) for r in rows]
@@ -190,8 +252,13 @@ def ledger_figure(summary: dict[str, Any]):
         ax.bar(range(len(rows)), values, bottom=bottoms, color=_COLORS[name], label=LINE_LABELS[name])
         bottoms = [b + v for b, v in zip(bottoms, values)]
     if summary["target"]:
-        ax.axhline(summary["target"]["capacity_gib"], color="black", linestyle="--", linewidth=1,
-                   label=f"{summary['target']['name']} capacity")
+        ax.axhline(
+            summary["target"]["capacity_gib"],
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"{summary['target']['name']} capacity",
+        )
     ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("GiB (1024^3 bytes)")
     ax.set_title(f"{summary['model']['name']}: memory at the step's peak")
@@ -201,11 +268,14 @@ def ledger_figure(summary: dict[str, Any]):
 
 def write_plan_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Path]:
     from ampkit.report import Report
+
     cfg, target = summary["config"], summary["target"]
     report = Report(title=f"ampkit plan: {summary['model']['name']}")
-    report.text("Memory is in GiB (1024^3 bytes). Each line is what is alive at the moment the step's tensor "
-                "memory peaks; the framework reserve (CUDA context + allocator fragmentation) is added on top.",
-                kind="note")
+    report.text(
+        "Memory is in GiB (1024^3 bytes). Each line is what is alive at the moment the step's tensor "
+        "memory peaks; the framework reserve (CUDA context + allocator fragmentation) is added on top.",
+        kind="note",
+    )
     report.heading("Memory ledger")
     report.figure(ledger_figure(summary), caption="lines at the peak, per configuration")
     with_fit = target is not None
@@ -226,24 +296,33 @@ def kv_headers() -> list[str]:
 
 
 def kv_rows(summary: dict[str, Any]) -> list[list[str]]:
-    return [[b["kv_dtype"], f"{b['bytes_per_token']:,}", f"{b['bytes_per_token'] / 1024:,.1f}",
-             gib(b["pool_bytes"]), f"{b['max_tokens']:,}", f"{b['max_requests']:,} x {b['context_len']:,}"]
-            for b in summary["kv"]]
+    return [
+        [
+            b["kv_dtype"],
+            f"{b['bytes_per_token']:,}",
+            f"{b['bytes_per_token'] / 1024:,.1f}",
+            gib(b["pool_bytes"]),
+            f"{b['max_tokens']:,}",
+            f"{b['max_requests']:,} x {b['context_len']:,}",
+        ]
+        for b in summary["kv"]
+    ]
 
 
 def kv_budget_lines(summary: dict[str, Any]) -> list[str]:
     b, t = summary["budget"], summary["target"]
-    return [f"{t['name']}: {gib(b['capacity_bytes'])} GiB x utilization {b['utilization']:g} = "
-            f"{gib(b['usable_bytes'])} GiB",
-            f"- weights ({summary['config']['weight_dtype']}): {gib(b['weights_bytes'])} GiB",
-            f"- activation reserve: {gib(b['activation_reserve_bytes'])} GiB",
-            f"- non-torch overhead: {gib(b['overhead_bytes'])} GiB",
-            f"= KV pool: {gib(b['pool_bytes'])} GiB"]
+    return [
+        f"{t['name']}: {gib(b['capacity_bytes'])} GiB x utilization {b['utilization']:g} = "
+        f"{gib(b['usable_bytes'])} GiB",
+        f"- weights ({summary['config']['weight_dtype']}): {gib(b['weights_bytes'])} GiB",
+        f"- activation reserve: {gib(b['activation_reserve_bytes'])} GiB",
+        f"- non-torch overhead: {gib(b['overhead_bytes'])} GiB",
+        f"= KV pool: {gib(b['pool_bytes'])} GiB",
+    ]
 
 
 def kv_table(summary: dict[str, Any]) -> Table:
-    table = Table(title=f"KV cache on {summary['target']['name']}: {summary['model']['name']} "
-                        f"(GiB = 1024^3 B)")
+    table = Table(title=f"KV cache on {summary['target']['name']}: {summary['model']['name']} (GiB = 1024^3 B)")
     for i, head in enumerate(kv_headers()):
         table.add_column(head, justify="left" if i == 0 else "right")
     for cells in kv_rows(summary):
@@ -253,11 +332,14 @@ def kv_table(summary: dict[str, Any]) -> Table:
 
 def kv_figure(summary: dict[str, Any]):
     from ampkit.report import plt
+
     b = summary["budget"]
-    parts = [("weights", b["weights_bytes"], _COLORS["parameters"]),
-             ("activation reserve", b["activation_reserve_bytes"], _COLORS["activations"]),
-             ("non-torch overhead", b["overhead_bytes"], _COLORS["framework_reserve"]),
-             ("KV pool", max(0, b["pool_bytes"]), _COLORS["optimizer_states"])]
+    parts = [
+        ("weights", b["weights_bytes"], _COLORS["parameters"]),
+        ("activation reserve", b["activation_reserve_bytes"], _COLORS["activations"]),
+        ("non-torch overhead", b["overhead_bytes"], _COLORS["framework_reserve"]),
+        ("KV pool", max(0, b["pool_bytes"]), _COLORS["optimizer_states"]),
+    ]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
     bottom = 0.0
     for name, value, color in parts:
@@ -276,9 +358,12 @@ def kv_figure(summary: dict[str, Any]):
 
 def write_kv_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Path]:
     from ampkit.report import Report
+
     report = Report(title=f"ampkit kv: {summary['model']['name']} on {summary['target']['name']}")
-    report.text("KV bytes per token = 2 x layers x KV heads x head dim x bytes(KV dtype). "
-                "Memory is in GiB (1024^3 bytes).", kind="note")
+    report.text(
+        "KV bytes per token = 2 x layers x KV heads x head dim x bytes(KV dtype). Memory is in GiB (1024^3 bytes).",
+        kind="note",
+    )
     report.figure(kv_figure(summary), caption="the budget (stacked) and tokens per KV dtype")
     for line in kv_budget_lines(summary):
         report.text(line)

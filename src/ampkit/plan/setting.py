@@ -40,14 +40,22 @@ LINE_LABELS = {
 class StepSetting:
     """What one training step holds: precision, optimizer, checkpointing, micro-batch shape."""
 
-    precision: str = field(metadata={"help": "precision name (fp32, tf32, fp16-mixed, bf16-mixed, bf16-true, fp16-true, fp8)"})
+    precision: str = field(
+        metadata={"help": "precision name (fp32, tf32, fp16-mixed, bf16-mixed, bf16-true, fp16-true, fp8)"}
+    )
     optimizer: str = field(default="adamw", metadata={"help": "adamw, adamw-8bit, sgd or sgd-momentum"})
-    checkpointing: str = field(default="none", metadata={"help": "activation checkpointing: none or full (every block)"})
+    checkpointing: str = field(
+        default="none", metadata={"help": "activation checkpointing: none or full (every block)"}
+    )
     micro_batch: int = field(default=1, metadata={"help": "sequences per micro-batch"})
     seq_len: int = field(default=2048, metadata={"help": "tokens per sequence"})
-    grad_accum: int = field(default=1, metadata={"help": "micro-batches per step (> 1 keeps gradients alive through the forward)"})
+    grad_accum: int = field(
+        default=1, metadata={"help": "micro-batches per step (> 1 keeps gradients alive through the forward)"}
+    )
     world_size: int = field(default=1, metadata={"help": "data-parallel processes"})
-    parallel: str = field(default="none", metadata={"help": "none, ddp (replicated) or fsdp (params/grads/states sharded)"})
+    parallel: str = field(
+        default="none", metadata={"help": "none, ddp (replicated) or fsdp (params/grads/states sharded)"}
+    )
 
     def __post_init__(self):
         object.__setattr__(self, "precision", plan_precision_name(self.precision))
@@ -79,8 +87,9 @@ class StepSetting:
         return asdict(self)
 
 
-def framework_reserve(tensor_peak_bytes: int, *, context_bytes: int = CUDA_CONTEXT_BYTES,
-                      fragmentation: float = FRAGMENTATION) -> int:
+def framework_reserve(
+    tensor_peak_bytes: int, *, context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION
+) -> int:
     return int(context_bytes + fragmentation * tensor_peak_bytes)
 
 

@@ -63,8 +63,9 @@ def materialize_fake(model: nn.Module) -> None:
             if param is None:
                 continue
             if id(param) not in fresh:
-                fresh[id(param)] = nn.Parameter(torch.empty(param.shape, dtype=param.dtype),
-                                                requires_grad=param.requires_grad)
+                fresh[id(param)] = nn.Parameter(
+                    torch.empty(param.shape, dtype=param.dtype), requires_grad=param.requires_grad
+                )
             module._parameters[name] = fresh[id(param)]
 
 
@@ -80,6 +81,7 @@ def _checkpointed(forward, tracker: StorageTracker, *args):
     def run(*inner):
         with tracker.phase_as("activations"):
             return forward(*inner)
+
     return checkpoint(run, *args, use_reentrant=False)
 
 
@@ -114,6 +116,7 @@ def _tag_state(tracker: StorageTracker, model: nn.Module, optimizer: torch.optim
 def _install_labels(model: LlamaLM, tracker: StorageTracker) -> None:
     """Name the step's moments as the analytic replay does (for `peak_moment` and timeline
     comparisons), and switch to temporaries at the logits."""
+
     def label(text: str):
         return lambda *_: setattr(tracker, "label", text)
 
@@ -128,6 +131,7 @@ def _install_labels(model: LlamaLM, tracker: StorageTracker) -> None:
     model.lm_head.register_forward_hook(head_done)
     model.lm_head.register_full_backward_pre_hook(label("backward: output head"))
     model.norm.register_full_backward_pre_hook(label("backward: final norm"))
+
     # the embedding's input (token ids) needs no gradient, so a module backward hook would not
     # fire cleanly; a hook on its output's gradient marks the same moment
     def mark_embedding_backward(module, inputs, output) -> None:
@@ -138,14 +142,20 @@ def _install_labels(model: LlamaLM, tracker: StorageTracker) -> None:
 
 def _optimizer_step(policy: Precision, optimizer: torch.optim.Optimizer) -> None:
     from torch._subclasses.fake_tensor import DataDependentOutputException
+
     try:
         policy.optimizer_step(optimizer)
     except DataDependentOutputException:
         optimizer.step()  # GradScaler.step reads found_inf with .item(); the update allocates the same
 
 
-def _train_step(model: LlamaLM, policy: Precision, optimizer: torch.optim.Optimizer,
-                tracker: StorageTracker, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+def _train_step(
+    model: LlamaLM,
+    policy: Precision,
+    optimizer: torch.optim.Optimizer,
+    tracker: StorageTracker,
+    batch: tuple[torch.Tensor, torch.Tensor],
+) -> None:
     """`ampkit.train.loop.Trainer.train_step` for one micro-batch, with the tracker's phases."""
     input_ids, targets = batch
     params = [p for p in model.parameters() if p.requires_grad]
@@ -166,6 +176,7 @@ def _train_step(model: LlamaLM, policy: Precision, optimizer: torch.optim.Optimi
 def trace_step(desc: ModelDescription, setting: StepSetting) -> StorageTracker:
     """Run one steady-state training step on fake tensors; return the tracker with its figures."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+
     check_traceable(desc, setting)
     policy = build_precision(setting.precision, device_type="cpu")
     model = _build(desc, policy)
@@ -191,11 +202,20 @@ def trace_step(desc: ModelDescription, setting: StepSetting) -> StorageTracker:
     return tracker
 
 
-def traced_ledger(desc: ModelDescription, setting: StepSetting, *, context_bytes: int = CUDA_CONTEXT_BYTES,
-                  fragmentation: float = FRAGMENTATION) -> Ledger:
+def traced_ledger(
+    desc: ModelDescription,
+    setting: StepSetting,
+    *,
+    context_bytes: int = CUDA_CONTEXT_BYTES,
+    fragmentation: float = FRAGMENTATION,
+) -> Ledger:
     """The step's memory as measured on fake tensors; same lines and reserve as the analytic one."""
     tracker = trace_step(desc, setting)
-    return Ledger(setting=setting, engine="traced", at_peak=dict(tracker.peak_lines), largest=dict(tracker.largest),
-                  peak_moment=tracker.peak_label,
-                  reserve=framework_reserve(tracker.peak_total, context_bytes=context_bytes,
-                                            fragmentation=fragmentation))
+    return Ledger(
+        setting=setting,
+        engine="traced",
+        at_peak=dict(tracker.peak_lines),
+        largest=dict(tracker.largest),
+        peak_moment=tracker.peak_label,
+        reserve=framework_reserve(tracker.peak_total, context_bytes=context_bytes, fragmentation=fragmentation),
+    )

@@ -27,8 +27,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-TENSOR_LINES = ("parameters", "gradients", "optimizer_states", "master_weights", "weight_copies",
-                "activations", "temporaries")
+TENSOR_LINES = (
+    "parameters",
+    "gradients",
+    "optimizer_states",
+    "master_weights",
+    "weight_copies",
+    "activations",
+    "temporaries",
+)
 
 _CAST_OPS = {torch.ops.aten._to_copy.default}
 
@@ -126,8 +133,7 @@ class StorageTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         line = self.phase
-        if func in _CAST_OPS and args and isinstance(args[0], torch.Tensor) \
-                and self.line_of(args[0]) == "parameters":
+        if func in _CAST_OPS and args and isinstance(args[0], torch.Tensor) and self.line_of(args[0]) == "parameters":
             line = "weight_copies"
         for tensor in tree_flatten(out)[0]:
             if isinstance(tensor, torch.Tensor):

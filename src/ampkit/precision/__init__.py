@@ -9,8 +9,19 @@ from ampkit.precision.fp8 import Fp8Precision
 from ampkit.precision.table import ALIASES, SPECS, PrecisionSpec, canonical_name, get_spec
 
 __all__ = [
-    "ALIASES", "AutocastPrecision", "Fp8Precision", "LossScaleCollapse", "Precision", "PrecisionSpec", "SPECS",
-    "ScalerConfig", "TruePrecision", "build_precision", "canonical_name", "check_supported", "get_spec",
+    "ALIASES",
+    "AutocastPrecision",
+    "Fp8Precision",
+    "LossScaleCollapse",
+    "Precision",
+    "PrecisionSpec",
+    "SPECS",
+    "ScalerConfig",
+    "TruePrecision",
+    "build_precision",
+    "canonical_name",
+    "check_supported",
+    "get_spec",
 ]
 
 _LOW_PRECISION_DTYPE_KEY = {"bf16-mixed": "bf16", "bf16-true": "bf16", "fp16-mixed": "fp16", "fp16-true": "fp16"}

@@ -17,7 +17,9 @@ from ampkit.precision.table import PrecisionSpec
 class ScalerConfig:
     """GradScaler knobs (torch.amp.GradScaler's own), plus a floor ampkit enforces."""
 
-    init_scale: float = field(default=65536.0, metadata={"help": "initial loss scale (2^16); 4096 tames early overflow"})
+    init_scale: float = field(
+        default=65536.0, metadata={"help": "initial loss scale (2^16); 4096 tames early overflow"}
+    )
     growth_factor: float = field(default=2.0, metadata={"help": "scale multiplier after growth_interval clean steps"})
     backoff_factor: float = field(default=0.5, metadata={"help": "scale multiplier when a step overflows"})
     growth_interval: int = field(default=2000, metadata={"help": "clean steps between scale growths"})

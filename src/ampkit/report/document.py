@@ -19,11 +19,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;
+margin:2em auto;padding:0 1em;color:#222}
 h1{border-bottom:2px solid #444;padding-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ccc}
-table{border-collapse:collapse;margin:1em 0;font-size:.92em}th,td{border:1px solid #ccc;padding:.3em .6em;text-align:right}
+table{border-collapse:collapse;margin:1em 0;font-size:.92em}
+th,td{border:1px solid #ccc;padding:.3em .6em;text-align:right}
 th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
-.note{background:#f7f7ff;border-left:4px solid #66c;padding:.5em 1em}.warn{background:#fff7e6;border-left:4px solid #e90;padding:.5em 1em}
+.note{background:#f7f7ff;border-left:4px solid #66c;padding:.5em 1em}
+.warn{background:#fff7e6;border-left:4px solid #e90;padding:.5em 1em}
 figure{margin:1em 0}figcaption{color:#555;font-size:.9em}img{max-width:100%}
 """
 
@@ -63,8 +66,10 @@ class Report:
         return self
 
     def to_html(self) -> str:
-        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
-                 f"<style>{_CSS}</style></head><body><h1>{html.escape(self.title)}</h1>"]
+        parts = [
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
+            f"<style>{_CSS}</style></head><body><h1>{html.escape(self.title)}</h1>"
+        ]
         for block in self.blocks:
             parts.append(_html_block(block))
         parts.append("</body></html>")
@@ -104,8 +109,10 @@ def _html_block(block: _Block) -> str:
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     png, caption = block.payload
     data = base64.b64encode(png).decode("ascii")
-    return (f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
-            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    return (
+        f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
 
 
 def _md_block(block: _Block, figures) -> list[str]:

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ampkit.data import DedupStats, Tokenizer, build_data, load_corpus
+from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.distributed.context import LocalRun, init_run
 from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.distributed.wrap import wrap_model
 from ampkit.errors import UsageError
-from ampkit.data import DedupStats, Tokenizer, build_data, load_corpus
-from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.models import ModelConfig, build_model, get_preset
 from ampkit.models.hf import HFModelInfo, build_hf_model, describe_hf_model, is_hf_model
@@ -76,9 +76,11 @@ def resolve_model_config(model: str, tokenizer: Tokenizer) -> ModelConfig | HFMo
         return get_preset(model, vocab_size=tokenizer.vocab_size)
     info = describe_hf_model(model)
     if tokenizer.vocab_size > info.vocab_size:
-        raise UsageError(f"--model {model}: the {tokenizer.name} tokenizer has {tokenizer.vocab_size} ids but the "
-                         f"model's vocabulary is {info.vocab_size}; raise vocab_size in config.json or save a "
-                         "matching tokenizer in the folder")
+        raise UsageError(
+            f"--model {model}: the {tokenizer.name} tokenizer has {tokenizer.vocab_size} ids but the "
+            f"model's vocabulary is {info.vocab_size}; raise vocab_size in config.json or save a "
+            "matching tokenizer in the folder"
+        )
     return info
 
 
@@ -94,20 +96,27 @@ def build_optimizer(model: nn.Module, config: TrainConfig, device: torch.device)
     return features.build_optimizer(model, name=config.optimizer, lr=config.lr, weight_decay=config.weight_decay)
 
 
-def apply_model_features(model: nn.Module, config: TrainConfig, policy: Precision,
-                         device: torch.device) -> tuple[nn.Module, features.FeatureReport]:
+def apply_model_features(
+    model: nn.Module, config: TrainConfig, policy: Precision, device: torch.device
+) -> tuple[nn.Module, features.FeatureReport]:
     """Checkpointing, then compile (with its warm-up timed), on a model the policy already converted."""
     features.check_batching_supported(model, config.batching)
     blocks = features.apply_activation_checkpointing(model, spec=config.activation_checkpointing)
     compile_s = None
     if config.compile:
         features.compile_model(model, dynamic=None if config.batching == "pack" else True)
-        example = features.synthetic_batch(batching=config.batching, batch_size=config.batch_size,
-                                           seq_len=config.seq_len)
+        example = features.synthetic_batch(
+            batching=config.batching, batch_size=config.batch_size, seq_len=config.seq_len
+        )
         compile_s = features.warm_up_compiled(model, policy=policy, batch=example, device=device)
-    report = features.FeatureReport(batching=config.batching, activation_checkpointing=config.activation_checkpointing,
-                                    checkpointed_blocks=blocks, optimizer=config.optimizer, compile=config.compile,
-                                    compile_s=compile_s)
+    report = features.FeatureReport(
+        batching=config.batching,
+        activation_checkpointing=config.activation_checkpointing,
+        checkpointed_blocks=blocks,
+        optimizer=config.optimizer,
+        compile=config.compile,
+        compile_s=compile_s,
+    )
     return model, report
 
 
@@ -119,14 +128,24 @@ def build_run(config: TrainConfig) -> RunObjects:
     tokenizer = tokenizer_for_model(config.model)  # hf:PATH: the folder's own tokenizer if any; else bytes
     model_config = resolve_model_config(config.model, tokenizer)
     if config.seq_len > model_config.max_seq_len:
-        raise UsageError(f"--seq-len {config.seq_len} exceeds model '{config.model}' max_seq_len "
-                         f"{model_config.max_seq_len}; use a shorter --seq-len")
+        raise UsageError(
+            f"--seq-len {config.seq_len} exceeds model '{config.model}' max_seq_len "
+            f"{model_config.max_seq_len}; use a shorter --seq-len"
+        )
     if config.compile:
         features.check_compile_available(device)  # before any data or model work
     features.check_optimizer_available(config.optimizer)  # a missing library names its extra
     check_logger_available(config.log)
-    data = build_data(corpus, tokenizer, seq_len=config.seq_len, batch_size=config.batch_size, seed=config.seed,
-                      max_val_batches=config.eval_batches, strategy=config.batching, dedup=config.dedup)
+    data = build_data(
+        corpus,
+        tokenizer,
+        seq_len=config.seq_len,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        max_val_batches=config.eval_batches,
+        strategy=config.batching,
+        dedup=config.dedup,
+    )
     sampler, val_batches = data.train, data.val_batches
     if parallel.distributed:  # rank r takes batches r, r+W, ... of the one seeded stream (global batch: W x)
         sampler = parallel.sampler = RankShardedSampler(sampler, rank=parallel.rank, world_size=parallel.world_size)
@@ -137,12 +156,35 @@ def build_run(config: TrainConfig) -> RunObjects:
     model, feature_report = apply_model_features(model, config, policy, device)
     model = wrap_model(model, run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype)  # sharding last
     optimizer = build_optimizer(model, config, device)
-    scheduler = build_scheduler(optimizer, warmup_steps=config.warmup_steps, total_steps=config.steps,
-                                min_lr_ratio=config.min_lr_ratio)
-    trainer = Trainer(model=model, policy=policy, optimizer=optimizer, scheduler=scheduler, sampler=sampler,
-                      device=device, grad_accum=config.grad_accum, clip_grad_norm=config.clip_grad_norm,
-                      parallel=parallel)
-    return RunObjects(config=config, device=device, device_info=info, warnings=warnings, model_config=model_config,
-                      model=model, policy=policy, optimizer=optimizer, scheduler=scheduler, sampler=sampler,
-                      val_batches=val_batches, corpus_name=corpus.name, trainer=trainer, dedup=data.dedup,
-                      features=feature_report, parallel=parallel)
+    scheduler = build_scheduler(
+        optimizer, warmup_steps=config.warmup_steps, total_steps=config.steps, min_lr_ratio=config.min_lr_ratio
+    )
+    trainer = Trainer(
+        model=model,
+        policy=policy,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        sampler=sampler,
+        device=device,
+        grad_accum=config.grad_accum,
+        clip_grad_norm=config.clip_grad_norm,
+        parallel=parallel,
+    )
+    return RunObjects(
+        config=config,
+        device=device,
+        device_info=info,
+        warnings=warnings,
+        model_config=model_config,
+        model=model,
+        policy=policy,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        sampler=sampler,
+        val_batches=val_batches,
+        corpus_name=corpus.name,
+        trainer=trainer,
+        dedup=data.dedup,
+        features=feature_report,
+        parallel=parallel,
+    )

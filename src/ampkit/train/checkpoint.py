@@ -70,8 +70,9 @@ def _write_atomic(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any], *, keep: int,
-                    identity: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    run_dir: Path, step: int, payload: dict[str, Any], *, keep: int, identity: dict[str, Any] | None = None
+) -> Path:
     """Write `payload` atomically as the checkpoint for `step`, then its manifest; keep the newest `keep`.
 
     `identity` (e.g. model preset and precision) goes into the manifest and is checked on load.
@@ -83,11 +84,20 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any], *, keep: 
     full = {"format": FORMAT_VERSION, "ampkit_version": __version__, "step": step, **payload}
     try:
         _write_atomic(path, lambda fh: torch.save(full, fh))
-        manifest = {"format": FORMAT_VERSION, "ampkit_version": __version__, "step": step,
-                    "sha256": file_sha256(path), "bytes": path.stat().st_size, "identity": identity or {}}
+        manifest = {
+            "format": FORMAT_VERSION,
+            "ampkit_version": __version__,
+            "step": step,
+            "sha256": file_sha256(path),
+            "bytes": path.stat().st_size,
+            "identity": identity or {},
+        }
         _write_atomic(manifest_path(path), lambda fh: fh.write(json.dumps(manifest, indent=2).encode()))
     except BaseException:
-        for leftover in (path.with_name(path.name + ".tmp"), manifest_path(path).with_name(manifest_path(path).name + ".tmp")):
+        for leftover in (
+            path.with_name(path.name + ".tmp"),
+            manifest_path(path).with_name(manifest_path(path).name + ".tmp"),
+        ):
             leftover.unlink(missing_ok=True)
         if not manifest_path(path).is_file():
             path.unlink(missing_ok=True)
@@ -103,8 +113,10 @@ def read_manifest(path: Path) -> dict[str, Any]:
     try:
         return json.loads(manifest_path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        raise UsageError(f"checkpoint manifest {manifest_path(path)} is missing or unreadable; delete "
-                         f"{path.name} to resume from an earlier checkpoint, or start a new run") from None
+        raise UsageError(
+            f"checkpoint manifest {manifest_path(path)} is missing or unreadable; delete "
+            f"{path.name} to resume from an earlier checkpoint, or start a new run"
+        ) from None
 
 
 def verify_checkpoint(path: Path, *, identity: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -116,8 +128,10 @@ def verify_checkpoint(path: Path, *, identity: dict[str, Any] | None = None) -> 
     for key, expected in (identity or {}).items():
         saved = manifest.get("identity", {}).get(key)
         if saved != expected:
-            raise UsageError(f"checkpoint {path} does not match this run: it was made with {key}={saved!r}, "
-                             f"this run has {key}={expected!r}; resume with the same settings, or start a new run")
+            raise UsageError(
+                f"checkpoint {path} does not match this run: it was made with {key}={saved!r}, "
+                f"this run has {key}={expected!r}; resume with the same settings, or start a new run"
+            )
     return manifest
 
 

@@ -76,7 +76,7 @@ def check_batching_supported(model: nn.Module, batching: str) -> None:
 
 
 def parse_activation_checkpointing(spec: str) -> int:
-    """"none" -> 0, "full" -> 1, "every-N" -> N: every N-th block (blocks N-1, 2N-1, ...) is checkpointed."""
+    """ "none" -> 0, "full" -> 1, "every-N" -> N: every N-th block (blocks N-1, 2N-1, ...) is checkpointed."""
     if spec == "none":
         return 0
     if spec == "full":
@@ -98,8 +98,10 @@ def apply_activation_checkpointing(model: nn.Module, *, spec: str) -> list[int]:
         return []
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.ModuleList):
-        raise UsageError(f"--activation-checkpointing needs a model with a `blocks` ModuleList; "
-                         f"{type(model).__name__} has none; use --activation-checkpointing none")
+        raise UsageError(
+            f"--activation-checkpointing needs a model with a `blocks` ModuleList; "
+            f"{type(model).__name__} has none; use --activation-checkpointing none"
+        )
     chosen = [i for i in range(len(blocks)) if (i + 1) % every == 0]
     for i in chosen:
         block = blocks[i]
@@ -120,8 +122,10 @@ def check_compile_available(device: torch.device) -> None:
         return
     candidates = [os.environ.get("CXX", ""), "g++", "clang++", "c++"]
     if not any(c and shutil.which(c) for c in candidates):
-        raise UsageError("--compile on CPU needs a C++ compiler (g++ or clang++) on PATH; install one "
-                         "(e.g. apt-get install g++) or drop --compile")
+        raise UsageError(
+            "--compile on CPU needs a C++ compiler (g++ or clang++) on PATH; install one "
+            "(e.g. apt-get install g++) or drop --compile"
+        )
 
 
 def compile_model(model: nn.Module, *, dynamic: bool | None) -> nn.Module:
@@ -204,8 +208,10 @@ def _load_bitsandbytes():
     try:
         import bitsandbytes
     except ImportError:
-        raise UsageError("--optimizer adamw-8bit needs bitsandbytes; install it with "
-                         "pip install 'ampkit[8bit]' (or use --optimizer adamw)") from None
+        raise UsageError(
+            "--optimizer adamw-8bit needs bitsandbytes; install it with "
+            "pip install 'ampkit[8bit]' (or use --optimizer adamw)"
+        ) from None
     finally:
         bnb_logger.setLevel(level)
     return bitsandbytes

@@ -31,13 +31,16 @@ from ampkit.train.checkpoint import list_checkpoints, load_latest
 def check_guard_settings(config) -> None:
     """Validate the guard and diagnostics fields of a TrainConfig (UsageError with the fix)."""
     if config.guard_max_skips < 1 or config.guard_max_rollbacks < 1:
-        raise UsageError(f"--guard-max-skips and --guard-max-rollbacks must be >= 1, got {config.guard_max_skips}, "
-                         f"{config.guard_max_rollbacks}")
+        raise UsageError(
+            f"--guard-max-skips and --guard-max-rollbacks must be >= 1, got {config.guard_max_skips}, "
+            f"{config.guard_max_rollbacks}"
+        )
     if not 0 < config.guard_lr_factor <= 1:
         raise UsageError(f"--guard-lr-factor must be in (0, 1], got {config.guard_lr_factor}")
     if config.guard and not config.checkpoint_every:
-        raise UsageError("--guard rolls back to the last checkpoint: pass --checkpoint-every N (e.g. 50) so there "
-                         "is a recent one")
+        raise UsageError(
+            "--guard rolls back to the last checkpoint: pass --checkpoint-every N (e.g. 50) so there is a recent one"
+        )
     if config.grad_stats_every < 0:
         raise UsageError(f"--grad-stats-every must be >= 0, got {config.grad_stats_every}")
     if config.inject:
@@ -51,8 +54,12 @@ def checkpoint_is_finite(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
     a sum of squares of large finite values can.
     """
     tensors = [p.detach() for p in model.parameters()]
-    tensors += [v for state in optimizer.state.values() for v in state.values()
-                if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    tensors += [
+        v
+        for state in optimizer.state.values()
+        for v in state.values()
+        if isinstance(v, torch.Tensor) and v.is_floating_point()
+    ]
     by_device: dict[torch.device, list[torch.Tensor]] = {}
     for t in tensors:
         if t.numel():
@@ -87,8 +94,9 @@ class NanGuard:
 
     enabled = True
 
-    def __init__(self, *, run_dir: Path, identity: dict[str, Any], max_skips: int, lr_factor: float,
-                 max_rollbacks: int):
+    def __init__(
+        self, *, run_dir: Path, identity: dict[str, Any], max_skips: int, lr_factor: float, max_rollbacks: int
+    ):
         self.run_dir, self.identity = Path(run_dir), identity
         self.max_skips, self.lr_factor, self.max_rollbacks = max_skips, lr_factor, max_rollbacks
         self.skips_in_row = 0
@@ -121,7 +129,8 @@ class NanGuard:
             raise TrainingError(
                 f"NaN guard gave up after {len(self.events)} rollbacks: at step {step}, {reason} (earlier: "
                 f"{'; '.join(e['reason'] + ' at step ' + str(e['step']) for e in self.events)}); run 'ampkit doctor' "
-                "to find the layer, lower --lr, or use bf16-mixed where the device supports it")
+                "to find the layer, lower --lr, or use bf16-mixed where the device supports it"
+            )
         ckpt = load_latest(self.run_dir, identity=self.identity)
         lrs_before = list(objs.scheduler.base_lrs)
         objs.model.load_state_dict(ckpt["model"])
@@ -133,8 +142,14 @@ class NanGuard:
         # (or after a resume) keep lowering it.
         _set_base_lrs(objs.scheduler, [lr * self.lr_factor for lr in lrs_before])
         self.skips_in_row = 0
-        event = {"event": "rollback", "step": step, "to_step": ckpt["step"], "reason": reason,
-                 "lr": objs.optimizer.param_groups[0]["lr"], "rollback": len(self.events) + 1}
+        event = {
+            "event": "rollback",
+            "step": step,
+            "to_step": ckpt["step"],
+            "reason": reason,
+            "lr": objs.optimizer.param_groups[0]["lr"],
+            "rollback": len(self.events) + 1,
+        }
         self.events.append(event)
         metrics.write(event)
         return ckpt["progress"]
@@ -154,5 +169,10 @@ def _set_base_lrs(scheduler, base_lrs: list[float]) -> None:
 def build_guard(config, *, run_dir: Path, identity: dict[str, Any]) -> NanGuard | NullGuard:
     if not config.guard:
         return NullGuard()
-    return NanGuard(run_dir=run_dir, identity=identity, max_skips=config.guard_max_skips,
-                    lr_factor=config.guard_lr_factor, max_rollbacks=config.guard_max_rollbacks)
+    return NanGuard(
+        run_dir=run_dir,
+        identity=identity,
+        max_skips=config.guard_max_skips,
+        lr_factor=config.guard_lr_factor,
+        max_rollbacks=config.guard_max_rollbacks,
+    )

@@ -67,8 +67,10 @@ def _summary_writer_class():
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # torch raises it when the tensorboard package is absent
-        raise UsageError("--log tensorboard needs the tensorboard package; install it with "
-                         "pip install 'ampkit[tensorboard]' (or use --log none)") from None
+        raise UsageError(
+            "--log tensorboard needs the tensorboard package; install it with "
+            "pip install 'ampkit[tensorboard]' (or use --log none)"
+        ) from None
     return SummaryWriter
 
 

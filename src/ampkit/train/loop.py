@@ -49,9 +49,19 @@ def clip_gradients(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
 class Trainer:
     """Holds the run's objects; `train_step()` does one optimizer step of `grad_accum` micro-batches."""
 
-    def __init__(self, *, model: nn.Module, policy: Precision, optimizer: torch.optim.Optimizer,
-                 scheduler, sampler, device: torch.device, grad_accum: int, clip_grad_norm: float,
-                 parallel: LocalRun | None = None):
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        policy: Precision,
+        optimizer: torch.optim.Optimizer,
+        scheduler,
+        sampler,
+        device: torch.device,
+        grad_accum: int,
+        clip_grad_norm: float,
+        parallel: LocalRun | None = None,
+    ):
         self.model, self.policy, self.optimizer, self.scheduler = model, policy, optimizer, scheduler
         # Data-parallel hooks (ampkit.distributed): a do-nothing object in a one-process run.
         self.parallel = parallel if parallel is not None else LocalRun()
@@ -63,8 +73,9 @@ class Trainer:
         self.model.train()
         batches = [self.sampler.next_batch().to(self.device) for _ in range(self.grad_accum)]
         # Counts over every rank's micro-batches (host ints, no sync): the step's global batch.
-        n_tokens, n_slots = self.parallel.step_counts(sum(b.n_tokens for b in batches),
-                                                      sum(b.n_padded for b in batches))
+        n_tokens, n_slots = self.parallel.step_counts(
+            sum(b.n_tokens for b in batches), sum(b.n_padded for b in batches)
+        )
         world = self.parallel.world_size
         total_loss = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):

@@ -26,10 +26,10 @@ from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.precision import LossScaleCollapse
 from ampkit.runs import METRICS_FILE, SUMMARY_FILE, MetricsWriter, truncate_metrics_after, write_json_atomic
 from ampkit.train.build import RunObjects
-from ampkit.train.signals import StopRequests
 from ampkit.train.checkpoint import capture_rng_state, restore_rng_state, save_checkpoint
 from ampkit.train.guard import build_guard, checkpoint_is_finite
 from ampkit.train.loggers import LoggedMetrics, build_logger
+from ampkit.train.signals import StopRequests
 
 SUMMARY_SCHEMA_VERSION = 1
 WARMUP_STEPS_EXCLUDED = 2  # first steps carry allocation and kernel set-up: not timed in the summary
@@ -83,11 +83,18 @@ def write_checkpoint(objs: RunObjects, run_dir: Path, state: Progress_) -> bool:
     if not checkpoint_is_finite(objs.model, objs.optimizer):  # sync point (checkpoint steps only)
         return False
     try:
-        save_checkpoint(run_dir, state.step, checkpoint_payload(objs, state), keep=objs.config.keep_checkpoints,
-                        identity=run_identity(objs.config))
+        save_checkpoint(
+            run_dir,
+            state.step,
+            checkpoint_payload(objs, state),
+            keep=objs.config.keep_checkpoints,
+            identity=run_identity(objs.config),
+        )
     except OSError as err:
-        raise CheckpointWriteFailed(f"checkpoint write at step {state.step} failed ({err.strerror or err}); the previous "
-                                    "checkpoint stays the latest: free disk space or fix permissions, then --resume") from None
+        raise CheckpointWriteFailed(
+            f"checkpoint write at step {state.step} failed ({err.strerror or err}); the previous "
+            "checkpoint stays the latest: free disk space or fix permissions, then --resume"
+        ) from None
     return True
 
 
@@ -96,13 +103,22 @@ def _write_sharded(objs: RunObjects, run_dir: Path, state: Progress_) -> bool:
     if not all_finite(objs.parallel, objs.model, objs.optimizer):  # agreed by every rank
         return False
     try:
-        save_sharded(objs.parallel, model=objs.model, optimizer=objs.optimizer, rank_state=run_state(objs, state),
-                     run_dir=run_dir, step=state.step, keep=objs.config.keep_checkpoints,
-                     identity=run_identity(objs.config))
+        save_sharded(
+            objs.parallel,
+            model=objs.model,
+            optimizer=objs.optimizer,
+            rank_state=run_state(objs, state),
+            run_dir=run_dir,
+            step=state.step,
+            keep=objs.config.keep_checkpoints,
+            identity=run_identity(objs.config),
+        )
     except OSError as err:
-        raise CheckpointWriteFailed(f"checkpoint write at step {state.step} failed "
-                            f"({err.strerror or err}); the previous checkpoint stays the latest: free disk space or "
-                            "fix permissions, then --resume") from None
+        raise CheckpointWriteFailed(
+            f"checkpoint write at step {state.step} failed "
+            f"({err.strerror or err}); the previous checkpoint stays the latest: free disk space or "
+            "fix permissions, then --resume"
+        ) from None
     return True
 
 
@@ -116,8 +132,10 @@ def restore_from_checkpoint(objs: RunObjects, ckpt: dict[str, Any]) -> Progress_
             objs.optimizer.load_state_dict(ckpt["optimizer"])
         except (RuntimeError, KeyError, ValueError) as err:
             first = str(err).strip().splitlines()[0][:160]
-            raise UsageError(f"checkpoint does not match this model/optimizer ({first}); resume with the same "
-                             "--model and --precision, or start a new run") from None
+            raise UsageError(
+                f"checkpoint does not match this model/optimizer ({first}); resume with the same "
+                "--model and --precision, or start a new run"
+            ) from None
     objs.scheduler.load_state_dict(ckpt["scheduler"])
     objs.policy.load_state_dict(ckpt["precision"])
     objs.sampler.load_state_dict(ckpt["sampler"])
@@ -145,16 +163,27 @@ class StepClock:
 
 def _progress_bar(console: Console, total: int, start: int) -> Progress:
     progress = Progress(
-        TextColumn("[bold]train[/]"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=console, transient=False,
+        TextColumn("[bold]train[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
     )
     progress.add_task("train", total=total, completed=start, status="")
     return progress
 
 
-def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None = None,
-                 console: Console | None = None, show_progress: bool = True,
-                 stop_after: int = 0) -> dict[str, Any]:
+def run_training(
+    objs: RunObjects,
+    run_dir: Path,
+    *,
+    ckpt: dict[str, Any] | None = None,
+    console: Console | None = None,
+    show_progress: bool = True,
+    stop_after: int = 0,
+) -> dict[str, Any]:
     """Train to `config.steps`, resuming from `ckpt` when given; returns the summary (also written).
 
     `stop_after` > 0 ends this invocation (with a checkpoint) after that many steps, as a job with
@@ -176,10 +205,15 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
     diagnostics = build_train_diagnostics(objs, config)  # no hooks at all when every diagnostic is off
     reset_peak_memory(objs.device)
     started = time.perf_counter()
-    with objs.policy.run_context(), _metrics_writer(run_dir, append=bool(ckpt), main=main) as jsonl, \
-            build_logger(config.log if main else "none", run_dir=run_dir,
-                         resume_step=state.step if ckpt else None) as logger, \
-            _progress_bar(console, config.steps, state.step) as bar, StopRequests() as stops:
+    with (
+        objs.policy.run_context(),
+        _metrics_writer(run_dir, append=bool(ckpt), main=main) as jsonl,
+        build_logger(
+            config.log if main else "none", run_dir=run_dir, resume_step=state.step if ckpt else None
+        ) as logger,
+        _progress_bar(console, config.steps, state.step) as bar,
+        StopRequests() as stops,
+    ):
         metrics = LoggedMetrics(jsonl, logger)  # every JSONL record also goes to --log's logger (none: nowhere)
         bar.disable = not (show_progress and main)
         if not ckpt:
@@ -224,8 +258,13 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
                 if config.checkpoint_every and state.step % config.checkpoint_every == 0:
                     try:
                         if not write_checkpoint(objs, run_dir, state):
-                            metrics.write({"event": "checkpoint_skipped", "step": state.step,
-                                           "reason": "non-finite weights or optimizer state"})
+                            metrics.write(
+                                {
+                                    "event": "checkpoint_skipped",
+                                    "step": state.step,
+                                    "reason": "non-finite weights or optimizer state",
+                                }
+                            )
                     except CheckpointWriteFailed as err:
                         if not config.allow_no_checkpoint:
                             raise
@@ -243,13 +282,16 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
         finally:
             diagnostics.close()
         eval_losses.append((state.step, _evaluate(objs, metrics, state.step)))
-    if status in ("completed", "stopped") and not (config.checkpoint_every and state.step % config.checkpoint_every == 0):
+    if status in ("completed", "stopped") and not (
+        config.checkpoint_every and state.step % config.checkpoint_every == 0
+    ):
         try:
             write_checkpoint(objs, run_dir, state)
         except TrainingError as err:
             status, error = "failed", str(err)
-    summary = build_summary(objs, state, timings, eval_losses, wall_s=time.perf_counter() - started,
-                            status=status, error=error)
+    summary = build_summary(
+        objs, state, timings, eval_losses, wall_s=time.perf_counter() - started, status=status, error=error
+    )
     summary.update(guard=guard.summary(), diagnostics=diagnostics.summary(), parallel=objs.parallel.describe())
     if main:
         write_json_atomic(run_dir / SUMMARY_FILE, summary)
@@ -257,8 +299,11 @@ def run_training(objs: RunObjects, run_dir: Path, *, ckpt: dict[str, Any] | None
         raise TrainingError(f"{error} (partial summary in {run_dir / SUMMARY_FILE})")
     if status == "stopped":
         name = signal.Signals(stops.signum).name
-        raise RunInterrupted(f"stopped by {name} at step {state.step} after writing a checkpoint; "
-                             f"continue with: ampkit train --resume {run_dir}", signum=stops.signum)
+        raise RunInterrupted(
+            f"stopped by {name} at step {state.step} after writing a checkpoint; "
+            f"continue with: ampkit train --resume {run_dir}",
+            signum=stops.signum,
+        )
     return summary
 
 
@@ -279,8 +324,9 @@ def _metrics_writer(run_dir: Path, *, append: bool, main: bool) -> MetricsWriter
     return MetricsWriter(run_dir / METRICS_FILE, append=append) if main else _NoMetrics()
 
 
-def _rollback(objs: RunObjects, guard, state: Progress_, step: int, reason: str, metrics: MetricsWriter,
-              bar) -> Progress_:
+def _rollback(
+    objs: RunObjects, guard, state: Progress_, step: int, reason: str, metrics: MetricsWriter, bar
+) -> Progress_:
     """The guard restores the last checkpoint; counters continue from it (skips stay counted)."""
     restored = Progress_(**guard.rollback(objs, step=step, reason=reason, metrics=metrics))
     restored.skipped = max(restored.skipped, state.skipped)
@@ -319,8 +365,9 @@ def _status_text(record: dict[str, Any]) -> str:
     return text
 
 
-def build_summary(objs: RunObjects, state: Progress_, timings, eval_losses, *, wall_s: float, status: str,
-                  error: str | None) -> dict[str, Any]:
+def build_summary(
+    objs: RunObjects, state: Progress_, timings, eval_losses, *, wall_s: float, status: str, error: str | None
+) -> dict[str, Any]:
     """The run's `summary.json` (schema version SUMMARY_SCHEMA_VERSION; fields documented in docs/)."""
     measured = timings[WARMUP_STEPS_EXCLUDED:] or timings
     step_s = [s for s, _ in measured]

@@ -16,8 +16,9 @@ def lr_factor(step: int, *, warmup_steps: int, total_steps: int, min_lr_ratio: f
     return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, *, warmup_steps: int, total_steps: int,
-                    min_lr_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, *, warmup_steps: int, total_steps: int, min_lr_ratio: float
+) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR the loop advances only after a real optimizer step (never after a skipped one)."""
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,
