@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ampkit.core import forward_loss
 from ampkit.errors import UsageError
-from ampkit.models import IGNORE_INDEX, causal_lm_loss
+from ampkit.models import IGNORE_INDEX
 
 HEALTHY_COSINE = 0.99
 AMPLIFIED_COSINE = 0.9
@@ -29,16 +30,17 @@ FIDELITY_ROWS = 4  # rows of the fixed batch used for the capture (bounds the lo
 def capture_fidelity(*, model: torch.nn.Module, policy, batch) -> dict:
     """Forward + loss + backward on `batch` at the model's current weights; nothing is stepped.
 
-    Backward goes through the policy's current loss scale (fp16 gradients underflow without it,
-    exactly as in training) and is divided back out in fp32. Gradients are cleared afterwards.
+    Backward goes through the policy (`policy.backward`: under fp16-mixed the loss is multiplied by
+    the scaler's current scale, exactly as in training, so fp16 gradients do not underflow) and the
+    scale is divided back out in fp32. The scaler's state is not touched (no unscale, no step, no
+    update). Gradients are cleared afterwards.
     Precondition: `batch` is on the model's device; call before any optimizer step.
     """
     model.train()
     with policy.forward_context():
-        logits = model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
-        loss = causal_lm_loss(logits, batch.targets)
+        loss, logits = forward_loss(model, batch)
     scale = policy.loss_scale() or 1.0
-    (loss * scale).backward()
+    policy.backward(loss)
     params = [p for p in model.parameters() if p.requires_grad]
     grad = torch.cat([_flat_grad(p) for p in params]).div_(scale)
     model.zero_grad(set_to_none=True)

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ampkit import __version__
+from ampkit.core import Trainer, build_optimizer, build_scheduler, forward_loss
 from ampkit.data import build_samplers, load_corpus
 from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.diagnostics.advice import Advice, Evidence, advise
@@ -42,13 +43,11 @@ from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test, s
 from ampkit.diagnostics.unsafe import insert_unsafe_op
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
-from ampkit.models import causal_lm_loss
 from ampkit.precision import LossScaleCollapse, ScalerConfig, build_precision, canonical_name, check_supported, get_spec
 from ampkit.train.build import instantiate_model, resolve_model_config
-from ampkit.train.loop import Trainer
-from ampkit.train.schedule import build_scheduler
 
 SCHEMA = "ampkit.doctor/1"
+DIAGNOSTIC_WEIGHT_DECAY = 0.1  # as `ampkit train`'s default: the diagnostic run is a short training run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,22 +200,13 @@ class _Setup:
         )
 
 
-def _optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
-
-
 def diagnostic_run(setup: _Setup) -> RunRecord:
     """`steps` training steps with the locator, gradient statistics and the injector attached."""
     cfg, record = setup.config, RunRecord()
     policy = setup.policy()
     model = policy.convert_module(setup.fresh_model())
     sampler = setup.fresh_sampler()
-    optimizer = _optimizer(model, cfg.lr)
+    optimizer = build_optimizer(model, name="adamw", lr=cfg.lr, weight_decay=DIAGNOSTIC_WEIGHT_DECAY)
     scheduler = build_scheduler(optimizer, warmup_steps=min(5, cfg.steps), total_steps=cfg.steps, min_lr_ratio=0.1)
     trainer = Trainer(
         model=model,
@@ -281,7 +271,7 @@ def gradient_snapshot(setup: _Setup):
     """True-scale fp32 gradients of the initial model on one batch: the distribution fp16 must hold."""
     model = setup.fresh_model()
     batch = setup.first_batch
-    loss = causal_lm_loss(model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask), batch.targets)
+    loss, _ = forward_loss(model, batch)  # fp32 model, no policy: the true-scale reference gradients
     loss.backward()
     named = [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]
     layer_sq: dict[str, float] = {}

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ampkit.core import forward_loss
 from ampkit.data import Batch
 from ampkit.precision import Precision, build_precision
 
@@ -89,7 +90,7 @@ def _capture(model: nn.Module, policy: Precision, batch: Batch, paths: list[str]
     try:
         with torch.no_grad(), policy.run_context(), policy.forward_context():
             model.eval()
-            logits = model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
+            _, logits = forward_loss(model, batch)  # the one forward-and-loss; the loss is unused here
             outputs["logits"] = logits.detach().double()
     finally:
         model.train(was_training)

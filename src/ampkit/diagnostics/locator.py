@@ -263,12 +263,17 @@ class NonFiniteLocator:
         self._frames = 0
         self._cache = _RowCache()
         self._handles: list[Any] = []
+        self._warning_scope: Any = None
         self._classes = {path: type(m).__name__ for path, m in model.named_modules()}
 
     # -- lifecycle -------------------------------------------------------------------------
     def attach(self) -> "NonFiniteLocator":
         if self._handles:
             return self
+        # Scoped to the attachment: the filter is removed again by `detach` (catch_warnings restores
+        # the process's filter list as it was).
+        self._warning_scope = warnings.catch_warnings()
+        self._warning_scope.__enter__()
         warnings.filterwarnings("ignore", message=_NO_INPUT_GRAD_WARNING)
         for path, module in self.model.named_modules():
             self._handles += [
@@ -288,6 +293,9 @@ class NonFiniteLocator:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        if self._warning_scope is not None:
+            self._warning_scope.__exit__(None, None, None)
+            self._warning_scope = None
 
     def __enter__(self) -> "NonFiniteLocator":
         return self.attach()

@@ -16,13 +16,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from ampkit.core import Trainer, build_optimizer, build_scheduler, forward_loss
+from ampkit.core.step import StepIfFinite
 from ampkit.data import IGNORE_INDEX, Batch, ByteTokenizer, collate_pad, load_corpus, make_units, paragraphs
 from ampkit.diagnostics.locator import Finding, NonFiniteLocator
 from ampkit.errors import UsageError
-from ampkit.models import causal_lm_loss
 from ampkit.precision import LossScaleCollapse, Precision
-from ampkit.train.loop import clip_gradients
-from ampkit.train.schedule import build_scheduler
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,64 +104,90 @@ def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return ((logits.argmax(-1) == targets) & real).sum() / real.sum().clamp_min(1)
 
 
+class RepeatBatch:
+    """A sampler that yields the same batch forever (the smoke test memorizes it)."""
+
+    def __init__(self, batch: Batch):
+        self.batch = batch
+
+    def next_batch(self) -> Batch:
+        return self.batch
+
+
+class _AccuracyLoss:
+    """The one forward-and-loss (`core.forward_loss`), also keeping the token accuracy of each forward."""
+
+    def __init__(self):
+        self.loss = self.accuracy = None
+
+    def __call__(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, logits = forward_loss(model, batch)
+        self.loss, self.accuracy = loss.detach().float(), token_accuracy(logits.detach(), batch.targets).float()
+        return loss, logits
+
+
 class _Smoke:
-    """One smoke run's state; `run()` returns the SmokeResult."""
+    """One smoke run's state; `step()` is one `Trainer.train_step` plus the pass/fail reading."""
 
     def __init__(self, model: nn.Module, policy: Precision, batch: Batch, config: SmokeConfig, observers: list):
         self.model, self.policy, self.batch, self.config, self.observers = model, policy, batch, config, observers
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
+        self.measure = _AccuracyLoss()
+        optimizer = build_optimizer(model, name="adamw", lr=config.lr, weight_decay=0.0)
         # Cosine decay to 10%: the last few tokens are memorized only once the steps get small.
-        self.scheduler = build_scheduler(self.optimizer, warmup_steps=0, total_steps=config.max_steps, min_lr_ratio=0.1)
+        scheduler = build_scheduler(optimizer, warmup_steps=0, total_steps=config.max_steps, min_lr_ratio=0.1)
+        # The gate keeps non-finite gradients out of the weights when no loss scaler would, so a
+        # failure can be replayed on the weights that produced it.
+        self.trainer = Trainer(
+            model=model,
+            policy=policy,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            sampler=RepeatBatch(batch),
+            device=batch.input_ids.device,
+            grad_accum=1,
+            clip_grad_norm=config.clip_grad_norm,
+            loss_fn=self.measure,
+            gate=StepIfFinite(),
+        )
         self.accuracy: list[float] = []
         self.loss = math.nan
         self.skipped = self.skips_in_row = 0
-
-    def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
-        b = self.batch
-        with self.policy.forward_context():
-            logits = self.model(b.input_ids, positions=b.positions, attn_mask=b.attn_mask)
-            loss = causal_lm_loss(logits, b.targets)
-        return loss, token_accuracy(logits.detach(), b.targets)
 
     def begin(self, step: int) -> None:
         for observer in self.observers:
             observer.begin_step(step)
 
     def step(self, step: int) -> str | None:
-        """One optimizer step; returns a failure kind or "passed" or None (keep going)."""
+        """One optimizer step; returns a failure kind or "passed" or None (keep going).
+
+        The accuracy is read from this step's forward, at the weights before its update: 100% there
+        passes (the update that follows changes nothing the result reports)."""
         self.begin(step)
-        loss, acc = self.forward()
-        self.loss, accuracy = torch.stack([loss.detach().float(), acc.float()]).tolist()  # sync point
+        result = self.trainer.train_step()  # may raise LossScaleCollapse
+        self.loss, accuracy, norm = torch.stack(
+            [self.measure.loss, self.measure.accuracy, result.grad_norm.float()]
+        ).tolist()  # sync point
         self.accuracy.append(accuracy)
         if accuracy >= 1.0:
             return "passed"
         if not math.isfinite(self.loss):
             return "nonfinite_loss"
-        self.policy.backward(loss)
-        self.policy.unscale_gradients(self.optimizer)
-        norm = clip_gradients(self.params, self.config.clip_grad_norm)
-        # Without a loss scaler nothing would skip this step: stop before non-finite gradients land
-        # in the weights. With one, a skipped step is the scaler doing its job.
-        if self.policy.loss_scale() is None and not math.isfinite(norm.item()):
+        if self.policy.loss_scale() is None and not math.isfinite(norm):
             return "nonfinite_grad"
-        stepped = self.policy.optimizer_step(self.optimizer)  # may raise LossScaleCollapse
-        if stepped:
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.skipped += not stepped
-        self.skips_in_row = 0 if stepped else self.skips_in_row + 1
+        self.skipped += not result.stepped
+        self.skips_in_row = 0 if result.stepped else self.skips_in_row + 1
         return "skips" if self.skips_in_row >= self.config.max_consecutive_skips else None
 
     def locate(self, step: int) -> Finding | None:
         """Replay `step`'s forward and backward with the locator attached (no optimizer step)."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self.trainer.optimizer.zero_grad(set_to_none=True)
         with NonFiniteLocator(self.model) as locator:
             self.begin(step)
             locator.begin_step(step)
-            loss, _ = self.forward()
+            with self.policy.forward_context():
+                loss, _ = forward_loss(self.model, self.batch)
             self.policy.backward(loss)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.trainer.optimizer.zero_grad(set_to_none=True)
         return locator.first_nonfinite or locator.first_near_max
 
 

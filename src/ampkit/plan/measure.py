@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ampkit.data import Batch
 from ampkit.errors import UsageError
 from ampkit.models import build_model
 from ampkit.plan.describe import ModelDescription
@@ -65,11 +66,10 @@ def measure_cpu_step_peak(desc: ModelDescription, setting: StepSetting, *, seed:
     _warm_up(model, optimizer, keep_grads=setting.grad_accum > 1)
     generator = torch.Generator().manual_seed(seed)
     shape = (setting.micro_batch, setting.seq_len)
-    batch = (
-        torch.randint(0, desc.vocab_size, shape, generator=generator),
-        torch.randint(0, desc.vocab_size, shape, generator=generator),
-    )
-    held = _held_bytes(model, optimizer, batch)
+    ids = torch.randint(0, desc.vocab_size, shape, generator=generator)
+    targets = torch.randint(0, desc.vocab_size, shape, generator=generator)
+    batch = Batch(input_ids=ids, targets=targets, n_tokens=ids.numel(), n_padded=ids.numel())
+    held = _held_bytes(model, optimizer, [ids, targets])
     with policy.run_context(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         _train_step(model, policy, optimizer, StorageTracker(), batch)  # an unentered tracker only names phases
     return held + _allocator_peak(prof)

@@ -18,6 +18,8 @@ import math
 import torch
 from torch import nn
 
+from ampkit.core.optim import SGD_MOMENTUM
+from ampkit.core.optim import build_optimizer as core_build_optimizer
 from ampkit.errors import UsageError
 
 OPTIMIZERS = ("adamw", "adamw-8bit", "sgd", "sgd-momentum")
@@ -53,25 +55,10 @@ def optimizer_state_bytes(name: str, tensor_sizes: list[int], *, param_bytes: in
 
 
 def build_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
-    """The real optimizer for the traced engine (same construction as `ampkit train` for adamw:
-    fused AdamW, weight decay on matrices only)."""
+    """The real optimizer for the traced engine: `ampkit.core.build_optimizer`, the one `ampkit
+    train` uses (the learning rate does not change what the step allocates). The planner's `sgd`
+    has no momentum buffer; `sgd-momentum` is train's `sgd` (momentum 0.9)."""
     name = check_optimizer(name)
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    if name == "adamw":
-        return torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    if name == "sgd":
-        return torch.optim.SGD(groups, lr=1e-2, momentum=0.0)
-    if name == "sgd-momentum":
-        return torch.optim.SGD(groups, lr=1e-2, momentum=0.9)
-    try:
-        import bitsandbytes as bnb
-    except ImportError:
-        raise UsageError(
-            "tracing adamw-8bit needs bitsandbytes: pip install 'ampkit[8bit]' "
-            "(or drop --trace: the analytic ledger plans it without)"
-        ) from None
-    return bnb.optim.AdamW8bit(groups, lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    momentum = 0.0 if name == "sgd" else SGD_MOMENTUM
+    core_name = "sgd" if name.startswith("sgd") else name
+    return core_build_optimizer(model, name=core_name, lr=1e-3, weight_decay=0.1, momentum=momentum)

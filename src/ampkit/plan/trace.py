@@ -26,8 +26,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ampkit.core import Trainer
+from ampkit.data import Batch
 from ampkit.errors import UsageError
-from ampkit.models import LlamaLM, causal_lm_loss
+from ampkit.models import LlamaLM
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import build_optimizer
@@ -140,37 +142,69 @@ def _install_labels(model: LlamaLM, tracker: StorageTracker) -> None:
     model.embed.register_forward_hook(mark_embedding_backward)
 
 
-def _optimizer_step(policy: Precision, optimizer: torch.optim.Optimizer) -> None:
-    from torch._subclasses.fake_tensor import DataDependentOutputException
+class _TrackerPhases:
+    """The training step's phase hooks, filing what each phase allocates under its ledger label."""
 
-    try:
-        policy.optimizer_step(optimizer)
-    except DataDependentOutputException:
-        optimizer.step()  # GradScaler.step reads found_inf with .item(); the update allocates the same
+    def __init__(self, tracker: StorageTracker):
+        self.tracker = tracker
+
+    def enter(self, phase: str) -> None:
+        if phase == "backward":
+            self.tracker.phase, self.tracker.label = "temporaries", "backward: loss"
+        else:
+            self.tracker.label = "optimizer step"
+
+
+class _FakeModePolicy:
+    """The run's policy, except that GradScaler's skip decision (`.item()` on a fake tensor, which
+    cannot be answered) is replaced by stepping the optimizer, which allocates the same."""
+
+    def __init__(self, policy: Precision):
+        self._policy = policy
+
+    def __getattr__(self, name: str):
+        return getattr(self._policy, name)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
+        from torch._subclasses.fake_tensor import DataDependentOutputException
+
+        try:
+            return self._policy.optimizer_step(optimizer)
+        except DataDependentOutputException:
+            optimizer.step()
+            return True
+
+
+class _OneBatch:
+    """A sampler of one (fake) batch, and a schedule that does nothing: one step is traced."""
+
+    def __init__(self, batch: Batch):
+        self.batch = batch
+
+    def next_batch(self) -> Batch:
+        return self.batch
+
+    def step(self) -> None:
+        """The LR schedule allocates nothing."""
 
 
 def _train_step(
-    model: LlamaLM,
-    policy: Precision,
-    optimizer: torch.optim.Optimizer,
-    tracker: StorageTracker,
-    batch: tuple[torch.Tensor, torch.Tensor],
+    model: LlamaLM, policy: Precision, optimizer: torch.optim.Optimizer, tracker: StorageTracker, batch: Batch
 ) -> None:
-    """`ampkit.train.loop.Trainer.train_step` for one micro-batch, with the tracker's phases."""
-    input_ids, targets = batch
-    params = [p for p in model.parameters() if p.requires_grad]
-    with policy.forward_context():
-        logits = model(input_ids)
-        loss = causal_lm_loss(logits, targets)
-    tracker.phase, tracker.label = "temporaries", "backward: loss"
-    policy.backward(loss)
-    tracker.label = "optimizer step"
-    policy.unscale_gradients(optimizer)
-    grads = [p.grad for p in params if p.grad is not None]
-    total = torch.nn.utils.get_total_norm(grads, foreach=True)  # as ampkit.train.loop.clip_gradients
-    torch.nn.utils.clip_grads_with_norm_(params, 1.0, total, foreach=True)
-    _optimizer_step(policy, optimizer)
-    del logits, loss  # held to here: the training loop keeps them to the end of its step
+    """`ampkit.core.Trainer.train_step` itself, for one micro-batch, with the tracker's phase labels."""
+    stream = _OneBatch(batch)
+    trainer = Trainer(
+        model=model,
+        policy=_FakeModePolicy(policy),
+        optimizer=optimizer,
+        scheduler=stream,
+        sampler=stream,
+        device=torch.device("cpu"),
+        grad_accum=1,
+        clip_grad_norm=1.0,
+        phases=_TrackerPhases(tracker),
+    )
+    trainer.train_step()
 
 
 def trace_step(desc: ModelDescription, setting: StepSetting) -> StorageTracker:
@@ -194,9 +228,11 @@ def trace_step(desc: ModelDescription, setting: StepSetting) -> StorageTracker:
         if setting.checkpointing == "full":
             checkpoint_blocks(model, tracker)
         shape = (setting.micro_batch, setting.seq_len)
-        batch = (torch.randint(0, desc.vocab_size, shape), torch.randint(0, desc.vocab_size, shape))
-        for tensor in batch:
+        ids, targets = torch.randint(0, desc.vocab_size, shape), torch.randint(0, desc.vocab_size, shape)
+        for tensor in (ids, targets):
             tracker.tag(tensor, "activations")
+        n = setting.micro_batch * setting.seq_len
+        batch = Batch(input_ids=ids, targets=targets, n_tokens=n, n_padded=n)
         with policy.run_context(), tracker:
             _train_step(model, policy, optimizer, tracker, batch)
     return tracker

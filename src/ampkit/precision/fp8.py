@@ -21,14 +21,23 @@ MIN_FEATURES = 16
 SKIP_MODULES = ("lm_head",)
 
 
+_QUIET_AT_IMPORT = ("torchao", "torch.utils._pytree")
+
+
 def _load_torchao_float8():
-    # torchao logs a warning per optional CUDA extension it cannot load; on a CPU build that is noise.
-    for name in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    # torchao logs a warning per optional CUDA extension it cannot load at import; on a CPU build
+    # that is noise. The loggers are quiet for the import only, then restored to their levels.
+    loggers = [logging.getLogger(name) for name in _QUIET_AT_IMPORT]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         return importlib.import_module("torchao.float8")
     except ImportError:
         raise UsageError("fp8 needs torchao, which is not installed: pip install 'ampkit[fp8]'") from None
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def fp8_module_filter(module: nn.Module, fqn: str, *, min_features: int = MIN_FEATURES) -> bool:

@@ -1,8 +1,8 @@
-"""Training: config, builders, the step, the run (logging, eval, checkpoints), schedules."""
+"""Training: config, builders, the run (logging, eval, checkpoints); the step itself is `ampkit.core`."""
 
+from ampkit.core.step import StepResult, Trainer, clip_gradients
 from ampkit.train.build import RunObjects, build_run
 from ampkit.train.config import TrainConfig
-from ampkit.train.loop import StepResult, Trainer, clip_gradients
 from ampkit.train.run import run_training
 
 __all__ = ["RunObjects", "StepResult", "TrainConfig", "Trainer", "build_run", "clip_gradients", "run_training"]

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ampkit.core import Trainer, build_optimizer, build_scheduler
+from ampkit.core.optim import check_optimizer_available
 from ampkit.data import DedupStats, Tokenizer, build_data, load_corpus
 from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.distributed.context import LocalRun, init_run
@@ -28,8 +30,6 @@ from ampkit.precision import Precision, build_precision, check_supported
 from ampkit.train import features
 from ampkit.train.config import TrainConfig
 from ampkit.train.loggers import check_logger_available
-from ampkit.train.loop import Trainer
-from ampkit.train.schedule import build_scheduler
 
 
 @dataclass
@@ -91,11 +91,6 @@ def instantiate_model(model_config: ModelConfig | HFModelInfo, *, device: torch.
     return build_model(model_config, device=device, seed=seed)
 
 
-def build_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    """`config.optimizer` (adamw: fused AdamW; adamw-8bit; sgd); weight decay on matrices only."""
-    return features.build_optimizer(model, name=config.optimizer, lr=config.lr, weight_decay=config.weight_decay)
-
-
 def apply_model_features(
     model: nn.Module, config: TrainConfig, policy: Precision, device: torch.device
 ) -> tuple[nn.Module, features.FeatureReport]:
@@ -134,7 +129,7 @@ def build_run(config: TrainConfig) -> RunObjects:
         )
     if config.compile:
         features.check_compile_available(device)  # before any data or model work
-    features.check_optimizer_available(config.optimizer)  # a missing library names its extra
+    check_optimizer_available(config.optimizer)  # a missing library names its extra
     check_logger_available(config.log)
     data = build_data(
         corpus,
@@ -155,7 +150,7 @@ def build_run(config: TrainConfig) -> RunObjects:
     model = policy.convert_module(instantiate_model(model_config, device=device, seed=config.seed))
     model, feature_report = apply_model_features(model, config, policy, device)
     model = wrap_model(model, run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype)  # sharding last
-    optimizer = build_optimizer(model, config, device)
+    optimizer = build_optimizer(model, name=config.optimizer, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = build_scheduler(
         optimizer, warmup_steps=config.warmup_steps, total_steps=config.steps, min_lr_ratio=config.min_lr_ratio
     )

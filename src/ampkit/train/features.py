@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import os
 import re
 import shutil
@@ -34,19 +33,15 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ampkit.core.optim import OPTIMIZERS, check_optimizer_available
+from ampkit.core.step import forward_loss
 from ampkit.data import BATCHING_STRATEGIES, DEDUP_MODES, Batch, collate_pack, collate_pad
 from ampkit.errors import UsageError
-from ampkit.models import causal_lm_loss
 
-OPTIMIZERS = ("adamw", "adamw-8bit", "sgd")
-"""`--optimizer` choices."""
 CHECKPOINTING_CHOICES = "none, full or every-N (N >= 1: every N-th block)"
 _EVERY_N = re.compile(r"^every-(\d+)$")
 _CHECKPOINTED = "_ampkit_checkpointed"  # flag on a block whose forward is already wrapped
 
-ADAMW_BETAS = (0.9, 0.95)
-ADAMW_EPS = 1e-8
-SGD_MOMENTUM = 0.9
 
 
 # ---------------------------------------------------------------- validation
@@ -157,8 +152,7 @@ def warm_up_compiled(model: nn.Module, *, policy, batch: Batch, device: torch.de
     started = time.perf_counter()
     with policy.run_context():  # the run's TF32 flags: compiled code is guarded on them
         with policy.forward_context():
-            logits = model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
-            loss = causal_lm_loss(logits, batch.targets)
+            loss, _ = forward_loss(model, batch)
         loss.backward()
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # sync point: compile time includes the device work
@@ -167,54 +161,7 @@ def warm_up_compiled(model: nn.Module, *, policy, batch: Batch, device: torch.de
     return seconds
 
 
-# ---------------------------------------------------------------- optimizer
-
-
-def param_groups(model: nn.Module, *, weight_decay: float) -> list[dict[str, Any]]:
-    """Weight decay on matrices only (norm gains and other vectors are not decayed)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-
-
-def build_optimizer(model: nn.Module, *, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """adamw: torch's fused AdamW (one pass over all parameters, CPU and CUDA); adamw-8bit:
-    bitsandbytes' block-wise 8-bit AdamW (same betas/eps); sgd: SGD with momentum 0.9."""
-    groups = param_groups(model, weight_decay=weight_decay)
-    if name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, betas=ADAMW_BETAS, eps=ADAMW_EPS, fused=True)
-    if name == "adamw-8bit":
-        return _load_bitsandbytes().optim.AdamW8bit(groups, lr=lr, betas=ADAMW_BETAS, eps=ADAMW_EPS)
-    if name == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=SGD_MOMENTUM)
-    raise UsageError(f"unknown --optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
-
-
-def check_optimizer_available(name: str) -> None:
-    """Fail before anything is built when the optimizer's library is missing (names the extra)."""
-    if name == "adamw-8bit":
-        _load_bitsandbytes()
-
-
-def _load_bitsandbytes():
-    """Import bitsandbytes lazily; its absence names the extra to install."""
-    # bitsandbytes logs a warning at import on AVX512-BF16 CPUs about an optional 4-bit matmul
-    # kernel package; 8-bit optimizer states do not use it, so keep it off the user's console.
-    bnb_logger = logging.getLogger("bitsandbytes")
-    level = bnb_logger.level
-    bnb_logger.setLevel(logging.ERROR)
-    try:
-        import bitsandbytes
-    except ImportError:
-        raise UsageError(
-            "--optimizer adamw-8bit needs bitsandbytes; install it with "
-            "pip install 'ampkit[8bit]' (or use --optimizer adamw)"
-        ) from None
-    finally:
-        bnb_logger.setLevel(level)
-    return bitsandbytes
+# ---------------------------------------------------------------- optimizer state
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> dict[str, int]:

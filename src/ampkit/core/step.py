@@ -1,18 +1,24 @@
 """One optimizer step, done right for every precision, and held-out evaluation.
 
+This is the only code that runs backward -> unscale -> clip -> optimizer step -> schedule; train,
+bench, doctor, the smoke test and the planner's traced step all call `Trainer.train_step`.
 The step never branches on dtype: precision behaviour lives in the policy object.
-    forward + loss under policy.forward_context()   (autocast wraps nothing else)
+    forward + loss under policy.forward_context()   (autocast wraps nothing else; `loss_fn`)
     policy.backward                                 (scales the loss when a scaler is active)
     policy.unscale_gradients -> clip                (clipping sees true-scale gradients)
+    gate.allows(grad_norm)                          (do-nothing by default; diagnostics may skip)
     policy.optimizer_step -> bool                   (False when the scaler skipped the step)
     scheduler.step() only if the optimizer stepped
-No `.item()` here: results stay on the device until the caller logs them.
+No `.item()` here: results stay on the device until the caller logs them (the optional
+`StepIfFinite` gate is the one exception, and says so).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -20,6 +26,20 @@ from torch import nn
 from ampkit.distributed.context import LocalRun
 from ampkit.models import causal_lm_loss
 from ampkit.precision import Precision
+
+LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
+"""`loss_fn(model, batch) -> (loss, outputs)`: the mean loss over the batch's items (0-d, fp32) and
+the model's outputs (for metrics such as the smoke test's accuracy). Called inside the policy's
+forward context."""
+
+
+def forward_loss(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward-and-loss of a causal-LM batch, written once: (mean next-token loss, logits).
+
+    `batch` is an `ampkit.data.Batch` on the model's device; the loss is computed in fp32 whatever
+    the logits' dtype (`causal_lm_loss` upcasts)."""
+    logits = model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
+    return causal_lm_loss(logits, batch.targets), logits
 
 
 @dataclass
@@ -34,7 +54,7 @@ class StepResult:
     n_slots: int
     """all target slots, padding included (all ranks)"""
     stepped: bool
-    """False when the loss scaler skipped the optimizer step (inf/nan gradients)"""
+    """False when the optimizer step was skipped (the loss scaler found inf/nan, or the gate said no)"""
 
 
 def clip_gradients(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
@@ -44,6 +64,29 @@ def clip_gradients(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
     if max_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
     return total
+
+
+class StepAlways:
+    """The default gate: every step goes to the policy (which may still skip it: the scaler)."""
+
+    def allows(self, grad_norm: torch.Tensor, policy: Precision) -> bool:
+        return True
+
+
+class StepIfFinite:
+    """Diagnostics' gate: without a loss scaler nothing would stop non-finite gradients from
+    reaching the weights, so skip such a step (the weights stay the ones that produced it, for a
+    replay). With a scaler the scaler decides. A host sync per step: diagnostics only."""
+
+    def allows(self, grad_norm: torch.Tensor, policy: Precision) -> bool:
+        return policy.loss_scale() is not None or math.isfinite(grad_norm.item())  # sync point
+
+
+class NoPhases:
+    """Phase observer that does nothing (the planner's tracer labels memory by phase instead)."""
+
+    def enter(self, phase: str) -> None:
+        """`phase` is "backward" or "optimizer"."""
 
 
 class Trainer:
@@ -61,12 +104,18 @@ class Trainer:
         grad_accum: int,
         clip_grad_norm: float,
         parallel: LocalRun | None = None,
+        loss_fn: LossFn = forward_loss,
+        gate: StepAlways | StepIfFinite | None = None,
+        phases: NoPhases | None = None,
     ):
         self.model, self.policy, self.optimizer, self.scheduler = model, policy, optimizer, scheduler
         # Data-parallel hooks (ampkit.distributed): a do-nothing object in a one-process run.
         self.parallel = parallel if parallel is not None else LocalRun()
         self.sampler, self.device = sampler, device
         self.grad_accum, self.clip_grad_norm = grad_accum, clip_grad_norm
+        self.loss_fn = loss_fn
+        self.gate = gate if gate is not None else StepAlways()
+        self.phases = phases if phases is not None else NoPhases()
         self.params = [p for p in model.parameters() if p.requires_grad]
 
     def train_step(self) -> StepResult:
@@ -81,17 +130,19 @@ class Trainer:
         for i, batch in enumerate(batches):
             with self.parallel.micro_batch_context(last=i == len(batches) - 1):  # DDP: all-reduce on the last only
                 with self.policy.forward_context():
-                    logits = self.model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
-                    loss = causal_lm_loss(logits, batch.targets)
+                    # The outputs stay referenced to the end of the step (the planner's ledger assumes so).
+                    loss, outputs = self.loss_fn(self.model, batch)
                 # Weight each micro-batch by its share of real tokens, so the step's gradient is the
                 # per-token mean over the whole step whatever the padding of each micro-batch. DDP and
                 # FSDP average gradients over ranks, hence the factor `world` (1 in one process).
                 weight = batch.n_tokens * world / max(1, n_tokens)
+                self.phases.enter("backward")
                 self.policy.backward(loss * weight)
             total_loss += loss.detach() * weight
+        self.phases.enter("optimizer")
         self.policy.unscale_gradients(self.optimizer)
         grad_norm = clip_gradients(self.params, self.clip_grad_norm)
-        stepped = self.policy.optimizer_step(self.optimizer)
+        stepped = self.gate.allows(grad_norm, self.policy) and self.policy.optimizer_step(self.optimizer)
         if stepped:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -106,8 +157,7 @@ class Trainer:
         for batch in batches:
             batch = batch.to(self.device)
             with self.policy.forward_context():
-                logits = self.model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
-                loss = causal_lm_loss(logits, batch.targets)
+                loss, _ = self.loss_fn(self.model, batch)
             total += loss.double() * batch.n_tokens
             count += batch.n_tokens
         self.model.train()

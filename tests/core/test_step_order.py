@@ -8,7 +8,7 @@ from unittest import mock
 
 import torch
 
-import ampkit.train.loop as loop
+import ampkit.core.step as loop
 from ampkit.data import collate_pad
 from ampkit.models import build_model, causal_lm_loss, get_preset
 from ampkit.precision import build_precision
