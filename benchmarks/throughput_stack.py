@@ -242,8 +242,9 @@ def bench_checkpointing(quick: bool) -> dict:
 
 
 def bench_optimizer_states() -> dict:
+    from ampkit.core import build_optimizer
     from ampkit.models import build_model, get_preset
-    from ampkit.train.features import FeatureSet, build_optimizer, feature_set_unavailable, optimizer_state_bytes
+    from ampkit.train.features import FeatureSet, feature_set_unavailable, optimizer_state_bytes
 
     rows = {}
     for name in ("adamw", "adamw-8bit"):

@@ -14,6 +14,11 @@ class TrainingError(Exception):
     """A run that cannot continue (e.g. the loss scale collapsed below its floor)."""
 
 
+class RunDiverged(TrainingError):
+    """The loss went non-finite (or the loss scale collapsed) and no NaN guard was on: the run ends
+    without writing the non-finite state; the message names the step and the next command."""
+
+
 class RunInterrupted(TrainingError):
     """SIGINT/SIGTERM stopped a run gracefully (after a checkpoint); the exit code is 128 + signal."""
 

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from ampkit.core import build_optimizer
 from ampkit.data import IGNORE_INDEX, best_fit_row, collate_pack
 from ampkit.errors import UsageError
 from ampkit.models import build_model, causal_lm_loss, get_preset
@@ -21,7 +22,6 @@ from ampkit.train.features import (
     FeatureSet,
     apply_activation_checkpointing,
     apply_feature_set,
-    build_optimizer,
     get_feature_sets,
     optimizer_state_bytes,
     parse_activation_checkpointing,

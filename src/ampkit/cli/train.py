@@ -10,15 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ampkit.config import add_command_flags, config_to_toml, given_flags, resolve_config
-from ampkit.distributed.checkpoint import latest_sharded, load_sharded
 from ampkit.distributed.context import launch_env, rank_error, shared_run_dir
 from ampkit.distributed.launch import relaunch, worker_argv
 from ampkit.errors import TrainingError, UsageError
 from ampkit.runs import create_run_dir
 from ampkit.train import TrainConfig, build_run, run_training
-from ampkit.train.checkpoint import load_latest
 from ampkit.train.config import RESUMABLE_OVERRIDES
-from ampkit.train.run import run_identity
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -42,7 +39,7 @@ def register(sub) -> argparse.ArgumentParser:
     return parser
 
 
-def _resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict, Path]:
+def _resume_config(args: argparse.Namespace) -> tuple[TrainConfig, Path]:
     run_dir = Path(args.resume)
     saved = run_dir / "config.json"
     if not saved.is_file():
@@ -59,19 +56,15 @@ def _resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict, Path]:
             f"{names} cannot change when resuming (the checkpoint was made with "
             f"{', '.join(f'{k}={base.get(k)!r}' for k in changed)}); start a new run instead"
         )
-    config = resolve_config(TrainConfig, args, base=base)
-    # A data-parallel run's sharded checkpoint loads after the model is built and wrapped (_train).
-    ckpt = load_latest(run_dir, identity=run_identity(config)) if config.parallel == "none" else None
-    return config, ckpt, run_dir
+    return resolve_config(TrainConfig, args, base=base), run_dir
 
 
 def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     if args.resume:
-        config, ckpt, run_dir = _resume_config(args)
+        config, run_dir = _resume_config(args)
     else:
-        config, ckpt = resolve_config(TrainConfig, args, toml_path=args.config), None
-        run_dir = None
+        config, run_dir = resolve_config(TrainConfig, args, toml_path=args.config), None
     if args.print_config:
         print(config_to_toml(config), end="")
         return 0
@@ -88,35 +81,28 @@ def run(args: argparse.Namespace) -> int:
         return relaunch(nproc=config.nproc, module_argv=["train", *worker_argv(args, TrainConfig, options=options)])
     objs = build_run(config)  # device check first (and joining the torchrun job), then data and model
     try:
-        return _train(objs, args, ckpt=ckpt, run_dir=run_dir, console=console)
+        return _train(objs, args, run_dir=run_dir, console=console)
     except (UsageError, TrainingError, RuntimeError) as err:
-        if not objs.parallel.distributed:
-            raise
-        named = rank_error(err, rank=objs.parallel.rank)
-        if named is err:  # not a user or peer problem: keep the traceback
+        named = rank_error(err, rank=objs.parallel.rank) if objs.parallel.distributed else err
+        if named is err:  # one process, or not a user or peer problem: as it is (a traceback if unexpected)
             raise
         raise named from None
     finally:
         objs.parallel.close()
 
 
-def _train(objs, args: argparse.Namespace, *, ckpt: dict | None, run_dir: Path | None, console: Console) -> int:
+def _train(objs, args: argparse.Namespace, *, run_dir: Path | None, console: Console) -> int:
     main = objs.parallel.is_main  # rank 0 alone prints; every rank trains
     for warning in objs.warnings if main else ():
         console.print(f"[yellow]warning:[/] {warning}")
     run_dir = run_dir or shared_run_dir(objs.parallel, lambda: create_run_dir(args.out, "train"))
-    if args.resume and objs.parallel.distributed:
-        ckpt = load_sharded(
-            objs.parallel,
-            model=objs.model,
-            optimizer=objs.optimizer,
-            path=latest_sharded(run_dir),
-            identity=run_identity(objs.config),
-        )
-    if ckpt and main:
-        console.print(f"resuming {run_dir} at step {ckpt['step']}")
     summary = run_training(
-        objs, run_dir, ckpt=ckpt, console=console, show_progress=not args.json, stop_after=args.stop_after
+        objs,
+        run_dir,
+        resume=bool(args.resume),
+        console=console,
+        show_progress=not args.json,
+        stop_after=args.stop_after,
     )
     if args.json and main:
         print(json.dumps(summary, indent=2))

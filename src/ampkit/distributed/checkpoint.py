@@ -17,7 +17,6 @@ one, but the per-rank sampler positions and the global batch would not carry ove
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -214,24 +213,3 @@ def latest_sharded(run_dir: Path) -> Path:
     if not paths:
         raise UsageError(f"{run_dir} has no complete sharded checkpoint to resume from; start a new run instead")
     return paths[-1]
-
-
-def all_finite(run, model: nn.Module, optimizer: torch.optim.Optimizer) -> bool:
-    """Whether every weight and floating optimizer state is finite on every rank (checkpoint steps only).
-
-    Checks this rank's shards (`to_local()` of DTensors), then agrees across ranks."""
-    tensors = [p.detach() for p in model.parameters()]
-    tensors += [
-        v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.is_floating_point()
-    ]
-    local = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
-    by_device: dict[torch.device, list[torch.Tensor]] = {}
-    for t in local:
-        if t.numel():
-            by_device.setdefault(t.device, []).append(t)
-    # The max-abs norm is inf/nan exactly when an element is, and cannot overflow like a sum of squares.
-    finite = all(
-        bool(torch.isfinite(torch.stack([n.float() for n in torch._foreach_norm(group, math.inf)])).all())
-        for group in by_device.values()
-    )  # one sync point per device
-    return run.all_true(finite)

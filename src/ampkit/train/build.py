@@ -28,6 +28,7 @@ from ampkit.models import ModelConfig, build_model, get_preset
 from ampkit.models.hf import HFModelInfo, build_hf_model, describe_hf_model, is_hf_model
 from ampkit.precision import Precision, build_precision, check_supported
 from ampkit.train import features
+from ampkit.train.checkpointer import FileCheckpointer, ShardedCheckpointer, build_checkpointer
 from ampkit.train.config import TrainConfig
 from ampkit.train.loggers import check_logger_available
 
@@ -55,6 +56,8 @@ class RunObjects:
     """The throughput switches applied (checkpointed blocks, compile time, ...)."""
     parallel: LocalRun = dataclasses.field(default_factory=LocalRun)
     """This process's place in a data-parallel job (`LocalRun`: a one-process run)."""
+    checkpointer: FileCheckpointer | ShardedCheckpointer | None = None
+    """Single-file or sharded (DCP) checkpoints, chosen with the parallel mode (`build_run` sets it)."""
 
     def features_summary(self) -> dict:
         """The summary's "throughput" section: switches, compile time, optimizer-state bytes, dedup."""
@@ -115,22 +118,21 @@ def apply_model_features(
     return model, report
 
 
-def build_run(config: TrainConfig) -> RunObjects:
-    device, info, warnings = check_device(config)
-    # Joins the torchrun job before any data or model work; a rank's device is cuda:LOCAL_RANK.
-    parallel, device = init_run(parallel=config.parallel, device=device, reduce_dtype=config.reduce_dtype)
-    corpus = load_corpus(None if config.data == "default" else config.data)
-    tokenizer = tokenizer_for_model(config.model)  # hf:PATH: the folder's own tokenizer if any; else bytes
-    model_config = resolve_model_config(config.model, tokenizer)
+def check_run_settings(config: TrainConfig, *, device: torch.device, model_config) -> None:
+    """Everything that can be refused before any data or model work (UsageError with the fix)."""
     if config.seq_len > model_config.max_seq_len:
         raise UsageError(
             f"--seq-len {config.seq_len} exceeds model '{config.model}' max_seq_len "
             f"{model_config.max_seq_len}; use a shorter --seq-len"
         )
     if config.compile:
-        features.check_compile_available(device)  # before any data or model work
+        features.check_compile_available(device)
     check_optimizer_available(config.optimizer)  # a missing library names its extra
     check_logger_available(config.log)
+
+
+def build_run_data(config: TrainConfig, *, corpus, tokenizer, parallel):
+    """The seeded training stream (dealt to the ranks of a data-parallel job) and held-out batches."""
     data = build_data(
         corpus,
         tokenizer,
@@ -141,9 +143,21 @@ def build_run(config: TrainConfig) -> RunObjects:
         strategy=config.batching,
         dedup=config.dedup,
     )
-    sampler, val_batches = data.train, data.val_batches
+    sampler = data.train
     if parallel.distributed:  # rank r takes batches r, r+W, ... of the one seeded stream (global batch: W x)
         sampler = parallel.sampler = RankShardedSampler(sampler, rank=parallel.rank, world_size=parallel.world_size)
+    return data, sampler
+
+
+def build_run(config: TrainConfig) -> RunObjects:
+    device, info, warnings = check_device(config)
+    # Joins the torchrun job before any data or model work; a rank's device is cuda:LOCAL_RANK.
+    parallel, device = init_run(parallel=config.parallel, device=device, reduce_dtype=config.reduce_dtype)
+    corpus = load_corpus(None if config.data == "default" else config.data)
+    tokenizer = tokenizer_for_model(config.model)  # hf:PATH: the folder's own tokenizer if any; else bytes
+    model_config = resolve_model_config(config.model, tokenizer)
+    check_run_settings(config, device=device, model_config=model_config)
+    data, sampler = build_run_data(config, corpus=corpus, tokenizer=tokenizer, parallel=parallel)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     policy = build_precision(config.precision, device_type=device.type, scaler=config.scaler_config())
@@ -176,10 +190,11 @@ def build_run(config: TrainConfig) -> RunObjects:
         optimizer=optimizer,
         scheduler=scheduler,
         sampler=sampler,
-        val_batches=val_batches,
+        val_batches=data.val_batches,
         corpus_name=corpus.name,
         trainer=trainer,
         dedup=data.dedup,
         features=feature_report,
         parallel=parallel,
+        checkpointer=build_checkpointer(config, parallel),
     )

@@ -43,7 +43,6 @@ _EVERY_N = re.compile(r"^every-(\d+)$")
 _CHECKPOINTED = "_ampkit_checkpointed"  # flag on a block whose forward is already wrapped
 
 
-
 # ---------------------------------------------------------------- validation
 
 

@@ -1,17 +1,18 @@
-"""The NaN guard (`train --guard`): a non-finite value never ends the run and never reaches disk.
+"""What a run does when its numbers go non-finite: stop (the default) or roll back (`train --guard`).
 
 Triggers, all read from host values the loop already has (no extra host-device sync per step):
-  - a non-finite loss, or a non-finite gradient norm on a step the optimizer took (log steps,
-    where the loss is fetched anyway; every step on CPU),
-  - `max_skips` consecutive steps skipped by the loss scaler (its own inf check, already synced),
-  - a loss-scale collapse below `min_scale` (`LossScaleCollapse`).
-Response: roll back to the newest checkpoint (every checkpoint is finite, see below), keep the data
-stream where it is, so the offending batches are skipped (PaLM's recipe), multiply the learning rate
-by `lr_factor`, log a "rollback" event, continue. After `max_rollbacks` rollbacks it gives up with a
-`TrainingError` that says what kept happening.
-
-`checkpoint_is_finite` runs before every checkpoint write, guard or not (one sync per checkpoint):
-a checkpoint with a non-finite weight or optimizer state is never written.
+  - a non-finite loss at a log step (where the loss is fetched anyway; every step on CPU),
+  - a loss-scale collapse below `min_scale` (`LossScaleCollapse`),
+  - with `--guard` also: a non-finite gradient norm on a step the optimizer took, and `max_skips`
+    consecutive steps skipped by the loss scaler (its own inf check, already synced).
+Responses:
+  - `StopOnDivergence` (no `--guard`): the run ends with status "diverged" (`RunDiverged`, exit 1),
+    no checkpoint of the non-finite state, and a line naming the step and the next command.
+  - `NanGuard` (`--guard`): roll back to the newest checkpoint (every checkpoint is finite: the
+    checkpointer refuses to write non-finite state), keep the data stream where it is, so the
+    offending batches are skipped (PaLM's recipe), multiply the learning rate by `lr_factor`, log a
+    "rollback" event, continue. After `max_rollbacks` rollbacks it gives up with a `TrainingError`
+    that says what kept happening.
 """
 
 from __future__ import annotations
@@ -20,12 +21,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
 from ampkit.diagnostics.inject import parse_fault_spec
-from ampkit.errors import TrainingError, UsageError
-from ampkit.train.checkpoint import list_checkpoints, load_latest
+from ampkit.errors import RunDiverged, TrainingError, UsageError
 
 
 def check_guard_settings(config) -> None:
@@ -47,40 +44,35 @@ def check_guard_settings(config) -> None:
         parse_fault_spec(config.inject)
 
 
-def checkpoint_is_finite(model: nn.Module, optimizer: torch.optim.Optimizer) -> bool:
-    """Whether every weight and every floating optimizer-state tensor is finite (one sync per device).
-
-    Uses the max-abs norm: it is inf or nan exactly when an element is, and cannot overflow the way
-    a sum of squares of large finite values can.
-    """
-    tensors = [p.detach() for p in model.parameters()]
-    tensors += [
-        v
-        for state in optimizer.state.values()
-        for v in state.values()
-        if isinstance(v, torch.Tensor) and v.is_floating_point()
-    ]
-    by_device: dict[torch.device, list[torch.Tensor]] = {}
-    for t in tensors:
-        if t.numel():
-            by_device.setdefault(t.device, []).append(t)
-    for group in by_device.values():
-        peaks = torch.stack([n.float() for n in torch._foreach_norm(group, math.inf)])
-        if not bool(torch.isfinite(peaks).all()):  # sync point (checkpoint steps only)
-            return False
-    return True
+def _nonfinite_loss(record: dict[str, Any] | None) -> str | None:
+    if record is not None and not math.isfinite(record["loss"]):
+        return f"non-finite loss ({record['loss']})"
+    return None
 
 
-class NullGuard:
-    """`--guard` off: nothing is checked, a scale collapse ends the run as before."""
+class StopOnDivergence:
+    """`--guard` off: a non-finite loss or a scale collapse ends the run ("diverged")."""
 
     enabled = False
 
+    def __init__(self, config):
+        self.config = config
+
     def check(self, result, record: dict[str, Any] | None) -> str | None:
-        return None
+        """A reason the run cannot go on, or None. `record` is the logged metrics (None off log steps)."""
+        return _nonfinite_loss(record)
 
     def on_collapse(self, err: Exception) -> str:
-        raise err
+        return f"the loss scale collapsed ({err})"
+
+    def recover(self, objs, *, step: int, reason: str, metrics) -> Any:
+        """Nothing to roll back to: end the run, naming the step and what to run next."""
+        cfg = self.config
+        raise RunDiverged(
+            f"{reason} at step {step}; no checkpoint of this state was written. Find the layer with: "
+            f"ampkit doctor --model {cfg.model} --precision {cfg.precision} --batch-size {cfg.batch_size} "
+            f"--seq-len {cfg.seq_len}; or rerun with --guard --checkpoint-every N to roll back past it"
+        )
 
     def ensure_checkpoint(self, write) -> None:
         """Nothing to prepare."""
@@ -90,14 +82,12 @@ class NullGuard:
 
 
 class NanGuard:
-    """`--guard` on. `check` after each step; when it returns a reason, call `rollback`."""
+    """`--guard` on. `check` after each step; when it returns a reason, call `recover` (a rollback)."""
 
     enabled = True
 
-    def __init__(
-        self, *, run_dir: Path, identity: dict[str, Any], max_skips: int, lr_factor: float, max_rollbacks: int
-    ):
-        self.run_dir, self.identity = Path(run_dir), identity
+    def __init__(self, *, checkpointer, run_dir: Path, max_skips: int, lr_factor: float, max_rollbacks: int):
+        self.checkpointer, self.run_dir = checkpointer, Path(run_dir)
         self.max_skips, self.lr_factor, self.max_rollbacks = max_skips, lr_factor, max_rollbacks
         self.skips_in_row = 0
         self.events: list[dict[str, Any]] = []
@@ -105,11 +95,10 @@ class NanGuard:
     def check(self, result, record: dict[str, Any] | None) -> str | None:
         """A reason to roll back, or None. `record` is the logged metrics (None off log steps)."""
         self.skips_in_row = 0 if result.stepped else self.skips_in_row + 1
-        if record is not None:
-            if not math.isfinite(record["loss"]):
-                return f"non-finite loss ({record['loss']})"
-            if result.stepped and not math.isfinite(record["grad_norm"]):
-                return f"non-finite gradient norm ({record['grad_norm']}) applied by the optimizer"
+        if reason := _nonfinite_loss(record):
+            return reason
+        if record is not None and result.stepped and not math.isfinite(record["grad_norm"]):
+            return f"non-finite gradient norm ({record['grad_norm']}) applied by the optimizer"
         if self.skips_in_row >= self.max_skips:
             return f"{self.skips_in_row} consecutive steps skipped by the loss scaler"
         return None
@@ -119,25 +108,21 @@ class NanGuard:
 
     def ensure_checkpoint(self, write) -> None:
         """A fresh run has nothing to roll back to: write the initial state first."""
-        if not list_checkpoints(self.run_dir):
+        if not self.checkpointer.has_checkpoint(self.run_dir):
             write()
 
-    def rollback(self, objs, *, step: int, reason: str, metrics) -> dict[str, Any]:
+    def recover(self, objs, *, step: int, reason: str, metrics) -> Any:
         """Restore the newest checkpoint (weights, optimizer, schedule, loss scaler; not the data
         position), cut the learning rate, log the event; returns the checkpoint's progress counters."""
         if len(self.events) >= self.max_rollbacks:
+            earlier = "; ".join(e["reason"] + " at step " + str(e["step"]) for e in self.events)
             raise TrainingError(
                 f"NaN guard gave up after {len(self.events)} rollbacks: at step {step}, {reason} (earlier: "
-                f"{'; '.join(e['reason'] + ' at step ' + str(e['step']) for e in self.events)}); run 'ampkit doctor' "
-                "to find the layer, lower --lr, or use bf16-mixed where the device supports it"
+                f"{earlier}); run 'ampkit doctor' to find the layer, lower --lr, or use bf16-mixed where the "
+                "device supports it"
             )
-        ckpt = load_latest(self.run_dir, identity=self.identity)
         lrs_before = list(objs.scheduler.base_lrs)
-        objs.model.load_state_dict(ckpt["model"])
-        objs.optimizer.load_state_dict(ckpt["optimizer"])
-        objs.scheduler.load_state_dict(ckpt["scheduler"])
-        objs.policy.load_state_dict(ckpt["precision"])
-        objs.optimizer.zero_grad(set_to_none=True)
+        to_step, progress = self.checkpointer.rollback(objs, self.run_dir)
         # Each rollback cuts the rate in effect before it, so repeated rollbacks to one checkpoint
         # (or after a resume) keep lowering it.
         _set_base_lrs(objs.scheduler, [lr * self.lr_factor for lr in lrs_before])
@@ -145,14 +130,14 @@ class NanGuard:
         event = {
             "event": "rollback",
             "step": step,
-            "to_step": ckpt["step"],
+            "to_step": to_step,
             "reason": reason,
             "lr": objs.optimizer.param_groups[0]["lr"],
             "rollback": len(self.events) + 1,
         }
         self.events.append(event)
         metrics.write(event)
-        return ckpt["progress"]
+        return progress
 
     def summary(self) -> dict[str, Any]:
         return {"enabled": True, "rollbacks": len(self.events), "events": self.events}
@@ -166,12 +151,13 @@ def _set_base_lrs(scheduler, base_lrs: list[float]) -> None:
     scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
 
 
-def build_guard(config, *, run_dir: Path, identity: dict[str, Any]) -> NanGuard | NullGuard:
+def build_guard(config, *, checkpointer, run_dir: Path) -> NanGuard | StopOnDivergence:
+    """`NanGuard` with `--guard`, else `StopOnDivergence` (chosen once; the loop calls either the same way)."""
     if not config.guard:
-        return NullGuard()
+        return StopOnDivergence(config)
     return NanGuard(
+        checkpointer=checkpointer,
         run_dir=run_dir,
-        identity=identity,
         max_skips=config.guard_max_skips,
         lr_factor=config.guard_lr_factor,
         max_rollbacks=config.guard_max_rollbacks,

@@ -2,11 +2,15 @@
 
 Host-device syncs happen only at log, eval and checkpoint steps (`log_every` is 1 on CPU, where a
 sync is free, and 10 on CUDA by default) -- plus the one GradScaler itself makes per step in fp16.
+The run never asks whether it is distributed or which precision it has: the checkpointer, the
+guard, the diagnostics and `objs.parallel` were chosen when the run was built.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import enum
 import math
 import signal
 import statistics
@@ -20,14 +24,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ampkit import __version__
 from ampkit.diagnostics.train_hooks import build_train_diagnostics
-from ampkit.distributed.checkpoint import all_finite, save_sharded
-from ampkit.errors import RunInterrupted, TrainingError, UsageError
+from ampkit.errors import RunDiverged, RunInterrupted, TrainingError
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.precision import LossScaleCollapse
 from ampkit.runs import METRICS_FILE, SUMMARY_FILE, MetricsWriter, truncate_metrics_after, write_json_atomic
 from ampkit.train.build import RunObjects
-from ampkit.train.checkpoint import capture_rng_state, restore_rng_state, save_checkpoint
-from ampkit.train.guard import build_guard, checkpoint_is_finite
+from ampkit.train.checkpointer import CheckpointWriteFailed, RunProgress, run_identity  # noqa: F401 (re-exported)
+from ampkit.train.guard import build_guard
 from ampkit.train.loggers import LoggedMetrics, build_logger
 from ampkit.train.signals import StopRequests
 
@@ -35,112 +38,32 @@ SUMMARY_SCHEMA_VERSION = 1
 WARMUP_STEPS_EXCLUDED = 2  # first steps carry allocation and kernel set-up: not timed in the summary
 
 
-@dataclasses.dataclass
-class Progress_:
-    """Counters that survive a resume (they are checkpoint state)."""
+class RunStatus(enum.Enum):
+    """How a run ended (`summary.json`'s "status")."""
 
-    step: int = 0
-    tokens: int = 0
-    skipped: int = 0
-    first_loss: float | None = None
-    last_loss: float | None = None
+    COMPLETED = "completed"
+    STOPPED = "stopped"  # a signal: checkpoint written, resumable
+    FAILED = "failed"  # a TrainingError: e.g. a checkpoint write failed, the guard gave up
+    DIVERGED = "diverged"  # non-finite loss or a collapsed loss scale, no --guard
 
 
-def run_identity(config) -> dict[str, Any]:
-    """What a checkpoint must match to be resumed by this run (checked against its manifest)."""
-    return {"model": config.model, "precision": config.precision, "seq_len": config.seq_len, "seed": config.seed}
+class Cadence:
+    """Which steps log, evaluate and checkpoint."""
 
+    def __init__(self, config, *, device: torch.device, last_step: int):
+        self.config, self.last_step = config, last_step
+        self.log_every = config.log_every or (10 if device.type == "cuda" else 1)
 
-def checkpoint_payload(objs: RunObjects, state: Progress_) -> dict[str, Any]:
-    return {"model": objs.model.state_dict(), "optimizer": objs.optimizer.state_dict(), **run_state(objs, state)}
+    def logs(self, step: int) -> bool:
+        return step % self.log_every == 0 or step == self.last_step
 
+    def evaluates(self, step: int) -> bool:
+        every = self.config.eval_every
+        return bool(every) and step % every == 0 and step < self.config.steps  # the end always evaluates
 
-def run_state(objs: RunObjects, state: Progress_) -> dict[str, Any]:
-    """Everything but weights and optimizer state (a sharded checkpoint keeps this per rank)."""
-    return {
-        "config": dataclasses.asdict(objs.config),
-        "model_config": objs.model_config.to_dict(),
-        "scheduler": objs.scheduler.state_dict(),
-        "precision": objs.policy.state_dict(),
-        "sampler": objs.sampler.state_dict(),
-        "rng": capture_rng_state(),
-        "progress": dataclasses.asdict(state),
-    }
-
-
-class CheckpointWriteFailed(TrainingError):
-    """A checkpoint could not be written (disk full, read-only directory); the previous one stays."""
-
-
-def write_checkpoint(objs: RunObjects, run_dir: Path, state: Progress_) -> bool:
-    """Save a checkpoint; a failed write (disk full, read-only) stops the run cleanly: training on
-    without a safe checkpoint would risk losing everything since the last one. A state holding a
-    non-finite weight or optimizer value is never written (returns False): the newest checkpoint
-    on disk is always one a rollback or a resume can use. Data-parallel runs write a sharded (DCP)
-    checkpoint, every rank its part (ampkit.distributed.checkpoint)."""
-    if objs.parallel.distributed:
-        return _write_sharded(objs, run_dir, state)
-    if not checkpoint_is_finite(objs.model, objs.optimizer):  # sync point (checkpoint steps only)
-        return False
-    try:
-        save_checkpoint(
-            run_dir,
-            state.step,
-            checkpoint_payload(objs, state),
-            keep=objs.config.keep_checkpoints,
-            identity=run_identity(objs.config),
-        )
-    except OSError as err:
-        raise CheckpointWriteFailed(
-            f"checkpoint write at step {state.step} failed ({err.strerror or err}); the previous "
-            "checkpoint stays the latest: free disk space or fix permissions, then --resume"
-        ) from None
-    return True
-
-
-def _write_sharded(objs: RunObjects, run_dir: Path, state: Progress_) -> bool:
-    """`write_checkpoint` for data-parallel runs: every rank calls it at the same step (collectives)."""
-    if not all_finite(objs.parallel, objs.model, objs.optimizer):  # agreed by every rank
-        return False
-    try:
-        save_sharded(
-            objs.parallel,
-            model=objs.model,
-            optimizer=objs.optimizer,
-            rank_state=run_state(objs, state),
-            run_dir=run_dir,
-            step=state.step,
-            keep=objs.config.keep_checkpoints,
-            identity=run_identity(objs.config),
-        )
-    except OSError as err:
-        raise CheckpointWriteFailed(
-            f"checkpoint write at step {state.step} failed "
-            f"({err.strerror or err}); the previous checkpoint stays the latest: free disk space or "
-            "fix permissions, then --resume"
-        ) from None
-    return True
-
-
-def restore_from_checkpoint(objs: RunObjects, ckpt: dict[str, Any]) -> Progress_:
-    """Load every piece of run state; a shape mismatch is a user error (wrong run directory).
-    A sharded checkpoint's weights and optimizer state are already loaded, in place, by
-    `ampkit.distributed.checkpoint.load_sharded`; `ckpt` then holds this rank's state."""
-    if not objs.parallel.distributed:
-        try:
-            objs.model.load_state_dict(ckpt["model"])
-            objs.optimizer.load_state_dict(ckpt["optimizer"])
-        except (RuntimeError, KeyError, ValueError) as err:
-            first = str(err).strip().splitlines()[0][:160]
-            raise UsageError(
-                f"checkpoint does not match this model/optimizer ({first}); resume with the same "
-                "--model and --precision, or start a new run"
-            ) from None
-    objs.scheduler.load_state_dict(ckpt["scheduler"])
-    objs.policy.load_state_dict(ckpt["precision"])
-    objs.sampler.load_state_dict(ckpt["sampler"])
-    restore_rng_state(ckpt["rng"])
-    return Progress_(**ckpt["progress"])
+    def checkpoints(self, step: int) -> bool:
+        every = self.config.checkpoint_every
+        return bool(every) and step % every == 0
 
 
 class StepClock:
@@ -161,6 +84,46 @@ class StepClock:
         return elapsed
 
 
+class ThroughputWindow:
+    """Steps and real tokens since the last log step, and their wall time (evaluation, checkpoint
+    writes and rollbacks are cut out with `restart`)."""
+
+    def __init__(self, device: torch.device):
+        self.clock = StepClock(device)
+        self.steps = self.tokens = 0
+        self.timings: list[tuple[float, float]] = []
+        """(seconds per step, real tokens per step) of each closed window"""
+
+    def add(self, n_tokens: int) -> None:
+        self.steps += 1
+        self.tokens += n_tokens
+
+    def close(self) -> tuple[float, int, int]:
+        """(seconds, steps, tokens) of the window now ending; a new one starts."""
+        seconds, steps, tokens = self.clock.lap(), self.steps, self.tokens
+        self.timings.append((seconds / steps, tokens / steps))
+        self.steps = self.tokens = 0
+        return seconds, steps, tokens
+
+    def restart(self) -> None:
+        """Drop the time since the last lap (it was not step time)."""
+        self.clock.lap()
+        self.steps = self.tokens = 0
+
+
+class _NoMetrics:
+    """metrics.jsonl on ranks other than 0: records are dropped (rank 0 writes the reduced ones)."""
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Dropped."""
+
+    def __enter__(self) -> _NoMetrics:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Nothing to close."""
+
+
 def _progress_bar(console: Console, total: int, start: int) -> Progress:
     progress = Progress(
         TextColumn("[bold]train[/]"),
@@ -179,169 +142,204 @@ def run_training(
     objs: RunObjects,
     run_dir: Path,
     *,
-    ckpt: dict[str, Any] | None = None,
+    resume: bool = False,
     console: Console | None = None,
     show_progress: bool = True,
     stop_after: int = 0,
 ) -> dict[str, Any]:
-    """Train to `config.steps`, resuming from `ckpt` when given; returns the summary (also written).
+    """Train to `config.steps` (continuing from the newest checkpoint with `resume`); returns the
+    summary (also written). `stop_after` > 0 ends this invocation (with a checkpoint) after that
+    many steps, as a job with a time limit would; `ampkit train --resume` continues it with the
+    same schedule."""
+    return _Run(
+        objs,
+        Path(run_dir),
+        resume=resume,
+        console=console or Console(stderr=True),
+        show_progress=show_progress,
+        stop_after=stop_after,
+    ).execute()
 
-    `stop_after` > 0 ends this invocation (with a checkpoint) after that many steps, as a job with
-    a time limit would; `ampkit train --resume` continues it with the same schedule."""
-    config, trainer = objs.config, objs.trainer
-    console = console or Console(stderr=True)
-    state = restore_from_checkpoint(objs, ckpt) if ckpt else Progress_()
-    log_every = config.log_every or (10 if objs.device.type == "cuda" else 1)
-    main = objs.parallel.is_main  # rank 0 alone writes files and shows progress
-    if ckpt and main:
-        truncate_metrics_after(run_dir / METRICS_FILE, state.step)
-    elif main:
-        write_json_atomic(run_dir / "config.json", dataclasses.asdict(config))
-    timings: list[tuple[float, int]] = []  # (seconds per step, real tokens per step) at log steps
-    eval_losses: list[tuple[int, float]] = []
-    status, error = "completed", None
-    last_step = min(config.steps, state.step + stop_after) if stop_after else config.steps
-    guard = build_guard(config, run_dir=run_dir, identity=run_identity(config))  # a do-nothing object when off
-    diagnostics = build_train_diagnostics(objs, config)  # no hooks at all when every diagnostic is off
-    reset_peak_memory(objs.device)
-    started = time.perf_counter()
-    with (
-        objs.policy.run_context(),
-        _metrics_writer(run_dir, append=bool(ckpt), main=main) as jsonl,
-        build_logger(
-            config.log if main else "none", run_dir=run_dir, resume_step=state.step if ckpt else None
-        ) as logger,
-        _progress_bar(console, config.steps, state.step) as bar,
-        StopRequests() as stops,
+
+class _Run:
+    """One invocation of a run: its progress, cadence, guard, diagnostics and outcome."""
+
+    def __init__(
+        self, objs: RunObjects, run_dir: Path, *, resume: bool, console: Console, show_progress: bool, stop_after: int
     ):
-        metrics = LoggedMetrics(jsonl, logger)  # every JSONL record also goes to --log's logger (none: nowhere)
-        bar.disable = not (show_progress and main)
-        if not ckpt:
-            eval_losses.append((0, _evaluate(objs, metrics, 0)))
-        guard.ensure_checkpoint(lambda: write_checkpoint(objs, run_dir, state))
-        clock, window_tokens, window_steps = StepClock(objs.device), 0, 0
-        try:
-            while state.step < last_step:
-                diagnostics.begin_step(state.step + 1)
-                try:
-                    result = trainer.train_step()
-                except LossScaleCollapse as err:  # re-raised by the guard when it is off
-                    state = _rollback(objs, guard, state, state.step + 1, guard.on_collapse(err), metrics, bar)
-                    clock.lap()
-                    window_tokens = window_steps = 0
-                    continue
-                state.step += 1
-                state.tokens += result.n_tokens
-                state.skipped += not result.stepped
-                window_tokens += result.n_tokens
-                window_steps += 1
-                record = None
-                if state.step % log_every == 0 or state.step == last_step:
-                    seconds = clock.lap()
-                    record = _log_record(objs, state, result, seconds, window_steps, window_tokens)
-                    metrics.write(record)
-                    timings.append((seconds / window_steps, window_tokens / window_steps))
-                    if state.first_loss is None:
-                        state.first_loss = record["loss"]
-                    state.last_loss = record["loss"]
-                    bar.update(bar.task_ids[0], completed=state.step, status=_status_text(record))
-                    window_tokens = window_steps = 0
-                    diagnostics.at_log_step(state.step, metrics)
-                if reason := guard.check(result, record):  # host values only: no extra sync
-                    state = _rollback(objs, guard, state, state.step, reason, metrics, bar)
-                    clock.lap()
-                    window_tokens = window_steps = 0
-                    continue
-                if config.eval_every and state.step % config.eval_every == 0 and state.step < config.steps:
-                    eval_losses.append((state.step, _evaluate(objs, metrics, state.step)))
-                    clock.lap()  # evaluation time is not step time
-                if config.checkpoint_every and state.step % config.checkpoint_every == 0:
-                    try:
-                        if not write_checkpoint(objs, run_dir, state):
-                            metrics.write(
-                                {
-                                    "event": "checkpoint_skipped",
-                                    "step": state.step,
-                                    "reason": "non-finite weights or optimizer state",
-                                }
-                            )
-                    except CheckpointWriteFailed as err:
-                        if not config.allow_no_checkpoint:
-                            raise
-                        metrics.write({"event": "checkpoint_failed", "step": state.step, "reason": str(err)})
-                        if main:
-                            console.print(f"[yellow]warning:[/] {err} (continuing: --allow-no-checkpoint)")
-                    clock.lap()
-                # Ranks stop at the same step (agreed at log steps), or a checkpoint collective would hang.
-                if (signum := objs.parallel.agreed_signal(stops.signum, check=record is not None)) is not None:
-                    stops.signum = signum
-                    status = "stopped"
-                    break
-        except TrainingError as err:
-            status, error = "failed", str(err)
-        finally:
-            diagnostics.close()
-        eval_losses.append((state.step, _evaluate(objs, metrics, state.step)))
-    if status in ("completed", "stopped") and not (
-        config.checkpoint_every and state.step % config.checkpoint_every == 0
-    ):
-        try:
-            write_checkpoint(objs, run_dir, state)
-        except TrainingError as err:
-            status, error = "failed", str(err)
-    summary = build_summary(
-        objs, state, timings, eval_losses, wall_s=time.perf_counter() - started, status=status, error=error
-    )
-    summary.update(guard=guard.summary(), diagnostics=diagnostics.summary(), parallel=objs.parallel.describe())
-    if main:
-        write_json_atomic(run_dir / SUMMARY_FILE, summary)
-    if error:
-        raise TrainingError(f"{error} (partial summary in {run_dir / SUMMARY_FILE})")
-    if status == "stopped":
-        name = signal.Signals(stops.signum).name
-        raise RunInterrupted(
-            f"stopped by {name} at step {state.step} after writing a checkpoint; "
-            f"continue with: ampkit train --resume {run_dir}",
-            signum=stops.signum,
+        self.objs, self.config, self.run_dir, self.resume = objs, objs.config, run_dir, resume
+        self.console, self.main = console, objs.parallel.is_main  # rank 0 alone writes files and shows progress
+        self.show_progress = show_progress and self.main
+        self.checkpointer = objs.checkpointer
+        self.progress = self.checkpointer.resume(objs, run_dir) if resume else RunProgress()
+        last = min(self.config.steps, self.progress.step + stop_after) if stop_after else self.config.steps
+        self.cadence = Cadence(self.config, device=objs.device, last_step=last)
+        self.guard = build_guard(self.config, checkpointer=self.checkpointer, run_dir=run_dir)  # chosen once
+        self.eval_losses: list[tuple[int, float]] = []
+        self.status, self.error, self.signum = RunStatus.COMPLETED, None, None
+
+    def execute(self) -> dict[str, Any]:
+        self._prepare_run_dir()
+        diagnostics = build_train_diagnostics(self.objs, self.config)  # no hooks at all when every one is off
+        reset_peak_memory(self.objs.device)
+        started = time.perf_counter()
+        window = ThroughputWindow(self.objs.device)
+        with self._streams() as (metrics, bar):
+            try:
+                self._loop(metrics, bar, window, diagnostics)
+            except RunDiverged as err:
+                self.status, self.error = RunStatus.DIVERGED, str(err)
+            except TrainingError as err:
+                self.status, self.error = RunStatus.FAILED, str(err)
+            finally:
+                diagnostics.close()
+            if self.status is not RunStatus.DIVERGED:  # a diverged model's held-out loss says nothing
+                self.eval_losses.append((self.progress.step, self._evaluate(metrics, self.progress.step)))
+        self._final_checkpoint()
+        summary = build_summary(
+            self.objs,
+            self.progress,
+            window.timings,
+            self.eval_losses,
+            wall_s=time.perf_counter() - started,
+            status=self.status.value,
+            error=self.error,
         )
-    return summary
+        summary.update(
+            guard=self.guard.summary(), diagnostics=diagnostics.summary(), parallel=self.objs.parallel.describe()
+        )
+        if self.main:
+            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
+        self._raise_outcome()
+        return summary
+
+    def _prepare_run_dir(self) -> None:
+        if not self.main:
+            return
+        if self.resume:
+            truncate_metrics_after(self.run_dir / METRICS_FILE, self.progress.step)
+            self.console.print(f"resuming {self.run_dir} at step {self.progress.step}")
+        else:
+            write_json_atomic(self.run_dir / "config.json", dataclasses.asdict(self.config))
+
+    @contextlib.contextmanager
+    def _streams(self):
+        """The run's contexts: precision flags, metrics (+ logger), progress bar, signal handling."""
+        jsonl = MetricsWriter(self.run_dir / METRICS_FILE, append=self.resume) if self.main else _NoMetrics()
+        log_kind = self.config.log if self.main else "none"
+        logger = build_logger(log_kind, run_dir=self.run_dir, resume_step=self.progress.step if self.resume else None)
+        bar = _progress_bar(self.console, self.config.steps, self.progress.step)
+        with self.objs.policy.run_context(), jsonl, logger, bar, StopRequests() as stops:
+            bar.disable = not self.show_progress
+            self.stops = stops
+            yield LoggedMetrics(jsonl, logger), bar  # every JSONL record also goes to --log's logger
+
+    def _loop(self, metrics, bar: Progress, window: ThroughputWindow, diagnostics) -> None:
+        if not self.resume:
+            self.eval_losses.append((0, self._evaluate(metrics, 0)))
+        self.guard.ensure_checkpoint(lambda: self.checkpointer.save(self.objs, self.run_dir, self.progress))
+        window.restart()
+        while self.progress.step < self.cadence.last_step:
+            diagnostics.begin_step(self.progress.step + 1)
+            record = self._step(metrics, bar, window, diagnostics)
+            if record is False:  # rolled back: the step did not count
+                window.restart()
+                continue
+            self._after_step(metrics, window)
+            # Ranks stop at the same step (agreed at log steps), or a checkpoint collective would hang.
+            signum = self.objs.parallel.agreed_signal(self.stops.signum, check=record is not None)
+            if signum is not None:
+                self.status, self.signum = RunStatus.STOPPED, signum
+                return
+
+    def _step(self, metrics, bar: Progress, window: ThroughputWindow, diagnostics) -> dict[str, Any] | None | bool:
+        """One optimizer step and its log record (None off log steps); False when the guard rolled back."""
+        state = self.progress
+        try:
+            result = self.objs.trainer.train_step()
+        except LossScaleCollapse as err:
+            self._recover(state.step + 1, self.guard.on_collapse(err), metrics, bar)
+            return False
+        state.step += 1
+        state.tokens += result.n_tokens
+        state.skipped += not result.stepped
+        window.add(result.n_tokens)
+        record = None
+        if self.cadence.logs(state.step):
+            record = _log_record(self.objs, state, result, *window.close())
+            metrics.write(record)
+            state.first_loss = record["loss"] if state.first_loss is None else state.first_loss
+            state.last_loss = record["loss"]
+            bar.update(bar.task_ids[0], completed=state.step, status=_status_text(record))
+            diagnostics.at_log_step(state.step, metrics)
+        if reason := self.guard.check(result, record):  # host values only: no extra sync
+            self._recover(state.step, reason, metrics, bar)
+            return False
+        return record
+
+    def _recover(self, step: int, reason: str, metrics, bar: Progress) -> None:
+        """The guard rolls back (counters continue from the checkpoint; skips stay counted), or,
+        without `--guard`, ends the run as diverged (`RunDiverged`)."""
+        restored = self.guard.recover(self.objs, step=step, reason=reason, metrics=metrics)
+        restored.skipped = max(restored.skipped, self.progress.skipped)
+        self.progress = restored
+        bar.update(bar.task_ids[0], completed=restored.step, status=f"rolled back: {reason}")
+
+    def _after_step(self, metrics, window: ThroughputWindow) -> None:
+        step = self.progress.step
+        if self.cadence.evaluates(step):
+            self.eval_losses.append((step, self._evaluate(metrics, step)))
+            window.restart()  # evaluation time is not step time
+        if self.cadence.checkpoints(step):
+            self._periodic_checkpoint(metrics)
+            window.restart()
+
+    def _periodic_checkpoint(self, metrics) -> None:
+        step = self.progress.step
+        try:
+            if not self.checkpointer.save(self.objs, self.run_dir, self.progress):
+                metrics.write(
+                    {"event": "checkpoint_skipped", "step": step, "reason": "non-finite weights or optimizer state"}
+                )
+        except CheckpointWriteFailed as err:
+            if not self.config.allow_no_checkpoint:
+                raise
+            metrics.write({"event": "checkpoint_failed", "step": step, "reason": str(err)})
+            if self.main:
+                self.console.print(f"[yellow]warning:[/] {err} (continuing: --allow-no-checkpoint)")
+
+    def _final_checkpoint(self) -> None:
+        """Completed and stopped runs end on a checkpoint (unless this step already has one)."""
+        if self.status not in (RunStatus.COMPLETED, RunStatus.STOPPED) or self.cadence.checkpoints(self.progress.step):
+            return
+        try:
+            self.checkpointer.save(self.objs, self.run_dir, self.progress)
+        except TrainingError as err:
+            self.status, self.error = RunStatus.FAILED, str(err)
+
+    def _raise_outcome(self) -> None:
+        if self.error:
+            raise type_for(self.status)(f"{self.error} (partial summary in {self.run_dir / SUMMARY_FILE})")
+        if self.status is RunStatus.STOPPED:
+            name = signal.Signals(self.signum).name
+            raise RunInterrupted(
+                f"stopped by {name} at step {self.progress.step} after writing a checkpoint; "
+                f"continue with: ampkit train --resume {self.run_dir}",
+                signum=self.signum,
+            )
+
+    def _evaluate(self, metrics, step: int) -> float:
+        loss = self.objs.trainer.evaluate(self.objs.val_batches)
+        metrics.write({"event": "eval", "step": step, "eval_loss": loss})
+        return loss
 
 
-class _NoMetrics:
-    """metrics.jsonl on ranks other than 0: records are dropped (rank 0 writes the reduced ones)."""
-
-    def write(self, record: dict[str, Any]) -> None:
-        """Dropped."""
-
-    def __enter__(self) -> "_NoMetrics":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        """Nothing to close."""
+def type_for(status: RunStatus) -> type[TrainingError]:
+    """The exception a run that ended with `status` raises (both exit 1)."""
+    return RunDiverged if status is RunStatus.DIVERGED else TrainingError
 
 
-def _metrics_writer(run_dir: Path, *, append: bool, main: bool) -> MetricsWriter | _NoMetrics:
-    return MetricsWriter(run_dir / METRICS_FILE, append=append) if main else _NoMetrics()
-
-
-def _rollback(
-    objs: RunObjects, guard, state: Progress_, step: int, reason: str, metrics: MetricsWriter, bar
-) -> Progress_:
-    """The guard restores the last checkpoint; counters continue from it (skips stay counted)."""
-    restored = Progress_(**guard.rollback(objs, step=step, reason=reason, metrics=metrics))
-    restored.skipped = max(restored.skipped, state.skipped)
-    bar.update(bar.task_ids[0], completed=restored.step, status=f"rolled back: {reason}")
-    return restored
-
-
-def _evaluate(objs: RunObjects, metrics: MetricsWriter, step: int) -> float:
-    loss = objs.trainer.evaluate(objs.val_batches)
-    metrics.write({"event": "eval", "step": step, "eval_loss": loss})
-    return loss
-
-
-def _log_record(objs, state: Progress_, result, seconds: float, steps: int, tokens: int) -> dict[str, Any]:
-    scale = objs.policy.loss_scale()
+def _log_record(objs, state: RunProgress, result, seconds: float, steps: int, tokens: int) -> dict[str, Any]:
     return {
         "event": "train",
         "step": state.step,
@@ -351,7 +349,7 @@ def _log_record(objs, state: Progress_, result, seconds: float, steps: int, toke
         "tokens_per_s": tokens / seconds if seconds > 0 else math.inf,
         "step_ms": 1000.0 * seconds / steps,
         "grad_norm": result.grad_norm.item(),
-        "loss_scale": scale,
+        "loss_scale": objs.policy.loss_scale(),
         "skipped": not result.stepped,
         "skipped_total": state.skipped,
         "padding_fraction": 1.0 - result.n_tokens / result.n_slots if result.n_slots else 0.0,
@@ -366,7 +364,7 @@ def _status_text(record: dict[str, Any]) -> str:
 
 
 def build_summary(
-    objs: RunObjects, state: Progress_, timings, eval_losses, *, wall_s: float, status: str, error: str | None
+    objs: RunObjects, state: RunProgress, timings, eval_losses, *, wall_s: float, status: str, error: str | None
 ) -> dict[str, Any]:
     """The run's `summary.json` (schema version SUMMARY_SCHEMA_VERSION; fields documented in docs/)."""
     measured = timings[WARMUP_STEPS_EXCLUDED:] or timings

@@ -14,7 +14,7 @@ from ampkit.diagnostics.train_hooks import NoDiagnostics, build_train_diagnostic
 from ampkit.runs import read_metrics
 from ampkit.train import TrainConfig, build_run
 from ampkit.train.checkpoint import list_checkpoints
-from ampkit.train.guard import checkpoint_is_finite
+from ampkit.train.checkpointer import local_state_is_finite
 from helpers import TINY_ARGS
 
 ARGS = [*TINY_ARGS, "--eval-batches", "1", "--checkpoint-every", "2", "--keep-checkpoints", "100"]
@@ -66,12 +66,27 @@ def test_guard_survives_a_nan_burst(tmp_path, run_cli):
     assert _scan_checkpoints(out) == [0, 2, 4, 6, 8, 10]
 
 
-def test_without_guard_nan_weights_never_reach_disk(tmp_path, run_cli):
+def test_without_guard_a_nan_loss_ends_the_run_as_diverged(tmp_path, run_cli):
     out = tmp_path / "unguarded"
-    code, summary, metrics, _ = _train(run_cli, out, "--steps", "6", "--inject", "blocks.1.mlp:forward:nan@3")
-    assert code == 0 and summary["guard"] == {"enabled": False}
-    assert not math.isfinite(summary["final_loss"])  # fp32 applied the nan gradients
-    assert [m["step"] for m in metrics if m["event"] == "checkpoint_skipped"] == [4, 6]
+    code, summary, metrics, stderr = _train(run_cli, out, "--steps", "6", "--inject", "blocks.1.mlp:forward:nan@3")
+    assert code == 1 and summary["status"] == "diverged" and summary["guard"] == {"enabled": False}
+    assert summary["steps"] == 3 and not math.isfinite(summary["final_loss"])
+    last_line = stderr.strip().splitlines()[-1]
+    assert "at step 3" in last_line and "ampkit doctor --model tiny --precision fp32" in last_line
+    assert "--guard" in last_line and "Traceback" not in stderr
+    assert max(m["step"] for m in metrics if m["event"] == "train") == 3
+    assert _scan_checkpoints(out) == [2]  # the diverged state is never written
+
+
+def test_non_finite_weights_never_reach_disk(tmp_path, run_cli):
+    # fp32 applies the nan gradients of step 3; the loss is read (and found nan) only at the log
+    # step 5, so the checkpoint at step 4 meets non-finite weights: it is skipped, not written.
+    out = tmp_path / "nan-weights"
+    code, summary, metrics, _ = _train(
+        run_cli, out, "--steps", "8", "--log-every", "5", "--inject", "blocks.1.mlp:backward:nan@3"
+    )
+    assert code == 1 and summary["status"] == "diverged" and summary["steps"] == 5
+    assert [m["step"] for m in metrics if m["event"] == "checkpoint_skipped"] == [4]
     assert _scan_checkpoints(out) == [2]
 
 
@@ -133,18 +148,18 @@ def test_guard_needs_checkpoints(run_cli, tmp_path):
     assert code == 2 and "--checkpoint-every" in stderr
 
 
-def test_checkpoint_is_finite():
+def test_local_state_is_finite():
     model = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.ones(1, 4)).sum().backward()
     optimizer.step()
-    assert checkpoint_is_finite(model, optimizer)
+    assert local_state_is_finite(model, optimizer)
     optimizer.state[model.weight]["exp_avg_sq"][0, 0] = math.inf
-    assert not checkpoint_is_finite(model, optimizer)
+    assert not local_state_is_finite(model, optimizer)
     optimizer.state[model.weight]["exp_avg_sq"][0, 0] = 0.0
     with torch.no_grad():
         model.bias[1] = math.nan
-    assert not checkpoint_is_finite(model, optimizer)
+    assert not local_state_is_finite(model, optimizer)
 
 
 def test_grad_stats_and_nonfinite_detection_in_train(tmp_path, run_cli):
@@ -160,7 +175,9 @@ def test_grad_stats_and_nonfinite_detection_in_train(tmp_path, run_cli):
         "--inject",
         "blocks.2.attn.o_proj:backward:inf@3",
     )
-    assert code == 0, stderr
+    # fp32 applies step 3's inf gradients; step 4's loss is nan: the run ends there as diverged,
+    # after its log-step diagnostics were written.
+    assert code == 1 and summary["status"] == "diverged" and summary["steps"] == 4, stderr
     stats = [m for m in metrics if m["event"] == "grad_stats"]
     assert [s["step"] for s in stats] == [2, 4] and stats[0]["scale"] == 1.0
     layers = {layer["name"]: layer for layer in stats[0]["layers"]}

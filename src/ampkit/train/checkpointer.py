@@ -1,0 +1,210 @@
+"""One checkpointer per run, chosen once when the run is built (torchtitan's checkpointer is the model).
+
+It collects `state_dict()` from each stateful part of the run (model, optimizer, LR schedule,
+precision policy, data stream, RNG, progress counters) and owns everything a checkpoint involves:
+the payload, the finiteness check (a checkpoint holding a non-finite weight or optimizer value is
+never written, so the newest one on disk is always one a rollback or a resume can use), writing,
+loading, restoring and keep-last-K. Two implementations, the same interface:
+- `FileCheckpointer`: one file per checkpoint (`ampkit.train.checkpoint`: atomic, sha256 manifest).
+- `ShardedCheckpointer`: a DCP directory per checkpoint, every rank writing its shards
+  (`ampkit.distributed.checkpoint`); every rank calls it at the same step (collectives inside).
+Callers say `checkpointer.save(objs, run_dir, progress)`; none asks whether the run is distributed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampkit.distributed import checkpoint as sharded
+from ampkit.errors import TrainingError, UsageError
+from ampkit.train import checkpoint as single
+
+
+@dataclasses.dataclass
+class RunProgress:
+    """Counters that survive a resume (they are checkpoint state)."""
+
+    step: int = 0
+    tokens: int = 0
+    skipped: int = 0
+    first_loss: float | None = None
+    last_loss: float | None = None
+
+
+class CheckpointWriteFailed(TrainingError):
+    """A checkpoint could not be written (disk full, read-only directory); the previous one stays."""
+
+
+def run_identity(config) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed by this run (checked against its manifest)."""
+    return {"model": config.model, "precision": config.precision, "seq_len": config.seq_len, "seed": config.seed}
+
+
+def local_state_is_finite(model: nn.Module, optimizer: torch.optim.Optimizer) -> bool:
+    """Whether every weight and floating optimizer-state tensor this process holds is finite.
+
+    Sharded (DTensor) values are checked on their local shard. Uses the max-abs norm: it is inf or
+    nan exactly when an element is, and cannot overflow the way a sum of squares of large finite
+    values can. One sync point per device (checkpoint steps only)."""
+    tensors = [p.detach() for p in model.parameters()]
+    tensors += [
+        v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.is_floating_point()
+    ]
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for t in tensors:
+        t = t.to_local() if hasattr(t, "to_local") else t
+        if t.numel():
+            by_device.setdefault(t.device, []).append(t)
+    for group in by_device.values():
+        peaks = torch.stack([n.float() for n in torch._foreach_norm(group, math.inf)])
+        if not bool(torch.isfinite(peaks).all()):  # sync point
+            return False
+    return True
+
+
+def run_state(objs, progress: RunProgress) -> dict[str, Any]:
+    """Everything but weights and optimizer state (a sharded checkpoint keeps this per rank)."""
+    return {
+        "config": dataclasses.asdict(objs.config),
+        "model_config": objs.model_config.to_dict(),
+        "scheduler": objs.scheduler.state_dict(),
+        "precision": objs.policy.state_dict(),
+        "sampler": objs.sampler.state_dict(),
+        "rng": single.capture_rng_state(),
+        "progress": dataclasses.asdict(progress),
+    }
+
+
+def _write_failed(step: int, err: OSError) -> CheckpointWriteFailed:
+    return CheckpointWriteFailed(
+        f"checkpoint write at step {step} failed ({err.strerror or err}); the previous checkpoint stays "
+        "the latest: free disk space or fix permissions, then --resume"
+    )
+
+
+class _Checkpointer:
+    """What both kinds share: saving only finite state, restoring the non-weight parts."""
+
+    def __init__(self, *, keep: int, identity: dict[str, Any]):
+        self.keep, self.identity = keep, identity
+
+    def save(self, objs, run_dir: Path, progress: RunProgress) -> bool:
+        """Write a checkpoint of the run at `progress.step`; False (nothing written) when the state
+        holds a non-finite value. A failed write raises `CheckpointWriteFailed`."""
+        if not self._finite(objs):
+            return False
+        try:
+            self._write(objs, Path(run_dir), progress)
+        except OSError as err:
+            raise _write_failed(progress.step, err) from None
+        return True
+
+    def resume(self, objs, run_dir: Path) -> RunProgress:
+        """Load the newest complete checkpoint into every part of the run; returns its counters."""
+        ckpt = self._load_latest(objs, Path(run_dir))
+        self._restore_training_state(objs, ckpt)
+        objs.sampler.load_state_dict(ckpt["sampler"])
+        single.restore_rng_state(ckpt["rng"])
+        return RunProgress(**ckpt["progress"])
+
+    def rollback(self, objs, run_dir: Path) -> tuple[int, RunProgress]:
+        """The NaN guard's restore: weights, optimizer, schedule and loss scaler from the newest
+        checkpoint, but not the data position or the RNG (the offending batches are skipped).
+        Returns the checkpoint's step and counters."""
+        ckpt = self._load_latest(objs, Path(run_dir))
+        self._restore_training_state(objs, ckpt)
+        objs.optimizer.zero_grad(set_to_none=True)
+        return ckpt["step"], RunProgress(**ckpt["progress"])
+
+    def _restore_training_state(self, objs, ckpt: dict[str, Any]) -> None:
+        objs.scheduler.load_state_dict(ckpt["scheduler"])
+        objs.policy.load_state_dict(ckpt["precision"])
+
+    def _finite(self, objs) -> bool:
+        raise NotImplementedError
+
+    def _write(self, objs, run_dir: Path, progress: RunProgress) -> None:
+        raise NotImplementedError
+
+    def _load_latest(self, objs, run_dir: Path) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class FileCheckpointer(_Checkpointer):
+    """One process: RUN_DIR/checkpoints/step-NNNNNNNN.pt with its manifest."""
+
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        return bool(single.list_checkpoints(run_dir))
+
+    def _finite(self, objs) -> bool:
+        return local_state_is_finite(objs.model, objs.optimizer)
+
+    def _write(self, objs, run_dir: Path, progress: RunProgress) -> None:
+        payload = {
+            "model": objs.model.state_dict(),
+            "optimizer": objs.optimizer.state_dict(),
+            **run_state(objs, progress),
+        }
+        single.save_checkpoint(run_dir, progress.step, payload, keep=self.keep, identity=self.identity)
+
+    def _load_latest(self, objs, run_dir: Path) -> dict[str, Any]:
+        return single.load_latest(run_dir, identity=self.identity)
+
+    def _restore_training_state(self, objs, ckpt: dict[str, Any]) -> None:
+        try:
+            objs.model.load_state_dict(ckpt["model"])
+            objs.optimizer.load_state_dict(ckpt["optimizer"])
+        except (RuntimeError, KeyError, ValueError) as err:
+            first = str(err).strip().splitlines()[0][:160]
+            raise UsageError(
+                f"checkpoint does not match this model/optimizer ({first}); resume with the same "
+                "--model and --precision, or start a new run"
+            ) from None
+        super()._restore_training_state(objs, ckpt)
+
+
+class ShardedCheckpointer(_Checkpointer):
+    """Data-parallel runs: a DCP directory, model and optimizer sharded, the rest per rank."""
+
+    def __init__(self, *, keep: int, identity: dict[str, Any], parallel):
+        super().__init__(keep=keep, identity=identity)
+        self.parallel = parallel
+
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        return bool(sharded.list_sharded(run_dir))
+
+    def _finite(self, objs) -> bool:
+        return self.parallel.all_true(local_state_is_finite(objs.model, objs.optimizer))  # agreed by every rank
+
+    def _write(self, objs, run_dir: Path, progress: RunProgress) -> None:
+        sharded.save_sharded(
+            self.parallel,
+            model=objs.model,
+            optimizer=objs.optimizer,
+            rank_state=run_state(objs, progress),
+            run_dir=run_dir,
+            step=progress.step,
+            keep=self.keep,
+            identity=self.identity,
+        )
+
+    def _load_latest(self, objs, run_dir: Path) -> dict[str, Any]:
+        """Verifies, loads the model and optimizer shards in place (DCP), returns this rank's state."""
+        path = sharded.latest_sharded(run_dir)
+        return sharded.load_sharded(
+            self.parallel, model=objs.model, optimizer=objs.optimizer, path=path, identity=self.identity
+        )
+
+
+def build_checkpointer(config, parallel) -> FileCheckpointer | ShardedCheckpointer:
+    """Single-file for a one-process run, sharded (DCP) for a data-parallel one: decided once."""
+    identity, keep = run_identity(config), config.keep_checkpoints
+    if parallel.distributed:
+        return ShardedCheckpointer(keep=keep, identity=identity, parallel=parallel)
+    return FileCheckpointer(keep=keep, identity=identity)
