@@ -43,7 +43,15 @@ from ampkit.diagnostics.unsafe import insert_unsafe_op
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
 from ampkit.models import causal_lm_loss
-from ampkit.precision import LossScaleCollapse, ScalerConfig, build_precision, canonical_name, check_supported, get_spec
+from ampkit.precision import (
+    REFERENCE,
+    LossScaleCollapse,
+    ScalerConfig,
+    build_precision,
+    canonical_name,
+    check_supported,
+    get_spec,
+)
 from ampkit.train.build import instantiate_model, resolve_model_config
 from ampkit.train.loop import Trainer
 from ampkit.train.schedule import build_scheduler
@@ -297,8 +305,8 @@ def smoke_tests(setup: _Setup) -> dict[str, SmokeResult]:
     batch = smoke_batch(samples=16, seq_len=cfg.smoke_seq_len, seed=cfg.seed).to(setup.device)
     smoke_cfg = SmokeConfig(seq_len=cfg.smoke_seq_len, max_steps=cfg.smoke_steps)
     results = {}
-    for name in dict.fromkeys([cfg.precision, "fp32"]):
-        policy = setup.policy() if name == cfg.precision else build_precision("fp32", device_type=setup.device.type)
+    for name in dict.fromkeys([cfg.precision, REFERENCE]):
+        policy = setup.policy() if name == cfg.precision else build_precision(REFERENCE, device_type=setup.device.type)
         model = policy.convert_module(setup.fresh_model())
         injector = FaultInjector(model, cfg.fault).attach() if cfg.fault and name == cfg.precision else None
         try:
@@ -335,7 +343,7 @@ def run_doctor(
         progress("smoke test: overfit 16 samples")
         smoke = smoke_tests(setup)
     fidelity = None
-    if config.fidelity and config.precision != "fp32":
+    if config.fidelity and not setup.spec.is_reference:
         progress("per-layer fidelity against fp32")
         fidelity = compare_layers(
             setup.fresh_model(), setup.first_batch, precision=setup.policy(), device_type=setup.device.type
@@ -367,7 +375,7 @@ def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity)
         flush_fraction=_final_flush_fraction(run.grad_stats),
         long_tail=tail,
         smoke=smoke.get(cfg.precision),
-        smoke_fp32=smoke.get("fp32") if cfg.precision != "fp32" else None,
+        smoke_fp32=smoke.get(REFERENCE) if not spec.is_reference else None,
         fidelity=fidelity,
     )
 
