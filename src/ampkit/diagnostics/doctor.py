@@ -51,6 +51,7 @@ from ampkit.precision import (
     canonical_name,
     check_supported,
     get_spec,
+    precision_names_help,
 )
 from ampkit.train.build import instantiate_model, resolve_model_config
 from ampkit.train.loop import Trainer
@@ -64,7 +65,7 @@ class DoctorConfig:
     """A numerics diagnosis: which precision, on which model, and which parts to run."""
 
     precision: str = field(
-        default="fp16-mixed", metadata={"help": "precision to diagnose (fp32, fp16-mixed, bf16-mixed, ...)"}
+        default="fp16-mixed", metadata={"help": f"precision to diagnose: {precision_names_help()} (or an alias)"}
     )
     model: str = field(
         default="tiny", metadata={"help": "model preset, or hf:PATH (a local Hugging Face model folder)"}
