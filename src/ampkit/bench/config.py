@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from ampkit.errors import UsageError
-from ampkit.precision import SPECS, canonical_name, check_supported
+from ampkit.precision import SPECS, canonical_name, check_supported, precision_names_help
 
 REFERENCE = "fp32"
 """Every bench measures fp32 first: the reference for speedups, memory ratios and fidelity."""
@@ -36,7 +36,8 @@ class BenchConfig:
     precisions: str = field(
         default="",
         metadata={
-            "help": "comma-separated precisions to compare ('' = every one this device supports); fp32 is always added"
+            "help": f"comma-separated precisions to compare, of {precision_names_help()} "
+            "('' = every one this device supports); fp32 is always added"
         },
     )
     model: str = field(default="auto", metadata={"help": "model preset ('auto' = tiny on CPU, gpt2-124m on CUDA)"})

@@ -2,7 +2,7 @@
 
 The rule: among the precisions that ran to the end, ran stably and whose fidelity against fp32
 passes, take the fastest by tokens/s; any within `tie_tolerance` of it counts as a tie, and a tie
-goes to the simpler regime (SIMPLICITY). fp32 is the reference: it passes fidelity by definition,
+goes to the simpler regime (`PrecisionSpec.simplicity`). fp32 is the reference: it passes fidelity by definition,
 so "nothing beats fp32" recommends fp32, with each other precision's measured slowdown and, where
 its dtype is emulated here, the missing hardware support named.
 Pure functions on plain data: the recommendation can be tested on synthetic measurements.
@@ -14,11 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from ampkit.hardware.device import BF16_CPU_FLAGS, FP16_CPU_FLAGS
-
-REFERENCE = "fp32"
-
-SIMPLICITY = ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true", "fp16-true", "fp8", "fp8-emulated")
-"""Simpler first: fewer moving parts (no scaler, fp32 master weights) and fewer ways to lose fidelity."""
+from ampkit.precision import REFERENCE, SPECS, PrecisionSpec
 
 MEMORY_BOUND_FRACTION = 0.85  # a peak above this share of the device's memory earns memory advice
 
@@ -65,25 +61,20 @@ class Recommendation:
 
 
 def simplicity_rank(name: str) -> int:
-    return SIMPLICITY.index(name) if name in SIMPLICITY else len(SIMPLICITY)
+    """`PrecisionSpec.simplicity`; a name outside the table ranks after every known precision."""
+    spec = SPECS.get(name)
+    return spec.simplicity if spec is not None else len(SPECS)
 
 
-def compute_key(spec) -> str:
-    """The dtype key ("fp32", "tf32", "bf16", "fp16", "fp8") of a precision's matmuls (a PrecisionSpec):
-    the key of the peak-FLOP/s tables and of `DeviceInfo.is_native`. Emulated fp8 multiplies in bf16."""
-    if spec.tf32:
-        return "tf32"
-    if getattr(spec, "fp8", None) == "native":
-        return "fp8"
-    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(
-        str(spec.compute_dtype).removeprefix("torch."), "fp32"
-    )
+def _is_reference(name: str) -> bool:
+    spec = SPECS.get(name)
+    return spec is not None and spec.is_reference
 
 
-def native_support(info, precision_spec) -> tuple[bool, str]:
+def native_support(info, precision_spec: PrecisionSpec) -> tuple[bool, str]:
     """(native?, note) for a precision's compute dtype on `info`'s device (a hardware.DeviceInfo)."""
-    key = compute_key(precision_spec)
-    if getattr(precision_spec, "fp8", None) == "emulated":
+    key = precision_spec.matmul_key
+    if precision_spec.emulated:
         return False, "emulated: fp8 rounding in software, no fp8 matmuls"
     if key == "fp32":
         return True, "native"
@@ -104,7 +95,7 @@ def disqualification(c: Candidate, *, threshold: float) -> str | None:
         return f"unstable: {c.instability}"
     if c.tokens_per_s is None or not c.tokens_per_s > 0:
         return "no throughput measured"
-    if c.name != REFERENCE and not c.fidelity_passed:
+    if not _is_reference(c.name) and not c.fidelity_passed:
         return f"fidelity: logits cos {format_cosine(c.logits_cosine)} < {threshold}"
     return None
 
@@ -125,7 +116,7 @@ def recommend(
     fastest = max(passing, key=lambda c: c.tokens_per_s)
     tied = [c for c in passing if c.tokens_per_s >= fastest.tokens_per_s * (1.0 - tie_tolerance)]
     chosen = min(tied, key=lambda c: simplicity_rank(c.name))
-    if chosen.name == REFERENCE:
+    if _is_reference(chosen.name):
         reason = _why_reference(candidates, ref, disqualified, tie_tolerance)
     else:
         reason = _why_faster(chosen, ref, fastest)
@@ -173,7 +164,7 @@ def _why_reference(
 ) -> str:
     notes = []
     for c in candidates:
-        if c.name == REFERENCE:
+        if _is_reference(c.name):
             continue
         if c.name in disqualified:
             notes.append(f"{c.name} {disqualified[c.name]}")

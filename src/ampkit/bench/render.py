@@ -85,7 +85,7 @@ def _scale(entry: dict) -> str:
     return f"{st['skipped_steps']} / {st['nonfinite_grad_steps']}{scale}"
 
 
-def _status(entry: dict, recommended: str | None) -> str:
+def _status(entry: dict, recommended: str | None, reference: str) -> str:
     if entry["status"] != "ok":
         return f"failed: {entry['error']}"
     words = []
@@ -94,7 +94,7 @@ def _status(entry: dict, recommended: str | None) -> str:
     if entry["stability"] and not entry["stability"]["stable"]:
         words.append(f"unstable: {entry['stability']['reason']}")
     fid = entry["fidelity"]
-    if fid and entry["name"] != "fp32":
+    if fid and entry["name"] != reference:
         words.append(fid["verdict"] if fid["passed"] else f"fidelity fails ({fid['verdict']})")
     if not entry["native"]:
         words.append(entry["native_note"])
@@ -134,7 +134,7 @@ def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
                 _num(e["loss"] and e["loss"]["final"], ".4f"),
                 _cos(fid and fid["logits_cosine"]),
                 _scale(e),
-                _status(e, recommended),
+                _status(e, recommended, summary["reference"]),
             ]
         )
     return headers, rows

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ampkit.bench.config import REFERENCE, BenchConfig, resolve_for_device
+from ampkit.bench.config import BenchConfig, resolve_for_device
 from ampkit.bench.memory_check import check_model_fits
 from ampkit.bench.summary import build_summary
 from ampkit.data import DEFAULT_CORPUS_NAME
@@ -31,6 +31,7 @@ from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.models import ModelConfig
 from ampkit.models.flops import training_flops_per_token
 from ampkit.models.hf import HFModelInfo
+from ampkit.precision import REFERENCE, get_spec
 from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
 from ampkit.train.build import resolve_model_config
 
@@ -201,7 +202,7 @@ def run_bench(
             result = measure_precision(name, plan, run_dir, progress)
             results.append(result)
             if result["status"] != "ok":
-                if name == REFERENCE:
+                if get_spec(name).is_reference:
                     _refuse_without_reference(result)
                 console.print(f"[red]{name} failed:[/] {result['error']}", soft_wrap=True)
     corpus = DEFAULT_CORPUS_NAME if plan.config.data == "default" else str(plan.config.data)

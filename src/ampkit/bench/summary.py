@@ -15,11 +15,11 @@ from typing import Any
 import torch
 
 from ampkit import __version__
-from ampkit.bench.config import REFERENCE, BenchConfig
+from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import compare_fidelity, loss_curve_gap
 from ampkit.bench.recommend import Candidate, native_support, recommend
 from ampkit.bench.timing import summarize_steps
-from ampkit.precision import get_spec
+from ampkit.precision import REFERENCE, get_spec
 
 SCHEMA = "ampkit.bench/1"
 SCHEMA_VERSION = 1
@@ -122,7 +122,7 @@ def add_comparisons(
 ) -> None:
     """Speedup, memory ratio and fidelity of every measured precision against the fp32 entry."""
     pairs = [(e, r) for e, r in zip(entries, results) if e["status"] == "ok"]
-    ref, ref_result = next(((e, r) for e, r in pairs if e["name"] == REFERENCE), (None, None))
+    ref, ref_result = next(((e, r) for e, r in pairs if get_spec(e["name"]).is_reference), (None, None))
     if ref is None:
         return
     ref_capture = _load_capture(run_dir, ref)
@@ -202,7 +202,9 @@ def build_summary(
 ) -> dict[str, Any]:
     entries = [precision_entry(r, flops_per_token=flops_per_token, info=info) for r in results]
     add_comparisons(entries, results, run_dir, threshold=config.fidelity_threshold)
-    ref_tps = next((e["timing"]["tokens_per_s"] for e in entries if e["name"] == REFERENCE and e["timing"]), None)
+    ref_tps = next(
+        (e["timing"]["tokens_per_s"] for e in entries if get_spec(e["name"]).is_reference and e["timing"]), None
+    )
     rec = recommend(
         [candidate_from(e, ref_tps) for e in entries],
         threshold=config.fidelity_threshold,

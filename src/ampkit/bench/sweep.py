@@ -23,6 +23,7 @@ from ampkit.bench.config import BenchConfig
 from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, worker_timeout_s
 from ampkit.bench.timing import summarize_steps
 from ampkit.errors import UsageError
+from ampkit.precision import REFERENCE, get_spec
 from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
 from ampkit.train.features import feature_set_unavailable, get_feature_sets
 
@@ -36,10 +37,11 @@ def run_sweep(
     """Every chosen feature combination under one precision; returns (summary, run directory)."""
     console = console or Console(stderr=True)
     plan = plan_bench(config)  # the same up-front checks as a precision bench
-    chosen = [p for p in plan.precisions if p != "fp32"] if config.precisions else []  # the bench adds fp32
+    # the bench adds the fp32 reference itself: what the user chose besides it is the precision to sweep under
+    chosen = [p for p in plan.precisions if not get_spec(p).is_reference] if config.precisions else []
     if len(chosen) > 1:
         raise UsageError("--sweep compares switches under ONE precision: pass a single --precisions value")
-    precision = chosen[0] if chosen else "fp32"
+    precision = chosen[0] if chosen else REFERENCE
     feature_sets = get_feature_sets("" if names in ("", "all") else names)
     if BASELINE not in [fs.name for fs in feature_sets]:
         feature_sets = [fs for fs in get_feature_sets(BASELINE)] + feature_sets

@@ -28,7 +28,6 @@ import torch
 
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import capture_fidelity, fixed_batch
-from ampkit.bench.recommend import compute_key
 from ampkit.bench.timing import make_step_timer, synchronize
 from ampkit.errors import TrainingError, UsageError
 from ampkit.hardware import matmul_size_for, measure_matmul_flops, measured_peak_flops, peak_flops
@@ -148,7 +147,7 @@ def peak_flops_for(precision: str, device: torch.device, info) -> dict[str, Any]
     """The MFU denominator: the GPU table's dense peak for this precision's compute dtype, else
     (CPU, unknown GPU) a matmul measured here in that dtype."""
     spec = get_spec(precision)
-    key = compute_key(spec)
+    key = spec.matmul_key
     if info.type == "cuda":
         table = peak_flops(info, key)
         if table:

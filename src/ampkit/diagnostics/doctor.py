@@ -43,7 +43,16 @@ from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test, s
 from ampkit.diagnostics.unsafe import insert_unsafe_op
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
-from ampkit.precision import LossScaleCollapse, ScalerConfig, build_precision, canonical_name, check_supported, get_spec
+from ampkit.precision import (
+    REFERENCE,
+    LossScaleCollapse,
+    ScalerConfig,
+    build_precision,
+    canonical_name,
+    check_supported,
+    get_spec,
+    precision_names_help,
+)
 from ampkit.train.build import instantiate_model, resolve_model_config
 
 SCHEMA = "ampkit.doctor/1"
@@ -55,7 +64,7 @@ class DoctorConfig:
     """A numerics diagnosis: which precision, on which model, and which parts to run."""
 
     precision: str = field(
-        default="fp16-mixed", metadata={"help": "precision to diagnose (fp32, fp16-mixed, bf16-mixed, ...)"}
+        default="fp16-mixed", metadata={"help": f"precision to diagnose: {precision_names_help()} (or an alias)"}
     )
     model: str = field(
         default="tiny", metadata={"help": "model preset, or hf:PATH (a local Hugging Face model folder)"}
@@ -287,8 +296,8 @@ def smoke_tests(setup: _Setup) -> dict[str, SmokeResult]:
     batch = smoke_batch(samples=16, seq_len=cfg.smoke_seq_len, seed=cfg.seed).to(setup.device)
     smoke_cfg = SmokeConfig(seq_len=cfg.smoke_seq_len, max_steps=cfg.smoke_steps)
     results = {}
-    for name in dict.fromkeys([cfg.precision, "fp32"]):
-        policy = setup.policy() if name == cfg.precision else build_precision("fp32", device_type=setup.device.type)
+    for name in dict.fromkeys([cfg.precision, REFERENCE]):
+        policy = setup.policy() if name == cfg.precision else build_precision(REFERENCE, device_type=setup.device.type)
         model = policy.convert_module(setup.fresh_model())
         injector = FaultInjector(model, cfg.fault).attach() if cfg.fault and name == cfg.precision else None
         try:
@@ -325,7 +334,7 @@ def run_doctor(
         progress("smoke test: overfit 16 samples")
         smoke = smoke_tests(setup)
     fidelity = None
-    if config.fidelity and config.precision != "fp32":
+    if config.fidelity and not setup.spec.is_reference:
         progress("per-layer fidelity against fp32")
         fidelity = compare_layers(
             setup.fresh_model(), setup.first_batch, precision=setup.policy(), device_type=setup.device.type
@@ -357,7 +366,7 @@ def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity)
         flush_fraction=_final_flush_fraction(run.grad_stats),
         long_tail=tail,
         smoke=smoke.get(cfg.precision),
-        smoke_fp32=smoke.get("fp32") if cfg.precision != "fp32" else None,
+        smoke_fp32=smoke.get(REFERENCE) if not spec.is_reference else None,
         fidelity=fidelity,
     )
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from ampkit.core import forward_loss
 from ampkit.data import Batch
-from ampkit.precision import Precision, build_precision
+from ampkit.precision import REFERENCE, Precision, build_precision
 
 GOOD_COSINE = 0.99
 """At or above: the precision keeps the layer's signal (the seeds' threshold for logits)."""
@@ -113,7 +113,7 @@ def compare_layers(
 ) -> FidelityResult:
     """Run `model` (fp32 weights; left untouched) in fp32 and, on a converted copy, in `precision`."""
     policy = precision if isinstance(precision, Precision) else build_precision(precision, device_type=device_type)
-    reference = build_precision("fp32", device_type=device_type)
+    reference = build_precision(REFERENCE, device_type=device_type)
     paths = watched_modules(model)
     ref = _capture(model, reference, batch, paths)
     low_model = policy.convert_module(copy.deepcopy(model))

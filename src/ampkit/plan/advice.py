@@ -26,6 +26,7 @@ from ampkit.plan.describe import ModelDescription
 from ampkit.plan.fit import largest
 from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import GIB, StepSetting
+from ampkit.precision import get_spec
 
 MAX_FSDP_GPUS = 1024
 
@@ -81,7 +82,7 @@ def _candidates(setting: StepSetting, gpu: GpuSpec | None) -> list[tuple[str, st
                 )
             )
     bf16_ok = gpu is None or gpu.native_bf16
-    if bf16_ok and setting.precision not in ("bf16-true", "fp16-true"):
+    if bf16_ok and not get_spec(setting.precision).low_precision_weights:
         true = ("bf16-true", "bf16 weights and updates: weigh the fidelity cost", {"precision": "bf16-true"})
         out.append(true)
         combo = {"precision": "bf16-true", "checkpointing": "full"}
@@ -155,7 +156,7 @@ def cheapest_fix(
 
 
 def fp8_note(gpu: GpuSpec | None) -> str | None:
-    if gpu is None or "fp8" not in gpu.peak_tflops:
+    if gpu is None or gpu.peak_flops("fp8") is None:  # the card's fp8 tensor-core column (a dtype key)
         return None
     return (
         f"{gpu.name} has fp8 tensor cores ({gpu.peak_tflops['fp8']:g} vs {gpu.peak_tflops.get('bf16', 0):g} "

@@ -9,6 +9,7 @@ from ampkit.plan.kv import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, check_dtype
 from ampkit.plan.numerics import parse_precisions
 from ampkit.plan.optim import check_optimizer
 from ampkit.plan.setting import CHECKPOINTING, PARALLEL
+from ampkit.precision import precision_names_help
 
 DEFAULT_KV_GPU = "A100-80GB"
 
@@ -43,9 +44,7 @@ class PlanConfig:
     )
     precisions: str = field(
         default="all",
-        metadata={
-            "help": "comma-separated precisions, or 'all' (fp32, tf32, fp16-mixed, bf16-mixed, bf16-true, fp16-true, fp8)"
-        },
+        metadata={"help": f"comma-separated precisions, or 'all' ({precision_names_help(include_emulated=False)})"},
     )
     optimizers: str = field(default="adamw", metadata={"help": "comma-separated: adamw, adamw-8bit, sgd, sgd-momentum"})
     checkpointing: str = field(

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 import torch
 
 from ampkit.errors import UsageError
-from ampkit.precision import SPECS, canonical_name
+from ampkit.precision import SPECS, Fp8Mode, canonical_name
 
 FP32_BYTES = 4  # norm statistics, RoPE, log-softmax and the loss are fp32 in every regime
-# Planned by default ("all"): the vocabulary without its test-only emulated variants, plus fp8
-# even where the precision table does not list it yet.
-PLAN_PRECISIONS = tuple(dict.fromkeys([*(n for n, s in SPECS.items() if getattr(s, "fp8", None) != "emulated"), "fp8"]))
+# Planned by default ("all"): the vocabulary without its test-only emulated variants.
+PLAN_PRECISIONS = tuple(n for n, s in SPECS.items() if not s.emulated)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,17 +37,14 @@ class Numerics:
     float8_block_linears: bool = False
     """block Linears run torchao Float8Linear (no saved weight copies)"""
     peak_key: str
-    """the GPU peak-FLOP/s column this regime's matmuls run at (hardware.DTYPE_KEYS)"""
+    """the GPU peak-FLOP/s column this regime's matmuls run at (hardware.DTYPE_KEYS; `PrecisionSpec.matmul_key`)"""
     traceable: bool = True
     """the traced engine runs this regime: all but native fp8, which needs an sm89+ GPU to run; its
     memory is fp8-emulated's, which traces on CPU (torchao's emulation)"""
 
 
 def plan_precision_name(name: str) -> str:
-    """Canonical name of a precision or alias, `fp8` included."""
-    key = name.strip().lower()
-    if key in ("fp8", "float8") and "fp8" not in SPECS:
-        return "fp8"
+    """Canonical name of a precision or alias."""
     try:
         return canonical_name(name)
     except UsageError:
@@ -59,34 +55,15 @@ def plan_precision_name(name: str) -> str:
 
 
 def get_numerics(name: str) -> Numerics:
-    name = plan_precision_name(name)
-    spec = SPECS.get(name)
-    if spec is None:  # fp8 before the precision table lists it: torchao's recipe, fp32 weights
-        return Numerics(
-            name=name,
-            param_bytes=4,
-            compute_bytes=2,
-            autocast=True,
-            float8_block_linears=True,
-            peak_key="fp8",
-            traceable=False,
-        )
-    fp8 = getattr(spec, "fp8", None)
-    compute = _bytes(spec.compute_dtype)
-    if fp8:
-        peak_key = "fp8" if fp8 == "native" else "bf16"  # emulation rounds in software: no fp8 speed
-    elif compute == 4:
-        peak_key = "tf32" if spec.tf32 else "fp32"
-    else:
-        peak_key = "bf16" if spec.compute_dtype == torch.bfloat16 else "fp16"
+    spec = SPECS[plan_precision_name(name)]
     return Numerics(
-        name=name,
+        name=spec.name,
         param_bytes=_bytes(spec.param_dtype),
-        compute_bytes=compute,
+        compute_bytes=_bytes(spec.compute_dtype),
         autocast=spec.autocast,
-        float8_block_linears=bool(fp8),
-        peak_key=peak_key,
-        traceable=fp8 in (None, "emulated"),
+        float8_block_linears=spec.fp8 is not None,
+        peak_key=spec.matmul_key,
+        traceable=spec.fp8 is not Fp8Mode.NATIVE,
     )
 
 

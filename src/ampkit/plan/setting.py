@@ -13,6 +13,7 @@ from ampkit.errors import UsageError
 from ampkit.plan.numerics import plan_precision_name
 from ampkit.plan.optim import check_optimizer
 from ampkit.plan.tracker import TENSOR_LINES
+from ampkit.precision import precision_names_help
 
 GIB = 1024**3  # GiB is 1024**3 bytes, GB is 1000**3
 CHECKPOINTING = ("none", "full")
@@ -40,9 +41,7 @@ LINE_LABELS = {
 class StepSetting:
     """What one training step holds: precision, optimizer, checkpointing, micro-batch shape."""
 
-    precision: str = field(
-        metadata={"help": "precision name (fp32, tf32, fp16-mixed, bf16-mixed, bf16-true, fp16-true, fp8)"}
-    )
+    precision: str = field(metadata={"help": f"precision name ({precision_names_help()})"})
     optimizer: str = field(default="adamw", metadata={"help": "adamw, adamw-8bit, sgd or sgd-momentum"})
     checkpointing: str = field(
         default="none", metadata={"help": "activation checkpointing: none or full (every block)"}

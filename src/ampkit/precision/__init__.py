@@ -6,15 +6,26 @@ from ampkit.errors import UsageError
 from ampkit.precision.amp import AutocastPrecision, LossScaleCollapse, ScalerConfig, TruePrecision
 from ampkit.precision.base import Precision
 from ampkit.precision.fp8 import Fp8Precision
-from ampkit.precision.table import ALIASES, SPECS, PrecisionSpec, canonical_name, get_spec
+from ampkit.precision.table import (
+    ALIASES,
+    REFERENCE,
+    SPECS,
+    Fp8Mode,
+    PrecisionSpec,
+    canonical_name,
+    get_spec,
+    precision_names_help,
+)
 
 __all__ = [
     "ALIASES",
     "AutocastPrecision",
+    "Fp8Mode",
     "Fp8Precision",
     "LossScaleCollapse",
     "Precision",
     "PrecisionSpec",
+    "REFERENCE",
     "SPECS",
     "ScalerConfig",
     "TruePrecision",
@@ -22,9 +33,8 @@ __all__ = [
     "canonical_name",
     "check_supported",
     "get_spec",
+    "precision_names_help",
 ]
-
-_LOW_PRECISION_DTYPE_KEY = {"bf16-mixed": "bf16", "bf16-true": "bf16", "fp16-mixed": "fp16", "fp16-true": "fp16"}
 
 
 def check_supported(name: str, info) -> list[str]:
@@ -37,13 +47,13 @@ def check_supported(name: str, info) -> list[str]:
             f"tf32 needs an NVIDIA GPU with compute capability >= 8.0 (Ampere or newer); {where} has none: "
             "use fp32 (or fp16-mixed on a Volta/Turing GPU)"
         )
-    if spec.fp8 == "native" and not info.has_fp8:
+    if spec.fp8 is Fp8Mode.NATIVE and not info.has_fp8:
         where = "this CPU" if info.type == "cpu" else f"{info.name} (sm_{_cc(info)})"
         raise UsageError(
             f"fp8 needs an NVIDIA GPU with compute capability >= 8.9 (Ada or Hopper); {where} has none: "
             "use bf16-mixed, or fp8-emulated to exercise the fp8 code path without a speedup"
         )
-    key = _LOW_PRECISION_DTYPE_KEY.get(spec.name, "bf16" if spec.fp8 else None)
+    key = spec.low_precision_key
     if key is None:
         return []
     native = info.native_bf16 if key == "bf16" else info.native_fp16
@@ -70,7 +80,7 @@ def build_precision(name: str, *, device_type: str, scaler: ScalerConfig | None 
         return Fp8Precision(spec, device_type=device_type, scaler=scaler)
     if spec.autocast:
         return AutocastPrecision(spec, device_type=device_type, scaler=scaler)
-    if spec.param_dtype != SPECS["fp32"].param_dtype:
+    if spec.low_precision_weights:
         return TruePrecision(spec, device_type=device_type)
     return Precision(spec, device_type=device_type)
 

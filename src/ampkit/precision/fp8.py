@@ -16,6 +16,7 @@ from torch import nn
 
 from ampkit.errors import UsageError
 from ampkit.precision.amp import AutocastPrecision
+from ampkit.precision.table import Fp8Mode
 
 MIN_FEATURES = 16
 SKIP_MODULES = ("lm_head",)
@@ -53,7 +54,7 @@ class Fp8Precision(AutocastPrecision):
 
     def convert_module(self, module: nn.Module) -> nn.Module:
         float8 = _load_torchao_float8()
-        config = float8.Float8LinearConfig(emulate=self.spec.fp8 == "emulated")
+        config = float8.Float8LinearConfig(emulate=self.spec.fp8 is Fp8Mode.EMULATED)
         float8.convert_to_float8_training(module, config=config, module_filter_fn=fp8_module_filter)
         return module
 

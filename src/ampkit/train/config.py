@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ampkit.distributed.settings import check_parallel_settings
 from ampkit.errors import UsageError
-from ampkit.precision import ScalerConfig, canonical_name
+from ampkit.precision import ScalerConfig, canonical_name, precision_names_help
 from ampkit.train.features import check_feature_settings
 from ampkit.train.guard import check_guard_settings
 from ampkit.train.loggers import check_log_kind
@@ -16,9 +16,7 @@ from ampkit.train.loggers import check_log_kind
 class TrainConfig:
     """A training run: what to train, on what, for how long, and under which precision."""
 
-    precision: str = field(
-        default="fp32", metadata={"help": "fp32, tf32, fp16-mixed, bf16-mixed, bf16-true, fp16-true (or an alias)"}
-    )
+    precision: str = field(default="fp32", metadata={"help": f"{precision_names_help()} (or an alias)"})
     model: str = field(
         default="tiny",
         metadata={
