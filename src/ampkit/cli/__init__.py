@@ -15,7 +15,7 @@ import os
 import sys
 
 from ampkit import __version__
-from ampkit.errors import RunInterrupted, TrainingError, UsageError
+from ampkit.errors import RunDiverged, RunInterrupted, TrainingError, UsageError
 
 # Order is the order shown in `ampkit --help`.
 COMMANDS = {
@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunInterrupted as err:
         print(f"ampkit {args.command}: {err}", file=sys.stderr)
         return 128 + err.signum
+    except RunDiverged as err:
+        print(f"ampkit {args.command}: run diverged: {err}", file=sys.stderr)
+        return EXIT_FAILED
     except TrainingError as err:
         print(f"ampkit {args.command}: run failed: {err}", file=sys.stderr)
         return EXIT_FAILED

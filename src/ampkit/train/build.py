@@ -50,14 +50,14 @@ class RunObjects:
     val_batches: list
     corpus_name: str
     trainer: Trainer
+    checkpointer: FileCheckpointer | ShardedCheckpointer
+    """Single-file or sharded (DCP) checkpoints, chosen once with the parallel mode."""
     dedup: DedupStats | None = None
     """What `--dedup` removed before the split (mode "none": nothing)."""
     features: features.FeatureReport | None = None
     """The throughput switches applied (checkpointed blocks, compile time, ...)."""
     parallel: LocalRun = dataclasses.field(default_factory=LocalRun)
     """This process's place in a data-parallel job (`LocalRun`: a one-process run)."""
-    checkpointer: FileCheckpointer | ShardedCheckpointer | None = None
-    """Single-file or sharded (DCP) checkpoints, chosen with the parallel mode (`build_run` sets it)."""
 
     def features_summary(self) -> dict:
         """The summary's "throughput" section: switches, compile time, optimizer-state bytes, dedup."""
@@ -145,7 +145,9 @@ def build_run_data(config: TrainConfig, *, corpus, tokenizer, parallel):
     )
     sampler = data.train
     if parallel.distributed:  # rank r takes batches r, r+W, ... of the one seeded stream (global batch: W x)
-        sampler = parallel.sampler = RankShardedSampler(sampler, rank=parallel.rank, world_size=parallel.world_size)
+        sharded = RankShardedSampler(sampler, rank=parallel.rank, world_size=parallel.world_size)
+        parallel.sampler = sharded
+        return data, sharded
     return data, sampler
 
 

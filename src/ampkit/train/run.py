@@ -176,7 +176,9 @@ class _Run:
         self.cadence = Cadence(self.config, device=objs.device, last_step=last)
         self.guard = build_guard(self.config, checkpointer=self.checkpointer, run_dir=run_dir)  # chosen once
         self.eval_losses: list[tuple[int, float]] = []
-        self.status, self.error, self.signum = RunStatus.COMPLETED, None, None
+        self.status = RunStatus.COMPLETED
+        self.error: str | None = None
+        self.signum: int | None = None
 
     def execute(self) -> dict[str, Any]:
         self._prepare_run_dir()
@@ -320,7 +322,7 @@ class _Run:
     def _raise_outcome(self) -> None:
         if self.error:
             raise type_for(self.status)(f"{self.error} (partial summary in {self.run_dir / SUMMARY_FILE})")
-        if self.status is RunStatus.STOPPED:
+        if self.status is RunStatus.STOPPED and self.signum is not None:
             name = signal.Signals(self.signum).name
             raise RunInterrupted(
                 f"stopped by {name} at step {self.progress.step} after writing a checkpoint; "
