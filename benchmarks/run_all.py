@@ -20,6 +20,11 @@ DOC = ROOT / "docs" / "benchmarks.md"
 BENCHMARKS = [
     ("hw", ["-m", "ampkit", "hw"], "native dtypes and measured matmul throughput per dtype"),
     (
+        "build_memory",
+        ["benchmarks/build_memory.py"],
+        "peak memory of building a run: 1b under bf16-true (no fp32 copy), small under FSDP2 with 2 ranks",
+    ),
+    (
         "train_acceptance",
         ["benchmarks/train_acceptance.py"],
         "ampkit train: 300 fp32 steps under 3 min, loss drop >= 40%; fp16-mixed 20 steps",

@@ -6,6 +6,8 @@ Probes ampkit's own builders (no ampkit code is changed here; torch functions ar
 2. FSDP2 + fp16-mixed: an inf planted in rank 1's gradient shard alone makes *both* ranks skip.
 3. DDP + gradient accumulation: all-reduces per step are the same with 2 micro-batches as with 1.
 4. DDP with --reduce-dtype bf16: the all-reduce carries bf16.
+5. FSDP2 built on the meta device: each rank's shards are its slice of the one-process init (fp32,
+   bf16-true, and uneven shapes), the tied head stays tied, and a rank holds only its shards.
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from ampkit.distributed.wrap import mixed_precision_policy, shard_fsdp
+from ampkit.models import LlamaLM, ModelConfig, build_model
+from ampkit.models.init import materialize
+from ampkit.precision import get_spec
 from ampkit.train import TrainConfig, build_run
+from ampkit.train.build import instantiate_model
 
 TINY = dict(model="tiny", seq_len=32, batch_size=2, steps=4, warmup_steps=0, eval_batches=1)
 
@@ -123,6 +130,42 @@ def probe_ddp_bf16_reduce() -> dict:
     return {"all_reduce": sorted(set(seen))}
 
 
+def _compare_shards(sharded: torch.nn.Module, reference: torch.nn.Module) -> dict:
+    """The sharded model against a one-process build (rounded to the shards' dtype); `full_tensor` is a
+    collective, called in the same order on every rank."""
+    ref = dict(reference.named_parameters())
+    names = [name for name, _ in sharded.named_parameters()]
+    equal = [
+        name
+        for name, p in sharded.named_parameters()
+        if name in ref and torch.equal(p.full_tensor(), ref[name].detach().to(p.dtype))
+    ]
+    local = sum(p.to_local().numel() for p in sharded.parameters())
+    return {
+        "names_match": names == list(ref),
+        "all_equal": equal == names,
+        "tied": sharded.lm_head.weight is sharded.embed.weight,
+        "local_fraction": round(local / sum(p.numel() for p in ref.values()), 2),
+        "dtypes": sorted({str(p.dtype) for p in sharded.parameters()}),
+    }
+
+
+def probe_fsdp_init() -> dict:
+    report = {}
+    for precision in ("fp32", "bf16-true"):
+        objs = build_run(TrainConfig(precision=precision, parallel="fsdp", **TINY))
+        reference = instantiate_model(objs.model_config, device=objs.device, seed=objs.config.seed)
+        report[precision] = _compare_shards(objs.model, reference)
+    # Odd vocabulary and d_ff: FSDP2 pads the last rank's shard; each rank still writes exactly its rows.
+    cfg = ModelConfig(vocab_size=257, d_model=64, n_layers=2, n_heads=4, d_ff=99, tie_embeddings=True)
+    with torch.device("meta"):
+        model = LlamaLM(cfg)
+    shard_fsdp(model, mp_policy=mixed_precision_policy(get_spec("fp32"), reduce_dtype=torch.float32))
+    materialize(model, device="cpu", seed=5)
+    report["uneven"] = _compare_shards(model, build_model(cfg, seed=5))
+    return report
+
+
 def main(out: Path) -> None:
     torch.manual_seed(0)
     report = {
@@ -131,6 +174,7 @@ def main(out: Path) -> None:
         "fp16_scaler": probe_fp16_scaler(),
         "ddp_no_sync": probe_ddp_no_sync(),
         "ddp_bf16_reduce": probe_ddp_bf16_reduce(),
+        "fsdp_init": probe_fsdp_init(),
     }
     (out / f"rank-{dist.get_rank()}.json").write_text(json.dumps(report, indent=2))
     dist.destroy_process_group()

@@ -54,3 +54,13 @@ def test_ddp_all_reduces_once_per_step_under_gradient_accumulation(probes):
 def test_ddp_reduce_dtype_bf16_all_reduces_in_bf16(probes):
     for rank in probes:
         assert rank["ddp_bf16_reduce"]["all_reduce"] == ["torch.bfloat16"]
+
+
+@pytest.mark.slow
+def test_fsdp_meta_build_gives_each_rank_its_slice_of_the_one_process_init(probes):
+    for rank in probes:
+        for case, dtype in (("fp32", "torch.float32"), ("bf16-true", "torch.bfloat16"), ("uneven", "torch.float32")):
+            p = rank["fsdp_init"][case]
+            assert p["names_match"] and p["all_equal"] and p["tied"], (case, p)
+            assert p["dtypes"] == [dtype], case  # bf16-true shards are born bf16
+            assert p["local_fraction"] <= 0.51, case  # a rank holds its half, never the full model

@@ -16,6 +16,7 @@ from ampkit.data.hf_tokenizer import HFTokenizer, tokenizer_for_model
 from ampkit.errors import UsageError
 from ampkit.models import causal_lm_loss
 from ampkit.models.hf import build_hf_model, describe_hf_model, load_transformers
+from ampkit.precision import build_precision
 from ampkit.train import features
 from hf_fixtures import hf_dirs, make_tiny_gpt2  # noqa: F401  (hf_dirs is a fixture)
 
@@ -77,6 +78,25 @@ def test_weights_load_in_fp32_whatever_the_checkpoint_dtype(tmp_path, hf_dirs):
         assert p.dtype == torch.float32, name
         assert torch.equal(p, q.float()), name
     assert loaded.hf.lm_head.weight is loaded.hf.transformer.wte.weight  # still tied after loading
+
+
+def test_bf16_true_builds_and_loads_directly_in_bf16(tmp_path, hf_dirs):
+    """Inside a bf16-true policy's init_context, transformers initialises and loads in bf16 (no fp32 copy)."""
+    policy = build_precision("bf16-true", device_type="cpu")
+    trained = build_hf_model(spec(hf_dirs, "gpt2"), seed=3)
+    trained.hf.save_pretrained(tmp_path / "ckpt")  # an fp32 checkpoint
+    with policy.init_context():
+        fresh = build_hf_model(spec(hf_dirs, "llama"), seed=0)
+        again = build_hf_model(spec(hf_dirs, "llama"), seed=0)
+        loaded = build_hf_model(f"hf:{tmp_path / 'ckpt'}", seed=0)
+    assert torch.get_default_dtype() == torch.float32
+    for model in (fresh, loaded):
+        assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    for (name, p), q in zip(fresh.named_parameters(), again.parameters()):
+        assert torch.equal(p, q), name  # seeded: the same bf16 init twice
+    for (name, p), q in zip(loaded.hf.named_parameters(), trained.hf.parameters()):
+        assert torch.equal(p, q.to(torch.bfloat16)), name  # the checkpoint, rounded once
+    assert loaded.hf.lm_head.weight is loaded.hf.transformer.wte.weight
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -1,11 +1,14 @@
 """Data-parallel wrappers: DDP (replicated weights) and FSDP2 (`fully_shard`, sharded weights).
 
-Order of application (torchtitan's `parallelize_llama` order, minus tensor parallelism):
-    precision policy converts the module  ->  activation checkpointing  ->  torch.compile
-    ->  DDP / fully_shard  ->  optimizer (built on the wrapped model's parameters)
-Sharding goes last because it replaces parameters by DTensors and hooks every block: checkpointing
-must already wrap the blocks whose forwards FSDP2 re-gathers around, and the optimizer must see the
-sharded parameters it will update.
+Order of application (torchtitan's `parallelize_llama` order, minus tensor parallelism; the run's
+builder is `ampkit.train.build.build_run_model`):
+    model on the meta device, in its storage dtype  ->  precision policy converts the module
+    ->  activation checkpointing  ->  torch.compile  ->  fully_shard (on meta)
+    ->  to_empty + init_weights (each rank its shards)  ->  DDP (real weights)  ->  optimizer
+Sharding goes after checkpointing and compile because it replaces parameters by DTensors and hooks
+every block: checkpointing must already wrap the blocks whose forwards FSDP2 re-gathers around, and
+the optimizer must see the sharded parameters it will update. FSDP2 shards a meta-device model (only
+metadata), so weights are first allocated already sharded; DDP needs real weights to wrap.
 
 Precision under FSDP2 comes from a `MixedPrecisionPolicy`, not from the weights:
 - `param_dtype` is the precision's compute dtype for the *-mixed regimes (bf16 for bf16-mixed, fp16
@@ -48,7 +51,8 @@ def shard_fsdp(model: nn.Module, *, mp_policy) -> nn.Module:
 
     Each block is one all-gather / reduce-scatter unit, so only one block's full weights exist at a
     time (plus prefetch). Precondition: `model.blocks` is an `nn.ModuleList`; runs under an
-    initialized process group; the model is on this rank's device.
+    initialized process group; the model is on this rank's device, or on the meta device (then
+    `ampkit.models.init.materialize` allocates and initialises the shards afterwards).
     """
     from torch.distributed.fsdp import fully_shard
 
@@ -100,7 +104,8 @@ def wrap_model(model: nn.Module, *, run, spec, reduce_dtype: str) -> nn.Module:
     """Wrap for `run.mode` and install the gradient-sync hook the training loop calls.
 
     Precondition: the precision policy converted `model`; checkpointing and compile are applied; the
-    optimizer is built afterwards. `run` is a `ProcessGroupRun` (or `LocalRun`: model returned as is).
+    optimizer is built afterwards. FSDP2: the model may be on the meta device; DDP: it must be
+    materialised. `run` is a `ProcessGroupRun` (or `LocalRun`: model returned as is).
     """
     if run.mode == "none":
         return model

@@ -5,9 +5,11 @@ PATH is a local directory holding a transformers `config.json` (any `AutoModelFo
   (the same seed gives the same weights);
 - config + weights (`model.safetensors`, `pytorch_model.bin`, sharded or not): `from_pretrained(PATH,
   local_files_only=True)`. Nothing is ever downloaded; remote code is never run.
-Weights are always created in fp32, whatever `dtype` the config names: they are the master weights,
-and the precision policy decides what runs in low precision (transformers 5 would otherwise load a
-bf16 checkpoint as bf16, silently turning every precision into bf16-true).
+Weights are created in torch's default dtype, whatever `dtype` the config names: fp32 master weights,
+with the precision policy deciding what runs in low precision (transformers 5 would otherwise load a
+bf16 checkpoint as bf16, silently turning every precision into bf16-true); inside a bf16-true or
+fp16-true policy's `init_context` the default is that dtype, so the weights are born (or loaded)
+directly in it, with no fp32 copy.
 
 `HFCausalLM` gives the model ampkit's call contract (`forward(input_ids, *, positions=None,
 attn_mask=None) -> logits`, `blocks`, `supports_attn_mask`, `config`). The transformers model is
@@ -161,15 +163,17 @@ def load_hf_config(spec: str):
 
 
 def _instantiate(spec: str, config, *, weights: bool) -> nn.Module:
-    """The transformers model in fp32: loaded from the directory's weights, or freshly initialized."""
+    """The transformers model in torch's default dtype: loaded from the directory's weights, or freshly
+    initialized (transformers casts on load and initialises in that dtype)."""
     transformers = load_transformers()
     auto = transformers.AutoModelForCausalLM
+    dtype = torch.get_default_dtype()  # passed explicitly: else transformers picks the config's own dtype
     try:
         if weights:
             return auto.from_pretrained(
-                hf_model_dir(spec), config=config, local_files_only=True, trust_remote_code=False, dtype=torch.float32
+                hf_model_dir(spec), config=config, local_files_only=True, trust_remote_code=False, dtype=dtype
             )
-        return auto.from_config(config, dtype=torch.float32)
+        return auto.from_config(config, dtype=dtype)
     except (ValueError, OSError, KeyError, TypeError) as err:
         raise UsageError(
             f"--model {spec}: transformers cannot build a causal LM from it ({_first_line(err)}); "
@@ -295,8 +299,11 @@ def check_causal(spec: str, model: HFCausalLM) -> None:
 
 
 def build_hf_model(spec: str, *, device: str | torch.device = "cpu", seed: int | None = None) -> HFCausalLM:
-    """`hf:PATH` -> HFCausalLM on `device`, fp32 weights, checked to be causal. Random init depends
-    only on `seed`; loaded weights do not depend on it."""
+    """`hf:PATH` -> HFCausalLM on `device`, weights in torch's default dtype (fp32, or the low-precision
+    dtype inside a *-true policy's `init_context`), checked to be causal. Random init depends only on
+    `seed` (and the dtype it is drawn in); loaded weights do not depend on it. Built for real, never on
+    the meta device: transformers' own init and loading run on real tensors (so under FSDP2 the model
+    is materialised on each rank, then sharded)."""
     config = load_hf_config(spec)
     weights = has_weights(hf_model_dir(spec))
     with torch.random.fork_rng(devices=[]):

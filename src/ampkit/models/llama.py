@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ampkit.models.config import ModelConfig
+from ampkit.models.init import draw_seed, init_normal_, init_ones_, materialize
 
 IGNORE_INDEX = -100
 
@@ -123,19 +124,32 @@ class LlamaLM(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
-        self.reset_parameters()
+        if not self.embed.weight.is_meta:  # built on a real device; `build_model` builds on meta, then materialises
+            self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        # GPT-2 style: N(0, 0.02), residual output projections scaled by 1/sqrt(2 * layers)
-        # so the residual stream's variance does not grow with depth.
+        """`init_weights` with a seed drawn from torch's global RNG."""
+        self.init_weights(seed=draw_seed())
+
+    def init_weights(self, *, seed: int) -> None:
+        """GPT-2 style: N(0, 0.02), residual output projections (o_proj, down_proj) N(0, 0.02 / sqrt(2 *
+        layers)) so the residual stream's variance does not grow with depth, norm gains 1.
+
+        Each parameter draws from its own generator seeded by (seed, its name) (`ampkit.models.init`):
+        the values do not depend on the dtype (bf16 = the fp32 values rounded), the device, the RNG
+        state, or FSDP2 sharding (each rank writes its slice). Re-ties the head to the embedding first:
+        `to_empty` gives each module a new tensor of its own. Works on real tensors only (not meta).
+        """
+        if self.config.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
         residual_std = 0.02 / (2 * self.config.n_layers) ** 0.5
-        for name, param in self.named_parameters():
+        for name, param in self.named_parameters():  # a tied weight once, as "embed.weight"
             if name.endswith("norm.weight"):
-                nn.init.ones_(param)
+                init_ones_(param)
             elif name.endswith(("o_proj.weight", "down_proj.weight")):
-                nn.init.normal_(param, std=residual_std)
+                init_normal_(param, std=residual_std, seed=seed, name=name)
             else:
-                nn.init.normal_(param, std=0.02)
+                init_normal_(param, std=0.02, seed=seed, name=name)
 
     def forward(self, input_ids, *, positions=None, attn_mask=None):
         B, T = input_ids.shape
@@ -159,11 +173,11 @@ def causal_lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def build_model(cfg: ModelConfig, *, device: str | torch.device = "cpu", seed: int | None = None) -> LlamaLM:
-    """Build the model on `device`; with `seed`, initial weights depend only on the seed."""
-    if seed is not None:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = LlamaLM(cfg)
-    else:
+    """Build the model on `device`: constructed on the meta device (no memory, no throwaway init), then
+    materialised (`to_empty` + `init_weights(seed)`), so each weight is allocated once, in torch's default
+    dtype (fp32; bf16 inside a bf16-true policy's `init_context`). With `seed`, the initial weights depend
+    only on it (and are the same in every dtype up to rounding); without, a seed is drawn from the global
+    RNG."""
+    with torch.device("meta"):
         model = LlamaLM(cfg)
-    return model.to(device)
+    return materialize(model, device=device, seed=draw_seed() if seed is None else seed)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ampkit.errors import TrainingError, UsageError
-from ampkit.precision.base import Precision
+from ampkit.precision.base import Precision, default_dtype
 from ampkit.precision.table import PrecisionSpec
 
 
@@ -104,5 +104,10 @@ class TruePrecision(Precision):
     """bf16-true and fp16-true: weights, gradients and optimizer states in the low-precision dtype.
     The loss is still computed in fp32 (the loss function upcasts the logits)."""
 
+    def init_context(self) -> contextlib.AbstractContextManager:
+        """Construct in the low-precision dtype (torch's default dtype for the block): no fp32 copy."""
+        return default_dtype(self.spec.param_dtype)
+
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """A no-op for a model built inside `init_context`; casts one built in fp32 (e.g. doctor's)."""
         return module.to(dtype=self.spec.param_dtype)

@@ -1,6 +1,9 @@
 """The precision interface. Every hook does the plain-fp32 thing by default; each regime overrides
 only what differs, so the training loop never asks "is this fp16?".
 
+Building (`ampkit.train.build`): the model is constructed inside `policy.init_context()`, so its
+weights are born in their storage dtype, then `policy.convert_module` adapts it (fp8's Linear swap).
+
 Call order in a step (the loop's contract):
     with policy.run_context():                       # once per run: backend flags (TF32)
         with policy.forward_context():               # forward + loss only
@@ -45,6 +48,11 @@ class Precision:
         finally:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
+    def init_context(self) -> contextlib.AbstractContextManager:
+        """Where the model is constructed (Lightning's `module_init_context`): factory calls inside create
+        weights in the dtype they will be stored in. fp32 weights: nothing to change."""
+        return contextlib.nullcontext()
+
     def convert_module(self, module: nn.Module) -> nn.Module:
         return module
 
@@ -71,3 +79,14 @@ class Precision:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Nothing to restore for stateless regimes."""
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """torch's default floating dtype set to `dtype` for the block, restored on exit (even on error)."""
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)

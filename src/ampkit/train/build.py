@@ -1,6 +1,6 @@
 """Named builders for a run's objects, in the order data flows:
-device check -> data (dedup, split, batching) -> model -> precision policy -> activation
-checkpointing -> compile -> DDP / FSDP2 wrap (ampkit.distributed.wrap) -> optimizer -> schedule.
+device check -> data (dedup, split, batching) -> precision policy -> model (meta device, checkpointing,
+compile, FSDP2, materialisation, DDP: `build_run_model`) -> optimizer -> schedule.
 
 The precision is checked against the device before any model is built, so an unsupported
 precision costs nothing.
@@ -8,6 +8,7 @@ precision costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 from dataclasses import dataclass
@@ -24,8 +25,9 @@ from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.distributed.wrap import wrap_model
 from ampkit.errors import UsageError
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
-from ampkit.models import ModelConfig, build_model, get_preset
+from ampkit.models import LlamaLM, ModelConfig, get_preset
 from ampkit.models.hf import HFModelInfo, build_hf_model, describe_hf_model, is_hf_model
+from ampkit.models.init import materialize
 from ampkit.precision import Precision, build_precision, check_supported
 from ampkit.train import features
 from ampkit.train.checkpointer import FileCheckpointer, ShardedCheckpointer, build_checkpointer
@@ -87,33 +89,79 @@ def resolve_model_config(model: str, tokenizer: Tokenizer) -> ModelConfig | HFMo
     return info
 
 
+def new_model(
+    model_config: ModelConfig | HFModelInfo, *, device: torch.device, seed: int, policy: Precision | None = None
+) -> nn.Module:
+    """The model, constructed inside `policy.init_context()` (weights in their storage dtype: bf16 for
+    bf16-true): a built-in preset on the meta device (no memory; `materialize` allocates and initialises
+    it later), an `hf:PATH` model for real on `device` (transformers' seeded init or its weights)."""
+    with policy.init_context() if policy is not None else contextlib.nullcontext():
+        if isinstance(model_config, HFModelInfo):
+            return build_hf_model(model_config.spec, device=device, seed=seed)
+        with torch.device("meta"):
+            return LlamaLM(model_config)
+
+
 def instantiate_model(model_config: ModelConfig | HFModelInfo, *, device: torch.device, seed: int) -> nn.Module:
     """The model a resolved config describes, on `device`, fp32 weights; random init depends only on `seed`."""
-    if isinstance(model_config, HFModelInfo):
-        return build_hf_model(model_config.spec, device=device, seed=seed)
-    return build_model(model_config, device=device, seed=seed)
+    return materialize(new_model(model_config, device=device, seed=seed), device=device, seed=seed)
 
 
-def apply_model_features(
-    model: nn.Module, config: TrainConfig, policy: Precision, device: torch.device
+def build_run_model(
+    model_config: ModelConfig | HFModelInfo,
+    config: TrainConfig,
+    *,
+    policy: Precision,
+    device: torch.device,
+    parallel: LocalRun,
 ) -> tuple[nn.Module, features.FeatureReport]:
-    """Checkpointing, then compile (with its warm-up timed), on a model the policy already converted."""
-    features.check_batching_supported(model, config.batching)
-    blocks = features.apply_activation_checkpointing(model, spec=config.activation_checkpointing)
-    compile_s = None
+    """The run's model, built in torchtitan's order (meta init -> parallelize -> `to_empty` -> init): under
+    bf16-true no fp32 copy of the model is made, and under FSDP2 the full model never exists on one rank.
+
+    Preconditions: the precision was checked against the device (`check_device`); `policy` is the run's;
+    `parallel` has joined the job and `device` is this rank's. Each step assumes the previous ones:
+    1. `new_model` inside `policy.init_context()`: a preset on the meta device, weights in their storage
+       dtype; an `hf:PATH` model for real (materialised on every rank, then sharded: no meta path for
+       transformers' own init and loading).
+    2. `policy.convert_module`: a no-op for *-true (already in dtype); fp8 swaps Linear layers (on meta too).
+    3. activation checkpointing, then `torch.compile` (lazy: nothing is traced yet).
+    4. FSDP2: `fully_shard` each block, then the root (on meta: shard metadata only).
+    5. `materialize`: `to_empty(device)` + `init_weights(seed)`; under FSDP2 each rank writes its slice of
+       the same full init, one parameter at a time (so 2 ranks start where one process does).
+    6. the compile warm-up, timed (needs real weights; under FSDP2 it runs the sharded model).
+    7. DDP (needs real weights: it checks them across ranks).
+    The optimizer comes next, over the final parameters.
+    """
+    model = policy.convert_module(new_model(model_config, device=device, seed=config.seed, policy=policy))
+    model, report = apply_model_features(model, config)
+    fsdp = parallel.mode == "fsdp"
+    if fsdp:
+        model = wrap_model(model, run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype)
+    model = materialize(model, device=device, seed=config.seed)
     if config.compile:
-        features.compile_model(model, dynamic=None if config.batching == "pack" else True)
         example = features.synthetic_batch(
             batching=config.batching, batch_size=config.batch_size, seq_len=config.seq_len
         )
-        compile_s = features.warm_up_compiled(model, policy=policy, batch=example, device=device)
+        report.compile_s = features.warm_up_compiled(model, policy=policy, batch=example, device=device)
+    if not fsdp:
+        model = wrap_model(model, run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype)
+    return model, report
+
+
+def apply_model_features(model: nn.Module, config: TrainConfig) -> tuple[nn.Module, features.FeatureReport]:
+    """Checkpointing, then compile (lazy; `build_run_model` times its warm-up once the weights are real),
+    on a model the policy already converted (on the meta device or real)."""
+    features.check_batching_supported(model, config.batching)
+    blocks = features.apply_activation_checkpointing(model, spec=config.activation_checkpointing)
+    if config.compile:
+        features.compile_model(model, dynamic=None if config.batching == "pack" else True)
     report = features.FeatureReport(
         batching=config.batching,
         activation_checkpointing=config.activation_checkpointing,
         checkpointed_blocks=blocks,
         optimizer=config.optimizer,
         compile=config.compile,
-        compile_s=compile_s,
+        compile_s=None,
     )
     return model, report
 
@@ -163,9 +211,7 @@ def build_run(config: TrainConfig) -> RunObjects:
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     policy = build_precision(config.precision, device_type=device.type, scaler=config.scaler_config())
-    model = policy.convert_module(instantiate_model(model_config, device=device, seed=config.seed))
-    model, feature_report = apply_model_features(model, config, policy, device)
-    model = wrap_model(model, run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype)  # sharding last
+    model, feature_report = build_run_model(model_config, config, policy=policy, device=device, parallel=parallel)
     optimizer = build_optimizer(model, name=config.optimizer, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = build_scheduler(
         optimizer, warmup_steps=config.warmup_steps, total_steps=config.steps, min_lr_ratio=config.min_lr_ratio

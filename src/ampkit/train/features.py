@@ -1,9 +1,11 @@
 """The throughput switches of `ampkit train` and `ampkit bench --sweep`, applied to a built model.
 
-Order of application (`build_run` follows it; each step assumes the previous one is done):
-    precision policy's `convert_module` -> activation checkpointing -> compile -> optimizer
-Checkpointing wraps blocks before compile so dynamo traces the checkpointed forward; the optimizer
-is built last, over the final parameters.
+Order of application (`build_run_model` follows it; each step assumes the previous one is done):
+    precision policy's `convert_module` -> activation checkpointing -> compile -> (sharding,
+    materialisation) -> compile warm-up -> optimizer
+Checkpointing wraps blocks before compile so dynamo traces the checkpointed forward; both work on a
+meta-device model; the warm-up needs real weights; the optimizer is built last, over the final
+parameters.
 
 - Activation checkpointing (`none | full | every-N`), per transformer block, non-reentrant
   (`torch.utils.checkpoint.checkpoint(use_reentrant=False)`): a checkpointed block keeps only its
