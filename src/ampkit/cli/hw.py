@@ -28,6 +28,7 @@ from ampkit.hardware import (
     throughput_note,
     throughput_verdict,
 )
+from ampkit.options import device_field
 from ampkit.runs import create_run_dir, write_json_atomic
 
 SCHEMA = "ampkit.hw/1"
@@ -37,7 +38,7 @@ SCHEMA = "ampkit.hw/1"
 class HwConfig:
     """`ampkit hw`'s settings (flags or a TOML file)."""
 
-    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
+    device: str = device_field()
     quick: bool = field(default=False, metadata={"help": "smaller matmuls and shorter timing (for tests)"})
 
 

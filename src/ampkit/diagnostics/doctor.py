@@ -43,6 +43,16 @@ from ampkit.diagnostics.unsafe import insert_unsafe_op
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
 from ampkit.models import causal_lm_loss
+from ampkit.options import (
+    batch_size_field,
+    clip_grad_norm_field,
+    device_field,
+    inject_field,
+    lr_field,
+    model_field,
+    seed_field,
+    seq_len_field,
+)
 from ampkit.precision import LossScaleCollapse, ScalerConfig, build_precision, canonical_name, check_supported, get_spec
 from ampkit.train.build import instantiate_model, resolve_model_config
 from ampkit.train.loop import Trainer
@@ -58,24 +68,20 @@ class DoctorConfig:
     precision: str = field(
         default="fp16-mixed", metadata={"help": "precision to diagnose (fp32, fp16-mixed, bf16-mixed, ...)"}
     )
-    model: str = field(
-        default="tiny", metadata={"help": "model preset, or hf:PATH (a local Hugging Face model folder)"}
-    )
-    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    model: str = model_field("tiny")
+    device: str = device_field()
     steps: int = field(
         default=20, metadata={"help": "diagnostic training steps (locator, gradient stats, scale trajectory)"}
     )
-    batch_size: int = field(default=4, metadata={"help": "sequences per diagnostic step"})
-    seq_len: int = field(default=64, metadata={"help": "tokens per sequence in the diagnostic run"})
-    lr: float = field(default=3e-3, metadata={"help": "learning rate of the diagnostic run"})
-    clip_grad_norm: float = field(default=1.0, metadata={"help": "grad-norm clip of the diagnostic run (0 = off)"})
-    seed: int = field(default=0, metadata={"help": "seed for weights and data"})
+    batch_size: int = batch_size_field(4, note="of the diagnostic run")
+    seq_len: int = seq_len_field(64, note="in the diagnostic run")
+    lr: float = lr_field(3e-3, note="of the diagnostic run")
+    clip_grad_norm: float = clip_grad_norm_field(note="in the diagnostic run")
+    seed: int = seed_field()
     init_scale: float = field(default=65536.0, metadata={"help": "fp16 loss scaler: initial scale"})
     growth_interval: int = field(default=2000, metadata={"help": "fp16 loss scaler: clean steps between growths"})
     min_scale: float = field(default=1.0, metadata={"help": "fp16 loss scaler: collapse floor"})
-    inject: str = field(
-        default="", metadata={"help": "fault to inject: module_path:phase:kind[@step], e.g. blocks.0.mlp:forward:nan@3"}
-    )
+    inject: str = inject_field()
     unsafe_op: str = field(
         default="",
         metadata={"help": "demo: wrap the module at this path in an fp16-unsafe exp gate (e.g. blocks.1.mlp)"},

@@ -6,6 +6,19 @@ from dataclasses import dataclass, field
 
 from ampkit.distributed.settings import check_parallel_settings
 from ampkit.errors import UsageError
+from ampkit.options import (
+    batch_size_field,
+    clip_grad_norm_field,
+    data_field,
+    device_field,
+    grad_accum_field,
+    inject_field,
+    lr_field,
+    model_field,
+    parallel_field,
+    seed_field,
+    seq_len_field,
+)
 from ampkit.precision import ScalerConfig, canonical_name
 from ampkit.train.features import check_feature_settings
 from ampkit.train.guard import check_guard_settings
@@ -19,29 +32,19 @@ class TrainConfig:
     precision: str = field(
         default="fp32", metadata={"help": "fp32, tf32, fp16-mixed, bf16-mixed, bf16-true, fp16-true (or an alias)"}
     )
-    model: str = field(
-        default="tiny",
-        metadata={
-            "help": "model preset name, or hf:PATH (a local Hugging Face model folder: config.json, optional weights and tokenizer)"
-        },
-    )
-    data: str = field(
-        default="default",
-        metadata={
-            "help": "'default' (embedded corpus), a .txt/.md file, a folder, or a .jsonl file with a 'text' field"
-        },
-    )
-    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    model: str = model_field("tiny")
+    data: str = data_field()
+    device: str = device_field()
     steps: int = field(default=300, metadata={"help": "optimizer steps (total, including resumed ones)"})
-    batch_size: int = field(default=8, metadata={"help": "sequences per micro-batch"})
-    seq_len: int = field(default=256, metadata={"help": "tokens per sequence (at most)"})
-    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
-    lr: float = field(default=3e-3, metadata={"help": "peak learning rate"})
+    batch_size: int = batch_size_field(8)
+    seq_len: int = seq_len_field(256, note="at most")
+    grad_accum: int = grad_accum_field()
+    lr: float = lr_field(3e-3)
     min_lr_ratio: float = field(default=0.1, metadata={"help": "final LR as a fraction of the peak (cosine)"})
     warmup_steps: int = field(default=20, metadata={"help": "linear warmup steps"})
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay on matrices (not norms)"})
-    clip_grad_norm: float = field(default=1.0, metadata={"help": "clip the global grad norm after unscaling (0 = off)"})
-    seed: int = field(default=0, metadata={"help": "seed for weights, data order and RNG"})
+    clip_grad_norm: float = clip_grad_norm_field()
+    seed: int = seed_field()
     eval_every: int = field(default=0, metadata={"help": "held-out evaluation every N steps (0 = only at the end)"})
     eval_batches: int = field(default=8, metadata={"help": "held-out batches per evaluation"})
     checkpoint_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0 = only at the end)"})
@@ -78,7 +81,8 @@ class TrainConfig:
     guard: bool = field(
         default=False,
         metadata={
-            "help": "NaN guard: on a non-finite loss, K skipped steps or a scale collapse, roll back to the last checkpoint, skip the batch, cut the LR"
+            "help": "NaN guard: on a non-finite loss, K skipped steps or a scale collapse, roll back to the last "
+            "checkpoint, skip the batch, cut the LR"
         },
     )
     guard_max_skips: int = field(
@@ -95,21 +99,17 @@ class TrainConfig:
     grad_stats_every: int = field(
         default=0, metadata={"help": "per-layer gradient statistics every N steps, logged to metrics.jsonl (0 = off)"}
     )
-    inject: str = field(default="", metadata={"help": "fault injection for demos/tests: module_path:phase:kind[@step]"})
+    inject: str = inject_field()
     # Loggers beside metrics.jsonl, which is always written (ampkit.train.loggers).
     log: str = field(
         default="none",
         metadata={
-            "help": "also log the scalars to: none or tensorboard (RUN_DIR/tensorboard; pip install 'ampkit[tensorboard]')"
+            "help": "also log the scalars to: none or tensorboard "
+            "(RUN_DIR/tensorboard; pip install 'ampkit[tensorboard]')"
         },
     )
     # Data parallelism (docs/distributed.md; ampkit.distributed).
-    parallel: str = field(
-        default="none",
-        metadata={
-            "help": "none, ddp (replicated weights) or fsdp (FSDP2: weights, grads and optimizer states sharded); run under torchrun or with --nproc"
-        },
-    )
+    parallel: str = parallel_field(note="run under torchrun or with --nproc")
     reduce_dtype: str = field(
         default="fp32",
         metadata={

@@ -37,10 +37,9 @@ from torch.utils.checkpoint import checkpoint
 from ampkit.data import BATCHING_STRATEGIES, DEDUP_MODES, Batch, collate_pack, collate_pad
 from ampkit.errors import UsageError
 from ampkit.models import causal_lm_loss
+from ampkit.options import CHECKPOINTING_MODES, OPTIMIZERS
 
-OPTIMIZERS = ("adamw", "adamw-8bit", "sgd")
-"""`--optimizer` choices."""
-CHECKPOINTING_CHOICES = "none, full or every-N (N >= 1: every N-th block)"
+CHECKPOINTING_CHOICES = f"{', '.join(CHECKPOINTING_MODES)} or every-N (N >= 1: every N-th block)"
 _EVERY_N = re.compile(r"^every-(\d+)$")
 _CHECKPOINTED = "_ampkit_checkpointed"  # flag on a block whose forward is already wrapped
 
