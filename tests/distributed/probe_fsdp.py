@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from ampkit.precision import ScalerConfig
 from ampkit.train import TrainConfig, build_run
 
 TINY = dict(model="tiny", seq_len=32, batch_size=2, steps=4, warmup_steps=0, eval_batches=1)
@@ -72,7 +73,9 @@ def probe_fsdp_bf16(reduce_dtype: str) -> dict:
 
 
 def probe_fp16_scaler() -> dict:
-    objs = build_run(TrainConfig(precision="fp16-mixed", parallel="fsdp", init_scale=1024.0, **TINY))
+    objs = build_run(
+        TrainConfig(precision="fp16-mixed", parallel="fsdp", scaler=ScalerConfig(init_scale=1024.0), **TINY)
+    )
     policy, rank = objs.policy, dist.get_rank()
     real_unscale = policy.unscale_gradients
 

@@ -78,9 +78,9 @@ class DoctorConfig:
     lr: float = lr_field(3e-3, note="of the diagnostic run")
     clip_grad_norm: float = clip_grad_norm_field(note="in the diagnostic run")
     seed: int = seed_field()
-    init_scale: float = field(default=65536.0, metadata={"help": "fp16 loss scaler: initial scale"})
-    growth_interval: int = field(default=2000, metadata={"help": "fp16 loss scaler: clean steps between growths"})
-    min_scale: float = field(default=1.0, metadata={"help": "fp16 loss scaler: collapse floor"})
+    scaler: ScalerConfig = field(
+        default_factory=ScalerConfig, metadata={"help": "the fp16-mixed loss scaler, as your run configures it"}
+    )
     inject: str = inject_field()
     unsafe_op: str = field(
         default="",
@@ -102,7 +102,6 @@ class DoctorConfig:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0 or self.clip_grad_norm < 0:
             raise UsageError(f"--lr must be > 0 and --clip-grad-norm >= 0, got {self.lr}, {self.clip_grad_norm}")
-        ScalerConfig(init_scale=self.init_scale, growth_interval=self.growth_interval, min_scale=self.min_scale)
         if self.inject:
             parse_fault_spec(self.inject)  # syntax now; the module path once the model exists
 
@@ -201,9 +200,7 @@ class _Setup:
         return build_precision(
             cfg.precision,
             device_type=self.device.type,
-            scaler=ScalerConfig(
-                init_scale=cfg.init_scale, growth_interval=cfg.growth_interval, min_scale=cfg.min_scale
-            ),
+            scaler=cfg.scaler,
         )
 
 
@@ -362,7 +359,7 @@ def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity)
         loss_scaling=spec.loss_scaling,
         device_type=setup.device.type,
         native_bf16=setup.info.native_bf16,
-        init_scale=cfg.init_scale,
+        init_scale=cfg.scaler.init_scale,
         clip_grad_norm=cfg.clip_grad_norm,
         injected=cfg.inject or None,
         nonfinite=run.nonfinite,

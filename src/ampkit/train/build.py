@@ -92,31 +92,26 @@ def instantiate_model(model_config: ModelConfig | HFModelInfo, *, device: torch.
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    """`config.optimizer` (adamw: fused AdamW; adamw-8bit; sgd); weight decay on matrices only."""
-    return features.build_optimizer(model, name=config.optimizer, lr=config.lr, weight_decay=config.weight_decay)
+    """`config.features.optimizer` (adamw: fused AdamW; adamw-8bit; sgd); weight decay on matrices only."""
+    name = config.features.optimizer
+    return features.build_optimizer(model, name=name, lr=config.lr, weight_decay=config.weight_decay)
 
 
 def apply_model_features(
     model: nn.Module, config: TrainConfig, policy: Precision, device: torch.device
 ) -> tuple[nn.Module, features.FeatureReport]:
     """Checkpointing, then compile (with its warm-up timed), on a model the policy already converted."""
-    features.check_batching_supported(model, config.batching)
-    blocks = features.apply_activation_checkpointing(model, spec=config.activation_checkpointing)
+    switches = config.features
+    features.check_batching_supported(model, switches.batching)
+    blocks = features.apply_activation_checkpointing(model, spec=switches.activation_checkpointing)
     compile_s = None
-    if config.compile:
-        features.compile_model(model, dynamic=None if config.batching == "pack" else True)
+    if switches.compile:
+        features.compile_model(model, dynamic=None if switches.batching == "pack" else True)
         example = features.synthetic_batch(
-            batching=config.batching, batch_size=config.batch_size, seq_len=config.seq_len
+            batching=switches.batching, batch_size=config.batch_size, seq_len=config.seq_len
         )
         compile_s = features.warm_up_compiled(model, policy=policy, batch=example, device=device)
-    report = features.FeatureReport(
-        batching=config.batching,
-        activation_checkpointing=config.activation_checkpointing,
-        checkpointed_blocks=blocks,
-        optimizer=config.optimizer,
-        compile=config.compile,
-        compile_s=compile_s,
-    )
+    report = features.FeatureReport(features=switches, checkpointed_blocks=blocks, compile_s=compile_s)
     return model, report
 
 
@@ -132,9 +127,9 @@ def build_run(config: TrainConfig) -> RunObjects:
             f"--seq-len {config.seq_len} exceeds model '{config.model}' max_seq_len "
             f"{model_config.max_seq_len}; use a shorter --seq-len"
         )
-    if config.compile:
+    if config.features.compile:
         features.check_compile_available(device)  # before any data or model work
-    features.check_optimizer_available(config.optimizer)  # a missing library names its extra
+    features.check_optimizer_available(config.features.optimizer)  # a missing library names its extra
     check_logger_available(config.log)
     data = build_data(
         corpus,
@@ -143,15 +138,15 @@ def build_run(config: TrainConfig) -> RunObjects:
         batch_size=config.batch_size,
         seed=config.seed,
         max_val_batches=config.eval_batches,
-        strategy=config.batching,
-        dedup=config.dedup,
+        strategy=config.features.batching,
+        dedup=config.features.dedup,
     )
     sampler, val_batches = data.train, data.val_batches
     if parallel.distributed:  # rank r takes batches r, r+W, ... of the one seeded stream (global batch: W x)
         sampler = parallel.sampler = RankShardedSampler(sampler, rank=parallel.rank, world_size=parallel.world_size)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
-    policy = build_precision(config.precision, device_type=device.type, scaler=config.scaler_config())
+    policy = build_precision(config.precision, device_type=device.type, scaler=config.scaler)
     model = policy.convert_module(instantiate_model(model_config, device=device, seed=config.seed))
     model, feature_report = apply_model_features(model, config, policy, device)
     model = wrap_model(model, run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype)  # sharding last

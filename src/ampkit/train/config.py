@@ -1,4 +1,6 @@
-"""`ampkit train`'s typed config. Every field is also a flag (`--grad-accum`) and a TOML key (`grad_accum`)."""
+"""`ampkit train`'s typed config. Every setting is also a flag (`--grad-accum`) and a TOML key (`grad_accum`);
+the settings of a section (`scaler`, `features`) are flags of their own names and keys of a TOML table
+(`[scaler] init_scale` <-> `--init-scale`)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from ampkit.options import (
     seq_len_field,
 )
 from ampkit.precision import ScalerConfig, canonical_name
-from ampkit.train.features import check_feature_settings
+from ampkit.train.features import Features
 from ampkit.train.guard import check_guard_settings
 from ampkit.train.loggers import check_log_kind
 
@@ -53,30 +55,10 @@ class TrainConfig:
     )
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
     log_every: int = field(default=0, metadata={"help": "log metrics every N steps (0 = auto: 1 on CPU, 10 on CUDA)"})
-    init_scale: float = field(
-        default=65536.0, metadata={"help": "fp16 loss scaler: initial scale (4096 tames early overflow)"}
-    )
-    growth_interval: int = field(default=2000, metadata={"help": "fp16 loss scaler: clean steps between growths"})
-    growth_factor: float = field(default=2.0, metadata={"help": "fp16 loss scaler: growth multiplier"})
-    backoff_factor: float = field(default=0.5, metadata={"help": "fp16 loss scaler: backoff multiplier on overflow"})
-    min_scale: float = field(
-        default=1.0, metadata={"help": "fp16 loss scaler: floor below which the run stops (0 = none)"}
-    )
-    # Throughput switches (docs/throughput.md; applied by build_run via ampkit.train.features).
-    batching: str = field(
-        default="pad",
-        metadata={"help": "pad, bucket (similar lengths together) or pack (full rows, documents isolated)"},
-    )
-    activation_checkpointing: str = field(
-        default="none", metadata={"help": "recompute block activations in backward: none, full or every-N"}
-    )
-    optimizer: str = field(default="adamw", metadata={"help": "adamw, adamw-8bit (bitsandbytes) or sgd"})
-    compile: bool = field(
-        default=False, metadata={"help": "torch.compile the model (compile time reported apart from step time)"}
-    )
-    dedup: str = field(
-        default="none", metadata={"help": "none or exact (drop duplicate paragraphs before the train/val split)"}
-    )
+    scaler: ScalerConfig = field(default_factory=ScalerConfig, metadata={"help": "the fp16-mixed loss scaler"})
+    features: Features = field(
+        default_factory=Features, metadata={"help": "throughput switches, docs/throughput.md"}
+    )  # applied by build_run via ampkit.train.features
     # Numerics safety and diagnostics (docs/doctor.md; ampkit.train.guard, ampkit.diagnostics).
     guard: bool = field(
         default=False,
@@ -135,28 +117,13 @@ class TrainConfig:
             raise UsageError(f"--lr must be positive, got {self.lr}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise UsageError(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
-        self.scaler_config()  # validates the scaler knobs now, not mid-run
-        check_feature_settings(
-            batching=self.batching,
-            activation_checkpointing=self.activation_checkpointing,
-            optimizer=self.optimizer,
-            dedup=self.dedup,
-        )
         check_guard_settings(self)
         check_parallel_settings(self)
         check_log_kind(self.log)
 
-    def scaler_config(self) -> ScalerConfig:
-        return ScalerConfig(
-            init_scale=self.init_scale,
-            growth_factor=self.growth_factor,
-            backoff_factor=self.backoff_factor,
-            growth_interval=self.growth_interval,
-            min_scale=self.min_scale,
-        )
 
-
-# Settings that may change when resuming; everything else must match the checkpoint.
+# Settings that may change when resuming; everything else must match the checkpoint. A section's
+# settings go by their own names (flags and `ampkit.config.given_flags` carry no section prefix).
 RESUMABLE_OVERRIDES = frozenset(
     {
         "allow_no_checkpoint",
