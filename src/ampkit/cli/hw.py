@@ -17,6 +17,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from ampkit.cli import COMMANDS
 from ampkit.config import add_config_flags, resolve_config
 from ampkit.hardware import (
     DeviceInfo,
@@ -45,7 +46,7 @@ class HwConfig:
 def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "hw",
-        help="what this device can do: native dtypes, TF32, FP8, measured matmul FLOP/s",
+        help=COMMANDS["hw"],
         description="Describe this device and measure matmul throughput per dtype (fp32, tf32, bf16, fp16).",
     )
     add_config_flags(parser, HwConfig)
