@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ampkit.hardware import describe_device, measured_peak_flops, peak_flops  # noqa: E402
 from ampkit.models.flops import training_flops_per_token  # noqa: E402
-from ampkit.train import TrainConfig, build_run, run_training  # noqa: E402
+from ampkit.train import Features, TrainConfig, build_run, run_training  # noqa: E402
 from common import print_table, write_result  # noqa: E402
 
 
@@ -28,7 +28,7 @@ def measure(model: str, *, steps: int, seq_len: int, batch_size: int, precision:
         steps=steps,
         seq_len=seq_len,
         batch_size=batch_size,
-        batching="pack",
+        features=Features(batching="pack"),
         eval_batches=1,
         warmup_steps=2,
     )

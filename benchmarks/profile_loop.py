@@ -19,7 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ampkit.train import TrainConfig, build_run  # noqa: E402
+from ampkit.train import Features, TrainConfig, build_run  # noqa: E402
 from common import print_table, write_result  # noqa: E402
 
 GROUPS = {  # operator-name fragments -> what they are
@@ -31,7 +31,14 @@ GROUPS = {  # operator-name fragments -> what they are
 
 def _objs(model: str, **overrides):
     config = TrainConfig(
-        model=model, steps=100, seq_len=256, batch_size=8, batching="pack", eval_batches=1, warmup_steps=2, **overrides
+        model=model,
+        steps=100,
+        seq_len=256,
+        batch_size=8,
+        features=Features(batching="pack"),
+        eval_batches=1,
+        warmup_steps=2,
+        **overrides,
     )
     return build_run(config)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ampkit.bench import BenchConfig
-from ampkit.config import load_toml, resolve_config
+from ampkit.config import config_layout, flat_settings, load_toml, resolve_config
 from ampkit.diagnostics.doctor import DoctorConfig
 from ampkit.plan.config import KvConfig, PlanConfig
 from ampkit.train import TrainConfig
@@ -39,14 +39,17 @@ def test_example_is_documented_and_accepted_by_its_config(command):
     path = EXAMPLES / f"{command}.toml"
     text = path.read_text(encoding="utf-8")
     assert text.startswith(f"# ampkit {command} --config examples/{command}.toml")  # says how to use it
-    settings = load_toml(path)
+    cls = CONFIGS[command]
+    settings = flat_settings(cls, load_toml(path), source=str(path))  # a [section]'s keys by their own names
     assert settings, "an example sets something"
     lines = {line.split("=")[0].strip(): line for line in text.splitlines() if "=" in line and not line.startswith("#")}
     undocumented = [key for key in settings if "#" not in lines[key]]
     assert not undocumented, f"settings without a comment: {undocumented}"
-    config = resolve_config(CONFIGS[command], toml_path=path)  # unknown keys or wrong types raise UsageError
+    config = resolve_config(cls, toml_path=path)  # unknown keys or wrong types raise UsageError
     for key, value in settings.items():
-        assert getattr(config, key) == value or key == "precision", key  # precision is canonicalized
+        section = config_layout(cls).settings[key].section
+        holder = getattr(config, section) if section else config
+        assert getattr(holder, key) == value or key == "precision", key  # precision is canonicalized
 
 
 @pytest.mark.parametrize("command", ["plan", "kv"])

@@ -4,6 +4,14 @@ Each command's config is a keyword-only dataclass whose fields carry `metadata={
 `add_config_flags` generates one `--flag` per field (so CLI and config mirror one to one);
 `resolve_config` layers: dataclass defaults <- TOML file (`--config`) <- flags given on the command
 line. Unknown TOML keys and wrong types are user errors (exit 2), never silently ignored.
+
+Sections: a field whose type is itself a config dataclass (`scaler: ScalerConfig`) groups settings.
+Its fields are flags under their own names, without a prefix (`[scaler] init_scale` <->
+`--init-scale`), so every setting name is unique across a config and its sections (a clash is a
+`TypeError` when the class is first used). A section is a `[scaler]` table in TOML, a nested dict in
+`dataclasses.asdict` and `config.json`, and a `[scaler]` table in `--print-config`'s output. Files
+written before a setting moved into a section (`init_scale = 4096.0` at top level) are still
+accepted: a section's setting given at top level is mapped into its section.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import json
 import sys
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,27 +48,125 @@ def _base_type(tp: Any) -> Any:
     return tp
 
 
-def _field_types(cls) -> dict[str, Any]:
+def is_section(tp: Any) -> bool:
+    """A field of this type is a section (a config dataclass of its own), not a single setting."""
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One flag / TOML key: a field of the config or of one of its sections."""
+
+    name: str
+    type: Any
+    section: str | None
+    """the section's field name (its TOML table), or None for a top-level setting"""
+    help: str
+    default: Any
+    """the value the config gets when nothing sets it (None when the field has no default)"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """A config class's settings, flattened: name -> Setting; and its sections: name -> (class, help)."""
+
+    settings: dict[str, Setting]
+    sections: dict[str, tuple[type, str]]
+
+    def names_in(self, section: str | None) -> list[str]:
+        return [name for name, s in self.settings.items() if s.section == section]
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+_LAYOUTS: dict[type, Layout] = {}
+
+
+def config_layout(cls: Any) -> Layout:
+    """Every setting of `cls`, its sections' included, in field order (computed once per class).
+
+    Raises TypeError (a programming error, not a user's) when a section's setting has the name of
+    another setting or section (flags carry no section prefix), or a section holds a section."""
+    if cls not in _LAYOUTS:
+        _LAYOUTS[cls] = _make_layout(cls)
+    return _LAYOUTS[cls]
+
+
+def _make_layout(cls: Any) -> Layout:
     hints = typing.get_type_hints(cls)
-    return {f.name: _base_type(hints[f.name]) for f in dataclasses.fields(cls) if f.init}
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    sections = {f.name: (_base_type(hints[f.name]), f.metadata.get("help", "")) for f in fields}
+    sections = {name: entry for name, entry in sections.items() if is_section(entry[0])}
+    top = {f.name for f in fields}
+    settings: dict[str, Setting] = {}
+    for f in fields:
+        if f.name not in sections:
+            help_text = f.metadata.get("help", "")
+            settings[f.name] = Setting(f.name, _base_type(hints[f.name]), None, help_text, _default_of(f))
+            continue
+        for sub in _section_settings(sections[f.name][0], f.name, _default_of(f)):
+            if sub.name in top or sub.name in settings:
+                other = "the top level" if sub.name in top else f"[{settings[sub.name].section}]"
+                raise TypeError(
+                    f"{cls.__name__}: setting '{sub.name}' of section [{f.name}] clashes with '{sub.name}' of "
+                    f"{other}; flags carry no section prefix, so rename one of them"
+                )
+            settings[sub.name] = sub
+    return Layout(settings=settings, sections=sections)
+
+
+def _section_settings(section_cls, section: str, defaults: Any) -> Iterator[Setting]:
+    hints = typing.get_type_hints(section_cls)
+    for f in dataclasses.fields(section_cls):
+        if not f.init:
+            continue
+        tp = _base_type(hints[f.name])
+        if is_section(tp):
+            raise TypeError(
+                f"section [{section}] ({section_cls.__name__}) holds section '{f.name}'; nest one level only"
+            )
+        default = getattr(defaults, f.name) if defaults is not None else _default_of(f)
+        yield Setting(f.name, tp, section, f.metadata.get("help", ""), default)
+
+
+def _add_flag(parser, setting: Setting) -> None:
+    help_text = f"{setting.help} (default: {setting.default})"
+    if setting.type is bool:
+        parser.add_argument(
+            _flag(setting.name),
+            dest=setting.name,
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help=help_text,
+        )
+    else:
+        parser.add_argument(
+            _flag(setting.name),
+            dest=setting.name,
+            type=setting.type,
+            default=None,
+            help=help_text,
+            metavar=setting.name.upper(),
+        )
 
 
 def add_config_flags(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...] = ()) -> None:
-    """One flag per dataclass field; defaults are None so we can tell which flags were given."""
-    for f in dataclasses.fields(cls):
-        if not f.init or f.name in skip:
-            continue
-        tp = _field_types(cls)[f.name]
-        default = f.default if f.default is not dataclasses.MISSING else None
-        help_text = f"{f.metadata.get('help', '')} (default: {default})"
-        if tp is bool:
-            parser.add_argument(
-                _flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
-            )
-        else:
-            parser.add_argument(
-                _flag(f.name), dest=f.name, type=tp, default=None, help=help_text, metavar=f.name.upper()
-            )
+    """One flag per setting (a section's in an argument group of its own); defaults are None so we
+    can tell which flags were given."""
+    layout = config_layout(cls)
+    groups: dict[str | None, Any] = {None: parser}
+    for name, (_, text) in layout.sections.items():
+        title = f"{text} ([{name}] in a --config file)" if text else f"[{name}] settings"
+        groups[name] = parser.add_argument_group(title)
+    for setting in layout.settings.values():
+        if setting.name not in skip:
+            _add_flag(groups[setting.section], setting)
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -75,19 +182,68 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"config file {path} is not UTF-8 text; pass a .toml file to --config") from None
 
 
-def _check_value(cls, key: str, value: Any, source: str) -> Any:
-    types_ = _field_types(cls)
-    if key not in types_:
-        known = ", ".join(types_)
-        raise UsageError(f"unknown setting '{key}' in {source}; known settings: {known}")
-    tp = types_[key]
+def _check_value(tp: Any, key: str, value: Any, where: str) -> Any:
     if value is None:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, bool) != (tp is bool) or not isinstance(value, tp):
-        raise UsageError(f"setting '{key}' in {source} must be {tp.__name__}, got {value!r}")
+        raise UsageError(f"setting '{key}' in {where} must be {tp.__name__}, got {value!r}")
     return value
+
+
+def _known(layout: Layout) -> str:
+    parts = [", ".join(layout.names_in(None))]
+    parts += [f"[{name}] {', '.join(layout.names_in(name))}" for name in layout.sections]
+    return "; ".join(parts)
+
+
+def _entries(layout: Layout, data: dict[str, Any], source: str) -> Iterator[tuple[str, Any, str]]:
+    """(setting name, value, where it was found) for each setting in `data`, sections flattened."""
+    for key, value in data.items():
+        if key in layout.sections:
+            if not isinstance(value, dict):
+                raise UsageError(f"setting '{key}' in {source} must be a [{key}] table of settings, got {value!r}")
+            for sub, sub_value in value.items():
+                if sub not in layout.settings or layout.settings[sub].section != key:
+                    known = ", ".join(layout.names_in(key))
+                    raise UsageError(f"unknown setting '{sub}' in [{key}] of {source}; known settings: {known}")
+                yield sub, sub_value, f"[{key}] of {source}"
+        elif key in layout.settings:  # a section's setting at top level: a file written before the section
+            yield key, value, source
+        else:
+            raise UsageError(f"unknown setting '{key}' in {source}; known settings: {_known(layout)}")
+
+
+def flat_settings(cls, data: dict[str, Any], *, source: str = "the saved config") -> dict[str, Any]:
+    """`data` (a TOML file's tables, a saved config.json) as {setting name: checked value}.
+
+    Accepts a section's settings in their table (`[scaler] init_scale`) and, as files written before
+    the section existed have them, at top level (`init_scale`); refuses a setting given both ways."""
+    layout = config_layout(cls)
+    out: dict[str, Any] = {}
+    for key, value, where in _entries(layout, data, source):
+        if key in out:
+            section = layout.settings[key].section
+            raise UsageError(
+                f"setting '{key}' is given twice in {source}, at top level and in [{section}]; "
+                f"keep the one in [{section}]"
+            )
+        out[key] = _check_value(layout.settings[key].type, key, value, where)
+    return out
+
+
+def _build(cls: Any, layout: Layout, values: dict[str, Any]) -> Any:
+    kwargs = {k: v for k, v in values.items() if layout.settings[k].section is None}
+    for f in dataclasses.fields(cls):
+        if f.name not in layout.sections:
+            continue
+        given = {k: v for k, v in values.items() if layout.settings[k].section == f.name}
+        if given:  # an untouched section keeps the class's own default
+            default = _default_of(f)
+            section_cls = layout.sections[f.name][0]
+            kwargs[f.name] = section_cls(**given) if default is None else dataclasses.replace(default, **given)
+    return cls(**kwargs)
 
 
 def resolve_config(
@@ -98,42 +254,44 @@ def resolve_config(
     base: dict[str, Any] | None = None,
 ) -> T:
     """defaults <- base (e.g. a resumed run's config) <- TOML file <- flags that were given."""
-    values: dict[str, Any] = {}
-    for key, value in (base or {}).items():
-        values[key] = _check_value(cls, key, value, "the saved config")
+    layout = config_layout(cls)
+    values = flat_settings(cls, base or {})
     if toml_path is not None:
-        data = load_toml(toml_path)
-        for key, value in data.items():
-            values[key] = _check_value(cls, key, value, str(toml_path))
+        values |= flat_settings(cls, load_toml(toml_path), source=str(toml_path))
     if args is not None:
-        for key in _field_types(cls):
-            given = getattr(args, key, None)
-            if given is not None:
-                values[key] = given
-    return cls(**values)
+        values |= given_flags(cls, args)
+    return _build(cls, layout, values)
 
 
 def given_flags(cls, args: argparse.Namespace) -> dict[str, Any]:
-    """The config fields the user set explicitly on the command line."""
-    return {k: getattr(args, k) for k in _field_types(cls) if getattr(args, k, None) is not None}
+    """The settings (sections' included, by their flat names) the user set on the command line."""
+    names = config_layout(cls).settings
+    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
 
 
 def config_to_dict(config) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
+def _toml_line(key: str, value: Any) -> str:
+    if value is None:
+        return f"# {key} = (unset)"
+    if isinstance(value, bool):
+        return f"{key} = {'true' if value else 'false'}"
+    if isinstance(value, (int, float)):
+        return f"{key} = {value!r}"
+    return f"{key} = {json.dumps(str(value))}"  # JSON string escapes are valid TOML basic strings
+
+
 def config_to_toml(config) -> str:
-    """The resolved config as a TOML file that `--config` accepts back (one `key = value` per field)."""
+    """The resolved config as a TOML file that `--config` accepts back: top-level settings, one
+    `key = value` per line, then one `[section]` table per section."""
+    sections = config_layout(type(config)).sections
+    data = dataclasses.asdict(config)
     lines = [f"# {type(config).__name__}: every setting, resolved (defaults <- file <- flags)"]
-    for key, value in dataclasses.asdict(config).items():
-        if value is None:
-            lines.append(f"# {key} = (unset)")
-        elif isinstance(value, bool):
-            lines.append(f"{key} = {'true' if value else 'false'}")
-        elif isinstance(value, (int, float)):
-            lines.append(f"{key} = {value!r}")
-        else:
-            lines.append(f"{key} = {json.dumps(str(value))}")  # JSON string escapes are valid TOML basic strings
+    lines += [_toml_line(k, v) for k, v in data.items() if k not in sections]
+    for name in sections:
+        lines += ["", f"[{name}]", *(_toml_line(k, v) for k, v in data[name].items())]
     return "\n".join(lines) + "\n"
 
 

@@ -23,7 +23,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from ampkit.distributed.wrap import mixed_precision_policy, shard_fsdp
 from ampkit.models import LlamaLM, ModelConfig, build_model
 from ampkit.models.init import materialize
-from ampkit.precision import get_spec
+from ampkit.precision import ScalerConfig, get_spec
 from ampkit.train import TrainConfig, build_run
 from ampkit.train.build import instantiate_model
 
@@ -79,7 +79,9 @@ def probe_fsdp_bf16(reduce_dtype: str) -> dict:
 
 
 def probe_fp16_scaler() -> dict:
-    objs = build_run(TrainConfig(precision="fp16-mixed", parallel="fsdp", init_scale=1024.0, **TINY))
+    objs = build_run(
+        TrainConfig(precision="fp16-mixed", parallel="fsdp", scaler=ScalerConfig(init_scale=1024.0), **TINY)
+    )
     policy, rank = objs.policy, dist.get_rank()
     real_unscale = policy.unscale_gradients
 

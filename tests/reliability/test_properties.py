@@ -29,23 +29,32 @@ KEYS = [
     "batching",
     "warmup_steps",
     "min_lr_ratio",
-    "init_scale",
+    "init_scale",  # a [scaler] setting at top level, as files written before sections have it
+    "scaler",
+    "features",
     "nonsense_key",
 ]
-VALUES = st.one_of(
+SCALARS = st.one_of(
     st.integers(-10, 10_000),
     st.floats(allow_nan=True, allow_infinity=True),
     st.booleans(),
     st.text(max_size=12),
     st.none(),
 )
+SECTION_KEYS = ["init_scale", "growth_interval", "backoff_factor", "batching", "compile", "steps", "nonsense_key"]
+VALUES = st.one_of(SCALARS, st.dictionaries(st.sampled_from(SECTION_KEYS), SCALARS, max_size=3))
+
+
+def _without_none(values: dict) -> dict:
+    """TOML and JSON files hold no None (a None setting means "not given" here)."""
+    return {k: _without_none(v) if isinstance(v, dict) else v for k, v in values.items() if v is not None}
 
 
 @SETTINGS
 @given(st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=6))
 def test_config_accepts_or_refuses_cleanly(values):
     try:
-        config = resolve_config(TrainConfig, base={k: v for k, v in values.items() if v is not None})
+        config = resolve_config(TrainConfig, base=_without_none(values))
     except UsageError as err:
         assert str(err) and "\n" not in str(err)
         return

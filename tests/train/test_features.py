@@ -19,6 +19,7 @@ from ampkit.runs import read_metrics
 from ampkit.train import TrainConfig, build_run, features
 from ampkit.train.features import (
     SWEEP,
+    Features,
     FeatureSet,
     apply_activation_checkpointing,
     apply_feature_set,
@@ -132,7 +133,9 @@ def test_adamw_8bit_without_bitsandbytes_names_the_extra(monkeypatch, tmp_path, 
         "train", *TINY_ARGS, "--steps", "1", "--optimizer", "adamw-8bit", "--out", str(tmp_path / "r")
     )
     assert code == 2 and "ampkit[8bit]" in err and "Traceback" not in err
-    assert features.feature_set_unavailable(FeatureSet(name="x", optimizer="adamw-8bit"), device=torch.device("cpu"))
+    assert features.feature_set_unavailable(
+        FeatureSet(name="x", features=Features(optimizer="adamw-8bit")), device=torch.device("cpu")
+    )
 
 
 # ---------------------------------------------------------------- compile (wiring; a real compile takes minutes here)
@@ -141,14 +144,16 @@ def test_adamw_8bit_without_bitsandbytes_names_the_extra(monkeypatch, tmp_path, 
 def test_compile_is_applied_in_place_and_its_warm_up_timed_apart(monkeypatch):
     calls = []
     monkeypatch.setattr(LlamaLM, "compile", lambda self, **kw: calls.append(kw), raising=False)
-    config = TrainConfig(model="tiny", seq_len=32, batch_size=2, steps=1, batching="pack", compile=True)
+    config = TrainConfig(
+        model="tiny", seq_len=32, batch_size=2, steps=1, features=Features(batching="pack", compile=True)
+    )
     objs = build_run(config)
     assert calls == [{"dynamic": None}]  # pack rows have one fixed width
     report = objs.features_summary()
     assert report["compile"] is True and report["compile_s"] > 0
     assert all(p.grad is None for p in objs.model.parameters())  # the warm-up left no gradients
     calls.clear()
-    build_run(dataclasses.replace(config, batching="pad"))
+    build_run(dataclasses.replace(config, features=dataclasses.replace(config.features, batching="pad")))
     assert calls == [{"dynamic": True}]  # pad widths vary per batch: one dynamic graph
 
 
@@ -161,7 +166,7 @@ def test_compile_is_applied_in_place_and_its_warm_up_timed_apart(monkeypatch):
 )
 def test_unknown_switch_values_are_usage_errors(field, value):
     with pytest.raises(UsageError, match=value):
-        TrainConfig(**{field: value})
+        TrainConfig(features=Features(**{field: value}))
 
 
 def test_every_sweep_entry_makes_a_valid_config():
@@ -169,7 +174,7 @@ def test_every_sweep_entry_makes_a_valid_config():
     assert SWEEP[0].name == "baseline" and len({fs.name for fs in SWEEP}) == len(SWEEP)
     for fs in SWEEP:
         config = apply_feature_set(base, fs)
-        assert all(getattr(config, k) == v for k, v in fs.settings().items())
+        assert all(getattr(config.features, k) == v for k, v in fs.settings().items())
         assert config.seq_len == 32
     assert [fs.name for fs in get_feature_sets("pack, bucket")] == ["pack", "bucket"]
     with pytest.raises(UsageError, match="unknown feature set 'turbo'"):
@@ -184,7 +189,13 @@ def test_pack_with_a_model_without_masks_is_refused_on_the_command_line(monkeypa
 
 def test_run_objects_report_dedup_and_optimizer_state():
     objs = build_run(
-        TrainConfig(model="tiny", seq_len=32, batch_size=2, steps=1, dedup="exact", activation_checkpointing="every-2")
+        TrainConfig(
+            model="tiny",
+            seq_len=32,
+            batch_size=2,
+            steps=1,
+            features=Features(dedup="exact", activation_checkpointing="every-2"),
+        )
     )
     objs.trainer.train_step()
     report = objs.features_summary()
@@ -223,7 +234,7 @@ def _config(batching: str, batch_size: int, seed: int = 0) -> TrainConfig:
         model="tiny",
         seq_len=64,
         batch_size=batch_size,
-        batching=batching,
+        features=Features(batching=batching),
         seed=seed,
         lr=3e-3,
         warmup_steps=0,
@@ -293,4 +304,4 @@ def test_resume_is_bitwise_exact_with_every_batching_strategy(tmp_path, run_cli,
     for key in ("loss", "grad_norm", "tokens", "padding_fraction"):
         assert [r[key] for r in a] == [r[key] for r in b], key
     saved = json.loads((split / "config.json").read_text())
-    assert saved["batching"] == batching
+    assert saved["features"]["batching"] == batching

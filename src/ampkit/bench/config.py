@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from ampkit.errors import UsageError
+from ampkit.options import batch_size_field, data_field, device_field, lr_field, model_field, seed_field, seq_len_field
 from ampkit.precision import SPECS, canonical_name, check_supported, precision_names_help
 
 REFERENCE = "fp32"
@@ -40,13 +41,11 @@ class BenchConfig:
             "('' = every one this device supports); fp32 is always added"
         },
     )
-    model: str = field(default="auto", metadata={"help": "model preset ('auto' = tiny on CPU, gpt2-124m on CUDA)"})
-    data: str = field(
-        default="default", metadata={"help": "'default' (embedded corpus), a .txt/.md file, a folder, or a .jsonl file"}
-    )
-    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
-    seq_len: int = field(default=0, metadata={"help": "tokens per sequence (0 = auto: 256 on CPU, 512 on CUDA)"})
-    batch_size: int = field(default=0, metadata={"help": "sequences per step (0 = auto: 8 on CPU, 16 on CUDA)"})
+    model: str = model_field("auto", note="'auto' = tiny on CPU, gpt2-124m on CUDA")
+    data: str = data_field()
+    device: str = device_field()
+    seq_len: int = seq_len_field(0, note="0 = auto: 256 on CPU, 512 on CUDA")
+    batch_size: int = batch_size_field(0, note="0 = auto: 8 on CPU, 16 on CUDA")
     budget_s: float = field(
         default=12.0, metadata={"help": "wall seconds of measured steps per precision (min/max steps still apply)"}
     )
@@ -56,8 +55,8 @@ class BenchConfig:
     warmup_steps: int = field(
         default=3, metadata={"help": "untimed steps before measuring (allocation, kernel set-up)"}
     )
-    lr: float = field(default=3e-3, metadata={"help": "peak learning rate (same schedule for every precision)"})
-    seed: int = field(default=0, metadata={"help": "seed for weights and data order (same for every precision)"})
+    lr: float = lr_field(3e-3, note="same schedule for every precision")
+    seed: int = seed_field(note="same for every precision")
     fidelity_threshold: float = field(
         default=0.99, metadata={"help": "logits cosine vs fp32 a precision must reach to be recommended"}
     )

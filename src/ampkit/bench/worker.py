@@ -35,6 +35,7 @@ from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.precision import get_spec
 from ampkit.runs import write_json_atomic
 from ampkit.train import TrainConfig, build_run
+from ampkit.train.features import Features
 
 LR_WARMUP_STEPS = 10  # the LR schedule's warmup; the same in every precision (not the timing warmup)
 PROGRESS_EVERY_S = 0.25  # at most ~4 progress lines a second on stdout
@@ -170,7 +171,7 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
     emit.emit("phase", phase="build")
     train_config = train_config_for(config, precision)
     if job.get("features"):  # `bench --sweep`: one combination of throughput switches
-        train_config = dataclasses.replace(train_config, **job["features"])
+        train_config = dataclasses.replace(train_config, features=Features(**job["features"]))
     objs = build_run(train_config)
     reset_peak_memory(objs.device)
     with objs.policy.run_context():

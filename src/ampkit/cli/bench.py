@@ -13,6 +13,7 @@ import sys
 from rich.console import Console
 
 from ampkit.bench import BenchConfig, run_bench
+from ampkit.cli import COMMANDS
 from ampkit.config import add_command_flags, resolve_config
 
 WIDE_COLUMNS = 200
@@ -21,7 +22,7 @@ WIDE_COLUMNS = 200
 def register(sub) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "bench",
-        help="every precision side by side on this device, with a recommendation",
+        help=COMMANDS["bench"],
         description="Measure every precision this device supports on the same model, data "
         "and seed: tokens/s, step time, MFU, peak memory, fidelity against fp32, "
         "stability; then recommend one. No arguments: the tiny model on the "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ampkit.cli import COMMANDS
 from ampkit.config import add_command_flags, resolve_config
 from ampkit.diagnostics.doctor import DoctorConfig, run_doctor
 from ampkit.diagnostics.doctor_report import build_report, print_console
@@ -27,7 +28,7 @@ from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
 def register(sub) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "doctor",
-        help="why a run goes NaN, which layer, and the fix",
+        help=COMMANDS["doctor"],
         description="Numerics diagnosis: first non-finite module (forward and backward), "
         "gradient underflow/overflow forecast, loss-scale trajectory, smoke "
         "overfit test, per-layer fidelity against fp32, advice.",

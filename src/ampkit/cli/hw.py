@@ -17,6 +17,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from ampkit.cli import COMMANDS
 from ampkit.config import add_config_flags, resolve_config
 from ampkit.hardware import (
     DeviceInfo,
@@ -28,6 +29,7 @@ from ampkit.hardware import (
     throughput_note,
     throughput_verdict,
 )
+from ampkit.options import device_field
 from ampkit.runs import create_run_dir, write_json_atomic
 
 SCHEMA = "ampkit.hw/1"
@@ -37,14 +39,14 @@ SCHEMA = "ampkit.hw/1"
 class HwConfig:
     """`ampkit hw`'s settings (flags or a TOML file)."""
 
-    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
+    device: str = device_field()
     quick: bool = field(default=False, metadata={"help": "smaller matmuls and shorter timing (for tests)"})
 
 
 def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "hw",
-        help="what this device can do: native dtypes, TF32, FP8, measured matmul FLOP/s",
+        help=COMMANDS["hw"],
         description="Describe this device and measure matmul throughput per dtype (fp32, tf32, bf16, fp16).",
     )
     add_config_flags(parser, HwConfig)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ampkit.cli import COMMANDS
 from ampkit.cli.plan import wide_console
 from ampkit.config import add_command_flags, resolve_config
 from ampkit.plan.config import KvConfig
@@ -22,7 +23,7 @@ from ampkit.runs import create_run_dir, write_json_atomic
 def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "kv",
-        help="KV-cache token budget for serving, per KV dtype",
+        help=COMMANDS["kv"],
         description="How many tokens and requests a GPU's KV cache holds, per KV dtype (GiB = 1024^3 B).",
     )
     add_command_flags(parser, KvConfig, command="kv")

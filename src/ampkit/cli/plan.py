@@ -15,6 +15,7 @@ import json
 
 from rich.console import Console
 
+from ampkit.cli import COMMANDS
 from ampkit.config import add_command_flags, resolve_config
 from ampkit.plan.config import PlanConfig
 from ampkit.plan.describe import describe_model
@@ -39,7 +40,7 @@ def wide_console() -> Console:
 def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "plan",
-        help="memory and compute ledger per precision x optimizer x checkpointing, on a target GPU",
+        help=COMMANDS["plan"],
         description="Plan a training step's memory (GiB = 1024^3 B) and compute without the GPU.",
     )
     add_command_flags(parser, PlanConfig, command="plan")

@@ -11,6 +11,7 @@ import importlib
 import json
 from pathlib import Path
 
+from ampkit.cli import COMMANDS
 from ampkit.errors import UsageError
 from ampkit.runs import SUMMARY_FILE
 
@@ -24,7 +25,7 @@ RENDERERS: dict[str, tuple[str, str, str | None]] = {
 def register(sub) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "report",
-        help="re-render a run's report (HTML with plots, Markdown) from summary.json",
+        help=COMMANDS["report"],
         description="Re-render report.html and report.md of RUN_DIR from its summary.json.",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding summary.json")

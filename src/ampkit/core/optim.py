@@ -18,9 +18,8 @@ import torch
 from torch import nn
 
 from ampkit.errors import UsageError
+from ampkit.options import OPTIMIZERS
 
-OPTIMIZERS = ("adamw", "adamw-8bit", "sgd")
-"""`--optimizer` choices."""
 ADAMW_BETAS = (0.9, 0.95)
 ADAMW_EPS = 1e-8
 SGD_MOMENTUM = 0.9

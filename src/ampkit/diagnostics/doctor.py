@@ -43,6 +43,16 @@ from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test, s
 from ampkit.diagnostics.unsafe import insert_unsafe_op
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
+from ampkit.options import (
+    batch_size_field,
+    clip_grad_norm_field,
+    device_field,
+    inject_field,
+    lr_field,
+    model_field,
+    seed_field,
+    seq_len_field,
+)
 from ampkit.precision import (
     REFERENCE,
     LossScaleCollapse,
@@ -66,24 +76,20 @@ class DoctorConfig:
     precision: str = field(
         default="fp16-mixed", metadata={"help": f"precision to diagnose: {precision_names_help()} (or an alias)"}
     )
-    model: str = field(
-        default="tiny", metadata={"help": "model preset, or hf:PATH (a local Hugging Face model folder)"}
-    )
-    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    model: str = model_field("tiny")
+    device: str = device_field()
     steps: int = field(
         default=20, metadata={"help": "diagnostic training steps (locator, gradient stats, scale trajectory)"}
     )
-    batch_size: int = field(default=4, metadata={"help": "sequences per diagnostic step"})
-    seq_len: int = field(default=64, metadata={"help": "tokens per sequence in the diagnostic run"})
-    lr: float = field(default=3e-3, metadata={"help": "learning rate of the diagnostic run"})
-    clip_grad_norm: float = field(default=1.0, metadata={"help": "grad-norm clip of the diagnostic run (0 = off)"})
-    seed: int = field(default=0, metadata={"help": "seed for weights and data"})
-    init_scale: float = field(default=65536.0, metadata={"help": "fp16 loss scaler: initial scale"})
-    growth_interval: int = field(default=2000, metadata={"help": "fp16 loss scaler: clean steps between growths"})
-    min_scale: float = field(default=1.0, metadata={"help": "fp16 loss scaler: collapse floor"})
-    inject: str = field(
-        default="", metadata={"help": "fault to inject: module_path:phase:kind[@step], e.g. blocks.0.mlp:forward:nan@3"}
+    batch_size: int = batch_size_field(4, note="of the diagnostic run")
+    seq_len: int = seq_len_field(64, note="in the diagnostic run")
+    lr: float = lr_field(3e-3, note="of the diagnostic run")
+    clip_grad_norm: float = clip_grad_norm_field(note="in the diagnostic run")
+    seed: int = seed_field()
+    scaler: ScalerConfig = field(
+        default_factory=ScalerConfig, metadata={"help": "the fp16-mixed loss scaler, as your run configures it"}
     )
+    inject: str = inject_field()
     unsafe_op: str = field(
         default="",
         metadata={"help": "demo: wrap the module at this path in an fp16-unsafe exp gate (e.g. blocks.1.mlp)"},
@@ -104,7 +110,6 @@ class DoctorConfig:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0 or self.clip_grad_norm < 0:
             raise UsageError(f"--lr must be > 0 and --clip-grad-norm >= 0, got {self.lr}, {self.clip_grad_norm}")
-        ScalerConfig(init_scale=self.init_scale, growth_interval=self.growth_interval, min_scale=self.min_scale)
         if self.inject:
             parse_fault_spec(self.inject)  # syntax now; the module path once the model exists
 
@@ -203,9 +208,7 @@ class _Setup:
         return build_precision(
             cfg.precision,
             device_type=self.device.type,
-            scaler=ScalerConfig(
-                init_scale=cfg.init_scale, growth_interval=cfg.growth_interval, min_scale=cfg.min_scale
-            ),
+            scaler=cfg.scaler,
         )
 
 
@@ -355,7 +358,7 @@ def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity)
         loss_scaling=spec.loss_scaling,
         device_type=setup.device.type,
         native_bf16=setup.info.native_bf16,
-        init_scale=cfg.init_scale,
+        init_scale=cfg.scaler.init_scale,
         clip_grad_norm=cfg.clip_grad_norm,
         injected=cfg.inject or None,
         nonfinite=run.nonfinite,

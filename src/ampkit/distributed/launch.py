@@ -10,10 +10,10 @@ code; the failed rank's own message is printed above it by that rank.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import signal
 from typing import Any
 
+from ampkit.config import given_flags
 from ampkit.errors import RunInterrupted, TrainingError
 
 EXIT_USAGE = 2
@@ -25,11 +25,10 @@ def worker_argv(
     """The command line each worker runs: every config flag the user gave (minus `skip`), then
     `options` (flag name -> value; True means a bare switch, None/False/0 are left out)."""
     argv: list[str] = []
-    for f in dataclasses.fields(config_cls):
-        value = getattr(args, f.name, None)
-        if value is None or f.name in skip:
+    for name, value in given_flags(config_cls, args).items():  # a section's settings too, by their own names
+        if name in skip:
             continue
-        flag = "--" + f.name.replace("_", "-")
+        flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             argv.append(flag if value else "--no-" + flag[2:])
         else:

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ampkit.distributed.settings import PARALLEL_MODES
 from ampkit.errors import UsageError
+from ampkit.options import (
+    CHECKPOINTING_MODES,
+    batch_size_field,
+    described_model_field,
+    gpu_field,
+    gpu_mem_field,
+    grad_accum_field,
+    parallel_field,
+    seq_len_field,
+)
 from ampkit.plan.kv import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, check_dtype
 from ampkit.plan.numerics import parse_precisions
-from ampkit.plan.optim import check_optimizer
-from ampkit.plan.setting import CHECKPOINTING, PARALLEL
+from ampkit.plan.optim import OPTIMIZERS, check_optimizer
 from ampkit.precision import precision_names_help
 
 DEFAULT_KV_GPU = "A100-80GB"
@@ -32,31 +42,23 @@ def _positive(config, names: tuple[str, ...]) -> None:
 class PlanConfig:
     """`ampkit plan`: a model's training-step memory and compute per precision x optimizer x checkpointing."""
 
-    model: str = field(
-        default="7b",
-        metadata={"help": "preset name (tiny, small, gpt2-124m, 1b, 7b, 13b, 70b) or a Hugging Face config.json"},
-    )
-    gpu: str | None = field(
-        default=None, metadata={"help": "target GPU from the table (e.g. A100-80GB, H100-80GB, T4)"}
-    )
-    gpu_mem: str | None = field(
-        default=None, metadata={"help": "target memory instead of (or overriding) --gpu's, e.g. 24GiB or 80GB"}
-    )
+    model: str = described_model_field("7b")
+    gpu: str | None = gpu_field()
+    gpu_mem: str | None = gpu_mem_field()
     precisions: str = field(
         default="all",
         metadata={"help": f"comma-separated precisions, or 'all' ({precision_names_help(include_emulated=False)})"},
     )
-    optimizers: str = field(default="adamw", metadata={"help": "comma-separated: adamw, adamw-8bit, sgd, sgd-momentum"})
+    optimizers: str = field(default="adamw", metadata={"help": f"comma-separated: {', '.join(OPTIMIZERS)}"})
     checkpointing: str = field(
-        default="none,full", metadata={"help": "comma-separated activation checkpointing modes: none, full"}
+        default="none,full",
+        metadata={"help": f"comma-separated activation checkpointing modes: {', '.join(CHECKPOINTING_MODES)}"},
     )
-    micro_batch: int = field(default=1, metadata={"help": "sequences per micro-batch"})
-    seq_len: int = field(default=2048, metadata={"help": "tokens per sequence"})
-    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    micro_batch: int = batch_size_field(1)
+    seq_len: int = seq_len_field(2048)
+    grad_accum: int = grad_accum_field()
     world_size: int = field(default=1, metadata={"help": "data-parallel GPUs (with --parallel fsdp: shards)"})
-    parallel: str = field(
-        default="none", metadata={"help": "none, ddp or fsdp (fsdp divides parameters, gradients and states)"}
-    )
+    parallel: str = parallel_field()
     mfu: float = field(default=0.4, metadata={"help": "assumed model-FLOPs utilization for step time"})
     trace: bool = field(
         default=False, metadata={"help": "also run the traced engine (one step on fake tensors) for buildable models"}
@@ -70,10 +72,10 @@ class PlanConfig:
         for name in split_list(self.optimizers, "--optimizers"):
             check_optimizer(name)
         for mode in split_list(self.checkpointing, "--checkpointing"):
-            if mode not in CHECKPOINTING:
-                raise UsageError(f"unknown checkpointing {mode!r}; choose from: {', '.join(CHECKPOINTING)}")
-        if self.parallel not in PARALLEL:
-            raise UsageError(f"unknown --parallel {self.parallel!r}; choose from: {', '.join(PARALLEL)}")
+            if mode not in CHECKPOINTING_MODES:
+                raise UsageError(f"unknown checkpointing {mode!r}; choose from: {', '.join(CHECKPOINTING_MODES)}")
+        if self.parallel not in PARALLEL_MODES:
+            raise UsageError(f"unknown --parallel {self.parallel!r}; choose from: {', '.join(PARALLEL_MODES)}")
         if not 0 < self.mfu <= 1:
             raise UsageError(f"--mfu must be in (0, 1], got {self.mfu}")
         if self.context_gib < 0 or self.fragmentation < 0:
@@ -93,13 +95,9 @@ class PlanConfig:
 class KvConfig:
     """`ampkit kv`: the KV-cache token budget of serving a model on a GPU, per KV dtype."""
 
-    model: str = field(default="7b", metadata={"help": "preset name or a Hugging Face config.json"})
-    gpu: str | None = field(
-        default=None, metadata={"help": "GPU from the table (A100-80GB when neither --gpu nor --gpu-mem is given)"}
-    )
-    gpu_mem: str | None = field(
-        default=None, metadata={"help": "GPU memory instead of (or overriding) --gpu's, e.g. 24GiB"}
-    )
+    model: str = described_model_field("7b")
+    gpu: str | None = gpu_field(note=f"{DEFAULT_KV_GPU} when neither --gpu nor --gpu-mem is given")
+    gpu_mem: str | None = gpu_mem_field()
     utilization: float = field(
         default=0.9, metadata={"help": "fraction of GPU memory the server may use (vLLM's gpu_memory_utilization)"}
     )

@@ -21,8 +21,10 @@ from torch import nn
 from ampkit.core.optim import SGD_MOMENTUM
 from ampkit.core.optim import build_optimizer as core_build_optimizer
 from ampkit.errors import UsageError
+from ampkit.options import OPTIMIZERS as TRAIN_OPTIMIZERS
 
-OPTIMIZERS = ("adamw", "adamw-8bit", "sgd", "sgd-momentum")
+OPTIMIZERS = (*TRAIN_OPTIMIZERS, "sgd-momentum")
+"""`ampkit train`'s optimizers, and SGD with momentum (plan's `sgd` is SGD without: no state)."""
 BNB_MIN_8BIT_SIZE = 4096  # bitsandbytes' min_8bit_size: smaller tensors keep 32-bit states
 BNB_BLOCK = 256  # elements per absmax block of the blockwise 8-bit states (bitsandbytes >= 0.44)
 BNB_QMAP_BYTES = 2 * 256 * 4  # two shared fp32 quantization maps

@@ -9,15 +9,22 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ampkit.distributed.settings import PARALLEL_MODES
 from ampkit.errors import UsageError
+from ampkit.options import (
+    CHECKPOINTING_MODES,
+    batch_size_field,
+    choices_text,
+    grad_accum_field,
+    parallel_field,
+    seq_len_field,
+)
 from ampkit.plan.numerics import plan_precision_name
-from ampkit.plan.optim import check_optimizer
+from ampkit.plan.optim import OPTIMIZERS, check_optimizer
 from ampkit.plan.tracker import TENSOR_LINES
 from ampkit.precision import precision_names_help
 
 GIB = 1024**3  # GiB is 1024**3 bytes, GB is 1000**3
-CHECKPOINTING = ("none", "full")
-PARALLEL = ("none", "ddp", "fsdp")
 CUDA_CONTEXT_BYTES = GIB // 2
 """CUDA context, cuBLAS/cuDNN workspaces and kernels a PyTorch process holds outside the caching
 allocator (~0.3-0.8 GiB on Ampere/Hopper with lazy module loading; 0.5 GiB assumed)."""
@@ -42,27 +49,26 @@ class StepSetting:
     """What one training step holds: precision, optimizer, checkpointing, micro-batch shape."""
 
     precision: str = field(metadata={"help": f"precision name ({precision_names_help()})"})
-    optimizer: str = field(default="adamw", metadata={"help": "adamw, adamw-8bit, sgd or sgd-momentum"})
+    optimizer: str = field(default="adamw", metadata={"help": choices_text(OPTIMIZERS)})
     checkpointing: str = field(
-        default="none", metadata={"help": "activation checkpointing: none or full (every block)"}
+        default="none",
+        metadata={"help": f"activation checkpointing: {choices_text(CHECKPOINTING_MODES)} (full: every block)"},
     )
-    micro_batch: int = field(default=1, metadata={"help": "sequences per micro-batch"})
-    seq_len: int = field(default=2048, metadata={"help": "tokens per sequence"})
-    grad_accum: int = field(
-        default=1, metadata={"help": "micro-batches per step (> 1 keeps gradients alive through the forward)"}
-    )
+    micro_batch: int = batch_size_field(1)
+    seq_len: int = seq_len_field(2048)
+    grad_accum: int = grad_accum_field(note="> 1 keeps gradients alive through the forward")
     world_size: int = field(default=1, metadata={"help": "data-parallel processes"})
-    parallel: str = field(
-        default="none", metadata={"help": "none, ddp (replicated) or fsdp (params/grads/states sharded)"}
-    )
+    parallel: str = parallel_field()
 
     def __post_init__(self):
         object.__setattr__(self, "precision", plan_precision_name(self.precision))
         object.__setattr__(self, "optimizer", check_optimizer(self.optimizer))
-        if self.checkpointing not in CHECKPOINTING:
-            raise UsageError(f"unknown checkpointing {self.checkpointing!r}; choose from: {', '.join(CHECKPOINTING)}")
-        if self.parallel not in PARALLEL:
-            raise UsageError(f"unknown parallel mode {self.parallel!r}; choose from: {', '.join(PARALLEL)}")
+        if self.checkpointing not in CHECKPOINTING_MODES:
+            raise UsageError(
+                f"unknown checkpointing {self.checkpointing!r}; choose from: {', '.join(CHECKPOINTING_MODES)}"
+            )
+        if self.parallel not in PARALLEL_MODES:
+            raise UsageError(f"unknown parallel mode {self.parallel!r}; choose from: {', '.join(PARALLEL_MODES)}")
         for name in ("micro_batch", "seq_len", "grad_accum", "world_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

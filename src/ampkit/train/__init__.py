@@ -3,6 +3,16 @@
 from ampkit.core.step import StepResult, Trainer, clip_gradients
 from ampkit.train.build import RunObjects, build_run
 from ampkit.train.config import TrainConfig
+from ampkit.train.features import Features
 from ampkit.train.run import run_training
 
-__all__ = ["RunObjects", "StepResult", "TrainConfig", "Trainer", "build_run", "clip_gradients", "run_training"]
+__all__ = [
+    "Features",
+    "RunObjects",
+    "StepResult",
+    "TrainConfig",
+    "Trainer",
+    "build_run",
+    "clip_gradients",
+    "run_training",
+]

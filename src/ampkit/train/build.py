@@ -138,9 +138,10 @@ def build_run_model(
     if fsdp:
         model = wrap_model(model, run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype)
     model = materialize(model, device=device, seed=config.seed)
-    if config.compile:
+    switches = config.features
+    if switches.compile:
         example = features.synthetic_batch(
-            batching=config.batching, batch_size=config.batch_size, seq_len=config.seq_len
+            batching=switches.batching, batch_size=config.batch_size, seq_len=config.seq_len
         )
         report.compile_s = features.warm_up_compiled(model, policy=policy, batch=example, device=device)
     if not fsdp:
@@ -151,19 +152,12 @@ def build_run_model(
 def apply_model_features(model: nn.Module, config: TrainConfig) -> tuple[nn.Module, features.FeatureReport]:
     """Checkpointing, then compile (lazy; `build_run_model` times its warm-up once the weights are real),
     on a model the policy already converted (on the meta device or real)."""
-    features.check_batching_supported(model, config.batching)
-    blocks = features.apply_activation_checkpointing(model, spec=config.activation_checkpointing)
-    if config.compile:
-        features.compile_model(model, dynamic=None if config.batching == "pack" else True)
-    report = features.FeatureReport(
-        batching=config.batching,
-        activation_checkpointing=config.activation_checkpointing,
-        checkpointed_blocks=blocks,
-        optimizer=config.optimizer,
-        compile=config.compile,
-        compile_s=None,
-    )
-    return model, report
+    switches = config.features
+    features.check_batching_supported(model, switches.batching)
+    blocks = features.apply_activation_checkpointing(model, spec=switches.activation_checkpointing)
+    if switches.compile:
+        features.compile_model(model, dynamic=None if switches.batching == "pack" else True)
+    return model, features.FeatureReport(features=switches, checkpointed_blocks=blocks, compile_s=None)
 
 
 def check_run_settings(config: TrainConfig, *, device: torch.device, model_config) -> None:
@@ -173,9 +167,9 @@ def check_run_settings(config: TrainConfig, *, device: torch.device, model_confi
             f"--seq-len {config.seq_len} exceeds model '{config.model}' max_seq_len "
             f"{model_config.max_seq_len}; use a shorter --seq-len"
         )
-    if config.compile:
+    if config.features.compile:
         features.check_compile_available(device)
-    check_optimizer_available(config.optimizer)  # a missing library names its extra
+    check_optimizer_available(config.features.optimizer)  # a missing library names its extra
     check_logger_available(config.log)
 
 
@@ -188,8 +182,8 @@ def build_run_data(config: TrainConfig, *, corpus, tokenizer, parallel):
         batch_size=config.batch_size,
         seed=config.seed,
         max_val_batches=config.eval_batches,
-        strategy=config.batching,
-        dedup=config.dedup,
+        strategy=config.features.batching,
+        dedup=config.features.dedup,
     )
     sampler = data.train
     if parallel.distributed:  # rank r takes batches r, r+W, ... of the one seeded stream (global batch: W x)
@@ -210,9 +204,9 @@ def build_run(config: TrainConfig) -> RunObjects:
     data, sampler = build_run_data(config, corpus=corpus, tokenizer=tokenizer, parallel=parallel)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
-    policy = build_precision(config.precision, device_type=device.type, scaler=config.scaler_config())
+    policy = build_precision(config.precision, device_type=device.type, scaler=config.scaler)
     model, feature_report = build_run_model(model_config, config, policy=policy, device=device, parallel=parallel)
-    optimizer = build_optimizer(model, name=config.optimizer, lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = build_optimizer(model, name=config.features.optimizer, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = build_scheduler(
         optimizer, warmup_steps=config.warmup_steps, total_steps=config.steps, min_lr_ratio=config.min_lr_ratio
     )

@@ -1,4 +1,6 @@
-"""`ampkit train`'s typed config. Every field is also a flag (`--grad-accum`) and a TOML key (`grad_accum`)."""
+"""`ampkit train`'s typed config. Every setting is also a flag (`--grad-accum`) and a TOML key (`grad_accum`);
+the settings of a section (`scaler`, `features`) are flags of their own names and keys of a TOML table
+(`[scaler] init_scale` <-> `--init-scale`)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,21 @@ from dataclasses import dataclass, field
 
 from ampkit.distributed.settings import check_parallel_settings
 from ampkit.errors import UsageError
+from ampkit.options import (
+    batch_size_field,
+    clip_grad_norm_field,
+    data_field,
+    device_field,
+    grad_accum_field,
+    inject_field,
+    lr_field,
+    model_field,
+    parallel_field,
+    seed_field,
+    seq_len_field,
+)
 from ampkit.precision import ScalerConfig, canonical_name, precision_names_help
-from ampkit.train.features import check_feature_settings
+from ampkit.train.features import Features
 from ampkit.train.guard import check_guard_settings
 from ampkit.train.loggers import check_log_kind
 
@@ -17,29 +32,19 @@ class TrainConfig:
     """A training run: what to train, on what, for how long, and under which precision."""
 
     precision: str = field(default="fp32", metadata={"help": f"{precision_names_help()} (or an alias)"})
-    model: str = field(
-        default="tiny",
-        metadata={
-            "help": "model preset name, or hf:PATH (a local Hugging Face model folder: config.json, optional weights and tokenizer)"
-        },
-    )
-    data: str = field(
-        default="default",
-        metadata={
-            "help": "'default' (embedded corpus), a .txt/.md file, a folder, or a .jsonl file with a 'text' field"
-        },
-    )
-    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    model: str = model_field("tiny")
+    data: str = data_field()
+    device: str = device_field()
     steps: int = field(default=300, metadata={"help": "optimizer steps (total, including resumed ones)"})
-    batch_size: int = field(default=8, metadata={"help": "sequences per micro-batch"})
-    seq_len: int = field(default=256, metadata={"help": "tokens per sequence (at most)"})
-    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
-    lr: float = field(default=3e-3, metadata={"help": "peak learning rate"})
+    batch_size: int = batch_size_field(8)
+    seq_len: int = seq_len_field(256, note="at most")
+    grad_accum: int = grad_accum_field()
+    lr: float = lr_field(3e-3)
     min_lr_ratio: float = field(default=0.1, metadata={"help": "final LR as a fraction of the peak (cosine)"})
     warmup_steps: int = field(default=20, metadata={"help": "linear warmup steps"})
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay on matrices (not norms)"})
-    clip_grad_norm: float = field(default=1.0, metadata={"help": "clip the global grad norm after unscaling (0 = off)"})
-    seed: int = field(default=0, metadata={"help": "seed for weights, data order and RNG"})
+    clip_grad_norm: float = clip_grad_norm_field()
+    seed: int = seed_field()
     eval_every: int = field(default=0, metadata={"help": "held-out evaluation every N steps (0 = only at the end)"})
     eval_batches: int = field(default=8, metadata={"help": "held-out batches per evaluation"})
     checkpoint_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0 = only at the end)"})
@@ -48,35 +53,16 @@ class TrainConfig:
     )
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
     log_every: int = field(default=0, metadata={"help": "log metrics every N steps (0 = auto: 1 on CPU, 10 on CUDA)"})
-    init_scale: float = field(
-        default=65536.0, metadata={"help": "fp16 loss scaler: initial scale (4096 tames early overflow)"}
-    )
-    growth_interval: int = field(default=2000, metadata={"help": "fp16 loss scaler: clean steps between growths"})
-    growth_factor: float = field(default=2.0, metadata={"help": "fp16 loss scaler: growth multiplier"})
-    backoff_factor: float = field(default=0.5, metadata={"help": "fp16 loss scaler: backoff multiplier on overflow"})
-    min_scale: float = field(
-        default=1.0, metadata={"help": "fp16 loss scaler: floor below which the run stops (0 = none)"}
-    )
-    # Throughput switches (docs/throughput.md; applied by build_run via ampkit.train.features).
-    batching: str = field(
-        default="pad",
-        metadata={"help": "pad, bucket (similar lengths together) or pack (full rows, documents isolated)"},
-    )
-    activation_checkpointing: str = field(
-        default="none", metadata={"help": "recompute block activations in backward: none, full or every-N"}
-    )
-    optimizer: str = field(default="adamw", metadata={"help": "adamw, adamw-8bit (bitsandbytes) or sgd"})
-    compile: bool = field(
-        default=False, metadata={"help": "torch.compile the model (compile time reported apart from step time)"}
-    )
-    dedup: str = field(
-        default="none", metadata={"help": "none or exact (drop duplicate paragraphs before the train/val split)"}
-    )
+    scaler: ScalerConfig = field(default_factory=ScalerConfig, metadata={"help": "the fp16-mixed loss scaler"})
+    features: Features = field(
+        default_factory=Features, metadata={"help": "throughput switches, docs/throughput.md"}
+    )  # applied by build_run via ampkit.train.features
     # Numerics safety and diagnostics (docs/doctor.md; ampkit.train.guard, ampkit.diagnostics).
     guard: bool = field(
         default=False,
         metadata={
-            "help": "NaN guard: on a non-finite loss, K skipped steps or a scale collapse, roll back to the last checkpoint, skip the batch, cut the LR"
+            "help": "NaN guard: on a non-finite loss, K skipped steps or a scale collapse, roll back to the last "
+            "checkpoint, skip the batch, cut the LR"
         },
     )
     guard_max_skips: int = field(
@@ -93,21 +79,17 @@ class TrainConfig:
     grad_stats_every: int = field(
         default=0, metadata={"help": "per-layer gradient statistics every N steps, logged to metrics.jsonl (0 = off)"}
     )
-    inject: str = field(default="", metadata={"help": "fault injection for demos/tests: module_path:phase:kind[@step]"})
+    inject: str = inject_field()
     # Loggers beside metrics.jsonl, which is always written (ampkit.train.loggers).
     log: str = field(
         default="none",
         metadata={
-            "help": "also log the scalars to: none or tensorboard (RUN_DIR/tensorboard; pip install 'ampkit[tensorboard]')"
+            "help": "also log the scalars to: none or tensorboard "
+            "(RUN_DIR/tensorboard; pip install 'ampkit[tensorboard]')"
         },
     )
     # Data parallelism (docs/distributed.md; ampkit.distributed).
-    parallel: str = field(
-        default="none",
-        metadata={
-            "help": "none, ddp (replicated weights) or fsdp (FSDP2: weights, grads and optimizer states sharded); run under torchrun or with --nproc"
-        },
-    )
+    parallel: str = parallel_field(note="run under torchrun or with --nproc")
     reduce_dtype: str = field(
         default="fp32",
         metadata={
@@ -133,28 +115,13 @@ class TrainConfig:
             raise UsageError(f"--lr must be positive, got {self.lr}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise UsageError(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
-        self.scaler_config()  # validates the scaler knobs now, not mid-run
-        check_feature_settings(
-            batching=self.batching,
-            activation_checkpointing=self.activation_checkpointing,
-            optimizer=self.optimizer,
-            dedup=self.dedup,
-        )
         check_guard_settings(self)
         check_parallel_settings(self)
         check_log_kind(self.log)
 
-    def scaler_config(self) -> ScalerConfig:
-        return ScalerConfig(
-            init_scale=self.init_scale,
-            growth_factor=self.growth_factor,
-            backoff_factor=self.backoff_factor,
-            growth_interval=self.growth_interval,
-            min_scale=self.min_scale,
-        )
 
-
-# Settings that may change when resuming; everything else must match the checkpoint.
+# Settings that may change when resuming; everything else must match the checkpoint. A section's
+# settings go by their own names (flags and `ampkit.config.given_flags` carry no section prefix).
 RESUMABLE_OVERRIDES = frozenset(
     {
         "allow_no_checkpoint",

@@ -28,35 +28,56 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ampkit.core.optim import OPTIMIZERS, check_optimizer_available
+from ampkit.core.optim import check_optimizer_available
 from ampkit.core.step import forward_loss
 from ampkit.data import BATCHING_STRATEGIES, DEDUP_MODES, Batch, collate_pack, collate_pad
 from ampkit.errors import UsageError
+from ampkit.options import CHECKPOINTING_MODES, OPTIMIZERS
 
-CHECKPOINTING_CHOICES = "none, full or every-N (N >= 1: every N-th block)"
+CHECKPOINTING_CHOICES = f"{', '.join(CHECKPOINTING_MODES)} or every-N (N >= 1: every N-th block)"
 _EVERY_N = re.compile(r"^every-(\d+)$")
 _CHECKPOINTED = "_ampkit_checkpointed"  # flag on a block whose forward is already wrapped
 
 
-# ---------------------------------------------------------------- validation
+# ---------------------------------------------------------------- the switches
 
 
-def check_feature_settings(*, batching: str, activation_checkpointing: str, optimizer: str, dedup: str) -> None:
-    """One-line UsageErrors for unknown names (called from `TrainConfig.__post_init__`)."""
-    if batching not in BATCHING_STRATEGIES:
-        raise UsageError(f"unknown --batching {batching!r}; choose one of: {', '.join(BATCHING_STRATEGIES)}")
-    parse_activation_checkpointing(activation_checkpointing)
-    if optimizer not in OPTIMIZERS:
-        raise UsageError(f"unknown --optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
-    if dedup not in DEDUP_MODES:
-        raise UsageError(f"unknown --dedup {dedup!r}; choose one of: {', '.join(DEDUP_MODES)}")
+@dataclass(frozen=True, kw_only=True)
+class Features:
+    """The throughput switches of a run: `TrainConfig.features`, the `[features]` table of a config
+    file, flags of their own names (`--batching`, `--compile` ...). Unknown names are one-line
+    UsageErrors at construction."""
+
+    batching: str = field(
+        default="pad",
+        metadata={"help": "pad, bucket (similar lengths together) or pack (full rows, documents isolated)"},
+    )
+    activation_checkpointing: str = field(
+        default="none", metadata={"help": "recompute block activations in backward: none, full or every-N"}
+    )
+    optimizer: str = field(default="adamw", metadata={"help": "adamw, adamw-8bit (bitsandbytes) or sgd"})
+    compile: bool = field(
+        default=False, metadata={"help": "torch.compile the model (compile time reported apart from step time)"}
+    )
+    dedup: str = field(
+        default="none", metadata={"help": "none or exact (drop duplicate paragraphs before the train/val split)"}
+    )
+
+    def __post_init__(self):
+        if self.batching not in BATCHING_STRATEGIES:
+            raise UsageError(f"unknown --batching {self.batching!r}; choose one of: {', '.join(BATCHING_STRATEGIES)}")
+        parse_activation_checkpointing(self.activation_checkpointing)
+        if self.optimizer not in OPTIMIZERS:
+            raise UsageError(f"unknown --optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
+        if self.dedup not in DEDUP_MODES:
+            raise UsageError(f"unknown --dedup {self.dedup!r}; choose one of: {', '.join(DEDUP_MODES)}")
 
 
 def check_batching_supported(model: nn.Module, batching: str) -> None:
@@ -200,30 +221,21 @@ class FeatureSet:
 
     name: str
     """Label in the sweep's table, e.g. "pack+compile"."""
-    batching: str = "pad"
-    """pad, bucket or pack."""
-    activation_checkpointing: str = "none"
-    """none, full or every-N."""
-    optimizer: str = "adamw"
-    """adamw, adamw-8bit or sgd."""
-    compile: bool = False
-    """torch.compile the model."""
-    dedup: str = "none"
-    """none or exact."""
+    features: Features = field(default_factory=Features)
 
     def settings(self) -> dict[str, Any]:
-        """The TrainConfig fields this combination sets."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
+        """The switches this combination sets, by name (the sweep's rows and worker jobs show them)."""
+        return dataclasses.asdict(self.features)
 
 
 SWEEP: tuple[FeatureSet, ...] = (
     FeatureSet(name="baseline"),
-    FeatureSet(name="bucket", batching="bucket"),
-    FeatureSet(name="pack", batching="pack"),
-    FeatureSet(name="pack+checkpointing", batching="pack", activation_checkpointing="full"),
-    FeatureSet(name="pack+adamw-8bit", batching="pack", optimizer="adamw-8bit"),
-    FeatureSet(name="pack+compile", batching="pack", compile=True),
-    FeatureSet(name="pack+dedup", batching="pack", dedup="exact"),
+    FeatureSet(name="bucket", features=Features(batching="bucket")),
+    FeatureSet(name="pack", features=Features(batching="pack")),
+    FeatureSet(name="pack+checkpointing", features=Features(batching="pack", activation_checkpointing="full")),
+    FeatureSet(name="pack+adamw-8bit", features=Features(batching="pack", optimizer="adamw-8bit")),
+    FeatureSet(name="pack+compile", features=Features(batching="pack", compile=True)),
+    FeatureSet(name="pack+dedup", features=Features(batching="pack", dedup="exact")),
 )
 """`ampkit bench --sweep`'s combinations, baseline first: each adds one switch to pack (except
 bucket), so each row's difference from "pack" is what that switch buys."""
@@ -244,14 +256,14 @@ def get_feature_sets(names: str = "") -> list[FeatureSet]:
 
 def apply_feature_set(config, feature_set: FeatureSet):
     """A copy of `config` (a TrainConfig) with the combination's switches set; validated again."""
-    return dataclasses.replace(config, **feature_set.settings())
+    return dataclasses.replace(config, features=feature_set.features)
 
 
 def feature_set_unavailable(feature_set: FeatureSet, *, device: torch.device) -> str | None:
     """Why this combination cannot run here (the fix included), or None when it can."""
     try:
-        check_optimizer_available(feature_set.optimizer)
-        if feature_set.compile:
+        check_optimizer_available(feature_set.features.optimizer)
+        if feature_set.features.compile:
             check_compile_available(device)
     except UsageError as err:
         return str(err)
@@ -265,18 +277,19 @@ def feature_set_unavailable(feature_set: FeatureSet, *, device: torch.device) ->
 class FeatureReport:
     """What `build_run` applied, for the run summary."""
 
-    batching: str
-    activation_checkpointing: str
+    features: Features
+    """The switches the run was configured with."""
     checkpointed_blocks: list[int]
     """Indices of the blocks whose activations are recomputed in the backward."""
-    optimizer: str
-    compile: bool
     compile_s: float | None
     """Seconds spent compiling (forward + backward warm-up), reported apart from step time."""
 
     def to_dict(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
-        """JSON-ready; with `optimizer`, adds its state bytes as they are now (0 before the first step)."""
-        out = dataclasses.asdict(self)
+        """JSON-ready: the switches (dedup apart: `RunObjects.features_summary` reports it with what it
+        removed), checkpointed blocks, compile time; with `optimizer`, its state bytes as they are now
+        (0 before the first step)."""
+        out = {k: v for k, v in dataclasses.asdict(self.features).items() if k != "dedup"}
+        out |= {"checkpointed_blocks": self.checkpointed_blocks, "compile_s": self.compile_s}
         if optimizer is not None:
             out["optimizer_state_bytes"] = optimizer_state_bytes(optimizer)
         return out

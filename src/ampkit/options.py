@@ -1,0 +1,106 @@
+"""The options several commands share, each defined once: its help text and its choices.
+
+A command's config declares a shared option with its factory (`lr: float = lr_field(3e-3)`), so
+`--lr` reads the same in `ampkit train --help`, `ampkit bench --help` and `ampkit doctor --help`;
+what differs per command (a default's meaning, the run it applies to) goes in `note`, appended in
+parentheses. Each factory returns `dataclasses.field(...)`, typed as the value so type checkers see
+a default.
+
+Choice lists live beside the code that checks them and import no torch: the parallel modes in
+`ampkit.distributed.settings`; the optimizers and checkpointing modes `ampkit train` and
+`ampkit plan` share, here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from ampkit.distributed.settings import PARALLEL_MODES
+
+OPTIMIZERS = ("adamw", "adamw-8bit", "sgd")
+"""What `ampkit train --optimizer` builds (`ampkit.train.features`); `ampkit plan` adds sgd-momentum."""
+CHECKPOINTING_MODES = ("none", "full")
+"""Activation checkpointing modes every command knows; `ampkit train` also takes every-N."""
+
+
+def choices_text(choices: tuple[str, ...] | list[str]) -> str:
+    """("a", "b", "c") -> "a, b or c"."""
+    return choices[0] if len(choices) == 1 else f"{', '.join(choices[:-1])} or {choices[-1]}"
+
+
+def _help(text: str, note: str) -> dict[str, str]:
+    """`text (note)`; a text that already ends in parentheses takes the note inside them."""
+    if not note:
+        return {"help": text}
+    return {"help": f"{text[:-1]}; {note})" if text.endswith(")") else f"{text} ({note})"}
+
+
+def model_field(default: str, note: str = "") -> str:
+    """`--model` of the commands that build and run the model (train, bench, doctor)."""
+    text = "model preset name, or hf:PATH: a local Hugging Face folder with config.json, optional weights and tokenizer"
+    return field(default=default, metadata=_help(text, note))
+
+
+def described_model_field(default: str, note: str = "") -> str:
+    """`--model` of the commands that only describe the model (plan, kv): no weights are built."""
+    text = (
+        "preset name (tiny, small, gpt2-124m, 1b, 7b, 13b, 70b) or a Hugging Face config.json, its folder or hf:FOLDER"
+    )
+    return field(default=default, metadata=_help(text, note))
+
+
+def data_field(default: str = "default", note: str = "") -> str:
+    text = "'default' (embedded corpus), a .txt/.md file, a folder, or a .jsonl file with a 'text' field"
+    return field(default=default, metadata=_help(text, note))
+
+
+def device_field(default: str = "auto", note: str = "") -> str:
+    return field(default=default, metadata=_help("auto, cpu, cuda or cuda:N", note))
+
+
+def seed_field(default: int = 0, note: str = "") -> int:
+    return field(default=default, metadata=_help("seed for weights, data order and RNG", note))
+
+
+def lr_field(default: float, note: str = "") -> float:
+    return field(default=default, metadata=_help("peak learning rate", note))
+
+
+def seq_len_field(default: int, note: str = "") -> int:
+    return field(default=default, metadata=_help("tokens per sequence", note))
+
+
+def batch_size_field(default: int, note: str = "") -> int:
+    """`--batch-size` of train, bench and doctor, and `--micro-batch` of plan: one forward's sequences."""
+    return field(default=default, metadata=_help("sequences per micro-batch", note))
+
+
+def grad_accum_field(default: int = 1, note: str = "") -> int:
+    return field(default=default, metadata=_help("micro-batches per optimizer step", note))
+
+
+def clip_grad_norm_field(default: float = 1.0, note: str = "") -> float:
+    return field(default=default, metadata=_help("clip the global grad norm after unscaling (0 = off)", note))
+
+
+def inject_field(default: str = "", note: str = "") -> str:
+    text = "fault injection for demos/tests: module_path:phase:kind[@step], e.g. blocks.0.mlp:forward:nan@3"
+    return field(default=default, metadata=_help(text, note))
+
+
+def parallel_field(default: str = "none", note: str = "") -> str:
+    """`--parallel` of train (the mode a run uses) and plan (the mode a plan assumes)."""
+    text = (
+        f"{choices_text(PARALLEL_MODES)}: ddp replicates the weights, "
+        "fsdp (FSDP2) shards weights, gradients and optimizer states"
+    )
+    return field(default=default, metadata=_help(text, note))
+
+
+def gpu_field(default: str | None = None, note: str = "") -> str | None:
+    return field(default=default, metadata=_help("target GPU from the table, e.g. A100-80GB, H100-80GB, T4", note))
+
+
+def gpu_mem_field(default: str | None = None, note: str = "") -> str | None:
+    text = "target GPU memory instead of (or overriding) --gpu's, e.g. 24GiB or 80GB"
+    return field(default=default, metadata=_help(text, note))
