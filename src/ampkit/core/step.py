@@ -33,6 +33,16 @@ the model's outputs (for metrics such as the smoke test's accuracy). Called insi
 forward context."""
 
 
+CountFn = Callable[[Any], tuple[int, int]]
+"""`count_fn(batch) -> (items, slots)`: the items the loss covers (real tokens, samples) and the
+slots computed (padding included); host ints, no device sync."""
+
+
+def lm_count(batch) -> tuple[int, int]:
+    """A causal-LM batch covers its real target tokens; its slots include the padding."""
+    return batch.n_tokens, batch.n_padded
+
+
 def forward_loss(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward-and-loss of a causal-LM batch, written once: (mean next-token loss, logits).
 
@@ -50,9 +60,10 @@ class StepResult:
     grad_norm: torch.Tensor
     """global gradient norm after unscaling, before clipping (0-d, on device)"""
     n_tokens: int
-    """real (non-padding) target tokens in the step (all ranks)"""
+    """items the step's loss covers, all ranks: real (non-padding) target tokens for a language
+    model, samples for a classifier (the task's unit; the name is kept from the LM-only days)"""
     n_slots: int
-    """all target slots, padding included (all ranks)"""
+    """all slots computed, padding included (all ranks)"""
     stepped: bool
     """False when the optimizer step was skipped (the loss scaler found inf/nan, or the gate said no)"""
 
@@ -105,6 +116,7 @@ class Trainer:
         clip_grad_norm: float,
         parallel: LocalRun | None = None,
         loss_fn: LossFn = forward_loss,
+        count_fn: CountFn = lm_count,
         gate: StepAlways | StepIfFinite | None = None,
         phases: NoPhases | None = None,
     ):
@@ -113,7 +125,7 @@ class Trainer:
         self.parallel = parallel if parallel is not None else LocalRun()
         self.sampler, self.device = sampler, device
         self.grad_accum, self.clip_grad_norm = grad_accum, clip_grad_norm
-        self.loss_fn = loss_fn
+        self.loss_fn, self.count_fn = loss_fn, count_fn
         self.gate = gate if gate is not None else StepAlways()
         self.phases = phases if phases is not None else NoPhases()
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -121,21 +133,20 @@ class Trainer:
     def train_step(self) -> StepResult:
         self.model.train()
         batches = [self.sampler.next_batch().to(self.device) for _ in range(self.grad_accum)]
+        counts = [self.count_fn(b) for b in batches]
         # Counts over every rank's micro-batches (host ints, no sync): the step's global batch.
-        n_tokens, n_slots = self.parallel.step_counts(
-            sum(b.n_tokens for b in batches), sum(b.n_padded for b in batches)
-        )
+        n_tokens, n_slots = self.parallel.step_counts(sum(c[0] for c in counts), sum(c[1] for c in counts))
         world = self.parallel.world_size
         total_loss = torch.zeros((), device=self.device)
-        for i, batch in enumerate(batches):
+        for i, (batch, (items, _)) in enumerate(zip(batches, counts)):
             with self.parallel.micro_batch_context(last=i == len(batches) - 1):  # DDP: all-reduce on the last only
                 with self.policy.forward_context():
                     # The outputs stay referenced to the end of the step (the planner's ledger assumes so).
                     loss, outputs = self.loss_fn(self.model, batch)
-                # Weight each micro-batch by its share of real tokens, so the step's gradient is the
-                # per-token mean over the whole step whatever the padding of each micro-batch. DDP and
+                # Weight each micro-batch by its share of the items (real tokens, samples), so the step's
+                # gradient is the per-item mean over the whole step whatever the padding of each micro-batch. DDP and
                 # FSDP average gradients over ranks, hence the factor `world` (1 in one process).
-                weight = batch.n_tokens * world / max(1, n_tokens)
+                weight = items * world / max(1, n_tokens)
                 self.phases.enter("backward")
                 self.policy.backward(loss * weight)
             total_loss += loss.detach() * weight
@@ -150,7 +161,7 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, batches) -> float:
-        """Per-token mean loss over held-out batches (a host sync: call it at eval steps only)."""
+        """Per-item mean loss over held-out batches (a host sync: call it at eval steps only)."""
         self.model.eval()
         total = torch.zeros((), device=self.device, dtype=torch.float64)
         count = 0
@@ -158,7 +169,8 @@ class Trainer:
             batch = batch.to(self.device)
             with self.policy.forward_context():
                 loss, _ = self.loss_fn(self.model, batch)
-            total += loss.double() * batch.n_tokens
-            count += batch.n_tokens
+            items, _ = self.count_fn(batch)
+            total += loss.double() * items
+            count += items
         self.model.train()
         return total.item() / count if count else math.nan
