@@ -136,6 +136,8 @@ def _section_settings(section_cls, section: str, defaults: Any) -> Iterator[Sett
 
 
 def _add_flag(parser, setting: Setting) -> None:
+    if setting.type is dict:  # an open table of keyword arguments: config files and the Python API only
+        return
     help_text = f"{setting.help} (default: {setting.default})"
     if setting.type is bool:
         parser.add_argument(
@@ -185,6 +187,10 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 def _check_value(tp: Any, key: str, value: Any, where: str) -> Any:
     if value is None:
         return value
+    if tp is dict:
+        if not isinstance(value, dict):
+            raise UsageError(f"setting '{key}' in {where} must be a [{key}] table, got {value!r}")
+        return dict(value)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, bool) != (tp is bool) or not isinstance(value, tp):
@@ -201,6 +207,13 @@ def _known(layout: Layout) -> str:
 def _entries(layout: Layout, data: dict[str, Any], source: str) -> Iterator[tuple[str, Any, str]]:
     """(setting name, value, where it was found) for each setting in `data`, sections flattened."""
     for key, value in data.items():
+        if isinstance(value, dict) and _is_choice_with_args(layout, key):
+            # `[task] name = "mlp", width = 64`: the choice and its keyword arguments in one table
+            rest = {k: v for k, v in value.items() if k != "name"}
+            if "name" in value:
+                yield key, value["name"], f"[{key}] of {source}"
+            yield f"{key}_args", rest, f"[{key}] of {source}"
+            continue
         if key in layout.sections:
             if not isinstance(value, dict):
                 raise UsageError(f"setting '{key}' in {source} must be a [{key}] table of settings, got {value!r}")
@@ -213,6 +226,12 @@ def _entries(layout: Layout, data: dict[str, Any], source: str) -> Iterator[tupl
             yield key, value, source
         else:
             raise UsageError(f"unknown setting '{key}' in {source}; known settings: {_known(layout)}")
+
+
+def _is_choice_with_args(layout: Layout, key: str) -> bool:
+    """`key` is a str setting with a companion `<key>_args` open table (e.g. task / task_args)."""
+    setting, args = layout.settings.get(key), layout.settings.get(f"{key}_args")
+    return setting is not None and setting.type is str and args is not None and args.type is dict
 
 
 def flat_settings(cls, data: dict[str, Any], *, source: str = "the saved config") -> dict[str, Any]:
@@ -280,6 +299,8 @@ def _toml_line(key: str, value: Any) -> str:
         return f"{key} = {'true' if value else 'false'}"
     if isinstance(value, (int, float)):
         return f"{key} = {value!r}"
+    if isinstance(value, list):
+        return f"{key} = {json.dumps(value)}"  # a JSON array of numbers/strings is a TOML array
     return f"{key} = {json.dumps(str(value))}"  # JSON string escapes are valid TOML basic strings
 
 
@@ -289,9 +310,10 @@ def config_to_toml(config) -> str:
     sections = config_layout(type(config)).sections
     data = dataclasses.asdict(config)
     lines = [f"# {type(config).__name__}: every setting, resolved (defaults <- file <- flags)"]
-    lines += [_toml_line(k, v) for k, v in data.items() if k not in sections]
-    for name in sections:
-        lines += ["", f"[{name}]", *(_toml_line(k, v) for k, v in data[name].items())]
+    tables = {k: v for k, v in data.items() if k in sections or isinstance(v, dict)}
+    lines += [_toml_line(k, v) for k, v in data.items() if k not in tables]
+    for name, table in tables.items():  # TOML: every table after the top-level keys
+        lines += ["", f"[{name}]", *(_toml_line(k, v) for k, v in table.items())]
     return "\n".join(lines) + "\n"
 
 

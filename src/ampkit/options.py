@@ -104,3 +104,17 @@ def gpu_field(default: str | None = None, note: str = "") -> str | None:
 def gpu_mem_field(default: str | None = None, note: str = "") -> str | None:
     text = "target GPU memory instead of (or overriding) --gpu's, e.g. 24GiB or 80GB"
     return field(default=default, metadata=_help(text, note))
+
+
+def task_field(default: str = "", note: str = "") -> str:
+    """`--task`: the workload (`ampkit.tasks`); '' is the language model `--model`/`--data` describe."""
+    text = (
+        "the workload: '' = the language model of --model/--data; a built-in task (mlp, convnet, encoder); or "
+        "your own, FILE.py:FACTORY or package.module:FACTORY (keyword arguments from a config file's [task] table)"
+    )
+    return field(default=default, metadata=_help(text, note))
+
+
+def task_args_field() -> dict:
+    """The task factory's keyword arguments: a `[task]` table in a config file (no flag)."""
+    return field(default_factory=dict, metadata={"help": "keyword arguments of the task factory ([task] table)"})

@@ -25,7 +25,7 @@ from ampkit.models import LlamaLM, ModelConfig, build_model
 from ampkit.models.init import materialize
 from ampkit.precision import ScalerConfig, get_spec
 from ampkit.train import TrainConfig, build_run
-from ampkit.train.build import instantiate_model
+
 
 TINY = dict(model="tiny", seq_len=32, batch_size=2, steps=4, warmup_steps=0, eval_batches=1)
 
@@ -156,13 +156,15 @@ def probe_fsdp_init() -> dict:
     report = {}
     for precision in ("fp32", "bf16-true"):
         objs = build_run(TrainConfig(precision=precision, parallel="fsdp", **TINY))
-        reference = instantiate_model(objs.model_config, device=objs.device, seed=objs.config.seed)
+        reference = objs.task.build_model(device=objs.device, seed=objs.config.seed)
         report[precision] = _compare_shards(objs.model, reference)
     # Odd vocabulary and d_ff: FSDP2 pads the last rank's shard; each rank still writes exactly its rows.
     cfg = ModelConfig(vocab_size=257, d_model=64, n_layers=2, n_heads=4, d_ff=99, tie_embeddings=True)
     with torch.device("meta"):
         model = LlamaLM(cfg)
-    shard_fsdp(model, mp_policy=mixed_precision_policy(get_spec("fp32"), reduce_dtype=torch.float32))
+    shard_fsdp(
+        model, mp_policy=mixed_precision_policy(get_spec("fp32"), reduce_dtype=torch.float32), blocks=list(model.blocks)
+    )
     materialize(model, device="cpu", seed=5)
     report["uneven"] = _compare_shards(model, build_model(cfg, seed=5))
     return report

@@ -12,7 +12,17 @@ import math
 from dataclasses import dataclass, field
 
 from ampkit.errors import UsageError
-from ampkit.options import batch_size_field, data_field, device_field, lr_field, model_field, seed_field, seq_len_field
+from ampkit.options import (
+    batch_size_field,
+    data_field,
+    device_field,
+    lr_field,
+    model_field,
+    seed_field,
+    seq_len_field,
+    task_args_field,
+    task_field,
+)
 from ampkit.precision import SPECS, canonical_name, check_supported, precision_names_help
 
 REFERENCE = "fp32"
@@ -41,6 +51,8 @@ class BenchConfig:
             "('' = every one this device supports); fp32 is always added"
         },
     )
+    task: str = task_field()
+    task_args: dict = task_args_field()
     model: str = model_field("auto", note="'auto' = tiny on CPU, gpt2-124m on CUDA")
     data: str = data_field()
     device: str = device_field()

@@ -23,9 +23,7 @@ import torch
 from torch import nn
 
 from ampkit import __version__
-from ampkit.core import Trainer, build_optimizer, build_scheduler, forward_loss
-from ampkit.data import build_samplers, load_corpus
-from ampkit.data.hf_tokenizer import tokenizer_for_model
+from ampkit.core import Trainer, build_optimizer, build_scheduler
 from ampkit.diagnostics.advice import Advice, Evidence, advise
 from ampkit.diagnostics.fixes import keep_in_fp32
 from ampkit.diagnostics.gradstats import (
@@ -39,7 +37,7 @@ from ampkit.diagnostics.inject import FaultInjector, FaultSpec, parse_fault_spec
 from ampkit.diagnostics.layer_fidelity import FidelityResult, compare_layers
 from ampkit.diagnostics.locator import Finding, NonFiniteLocator
 from ampkit.diagnostics.scale import ScaleTrajectory
-from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test, smoke_batch
+from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test
 from ampkit.diagnostics.unsafe import insert_unsafe_op
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
@@ -52,6 +50,8 @@ from ampkit.options import (
     model_field,
     seed_field,
     seq_len_field,
+    task_args_field,
+    task_field,
 )
 from ampkit.precision import (
     REFERENCE,
@@ -63,9 +63,12 @@ from ampkit.precision import (
     get_spec,
     precision_names_help,
 )
-from ampkit.train.build import instantiate_model, resolve_model_config
+from ampkit.tasks import optional
+from ampkit.tasks.check import check_first_batch
+from ampkit.tasks.load import build_task, is_language_model
 
 SCHEMA = "ampkit.doctor/1"
+SMOKE_SAMPLES = 16  # the seeds' smoke test: memorize 16 samples
 DIAGNOSTIC_WEIGHT_DECAY = 0.1  # as `ampkit train`'s default: the diagnostic run is a short training run
 
 
@@ -76,6 +79,8 @@ class DoctorConfig:
     precision: str = field(
         default="fp16-mixed", metadata={"help": f"precision to diagnose: {precision_names_help()} (or an alias)"}
     )
+    task: str = task_field()
+    task_args: dict = task_args_field()
     model: str = model_field("tiny")
     device: str = device_field()
     steps: int = field(
@@ -166,23 +171,18 @@ class _Setup:
         self.info = describe_device(self.device)
         self.warnings = check_supported(config.precision, self.info)
         self.spec = get_spec(config.precision)
-        self.tokenizer = tokenizer_for_model(config.model)  # hf:PATH: the folder's own tokenizer if any; else bytes
-        self.model_config = resolve_model_config(config.model, self.tokenizer)
+        self.task = build_task(config)  # the workload: its model, data and loss (`ampkit.tasks`)
         self.model_hook = model_hook
         probe = self.fresh_model()  # validates --inject, --keep-fp32, --unsafe-op paths before any work
         if config.fault:
             resolve_module(probe, config.fault.module)
         self.parameters = sum(p.numel() for p in probe.parameters())
-        self.sampler, _ = build_samplers(
-            load_corpus(None),
-            self.tokenizer,
-            seq_len=config.seq_len,
-            batch_size=config.batch_size,
-            seed=config.seed,
-            max_val_batches=1,
-        )
+        self.sampler = self.task.train_stream(batch_size=config.batch_size, seed=config.seed)
         self._data_start = self.sampler.state_dict()
         self.first_batch = self.sampler.next_batch().to(self.device)
+        self.sampler.load_state_dict(self._data_start)
+        if not is_language_model(config.task):  # a user's task: its first batch must make sense first
+            check_first_batch(self.task, probe, self.first_batch, device=self.device, policy=self.policy())
 
     def fresh_sampler(self):
         """The data stream from its first batch (tokenizing the corpus once, not per part)."""
@@ -194,7 +194,7 @@ class _Setup:
         cfg = self.config
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            model = instantiate_model(self.model_config, device=self.device, seed=cfg.seed)
+            model = self.task.build_model(device=self.device, seed=cfg.seed)
             if cfg.unsafe_op:
                 insert_unsafe_op(model, cfg.unsafe_op)
             if self.model_hook is not None:
@@ -229,6 +229,8 @@ def diagnostic_run(setup: _Setup) -> RunRecord:
         device=setup.device,
         grad_accum=1,
         clip_grad_norm=cfg.clip_grad_norm,
+        loss_fn=setup.task.loss,
+        count_fn=setup.task.count,
     )
     locator = NonFiniteLocator(model, ring_size=cfg.ring_size)
     stats = GradientStatistics(model, every=1, scale_fn=policy.loss_scale)
@@ -283,7 +285,7 @@ def gradient_snapshot(setup: _Setup):
     """True-scale fp32 gradients of the initial model on one batch: the distribution fp16 must hold."""
     model = setup.fresh_model()
     batch = setup.first_batch
-    loss, _ = forward_loss(model, batch)  # fp32 model, no policy: the true-scale reference gradients
+    loss, _ = setup.task.loss(model, batch)  # fp32 model, no policy: the true-scale reference gradients
     loss.backward()
     named = [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]
     layer_sq: dict[str, float] = {}
@@ -296,7 +298,7 @@ def gradient_snapshot(setup: _Setup):
 def smoke_tests(setup: _Setup) -> dict[str, SmokeResult]:
     """The overfit test under the precision (with the fault, if any) and under fp32 (never faulted)."""
     cfg = setup.config
-    batch = smoke_batch(samples=16, seq_len=cfg.smoke_seq_len, seed=cfg.seed).to(setup.device)
+    batch = optional.smoke_batch(setup.task, samples=SMOKE_SAMPLES, seed=cfg.seed).to(setup.device)
     smoke_cfg = SmokeConfig(seq_len=cfg.smoke_seq_len, max_steps=cfg.smoke_steps)
     results = {}
     for name in dict.fromkeys([cfg.precision, REFERENCE]):
@@ -305,7 +307,7 @@ def smoke_tests(setup: _Setup) -> dict[str, SmokeResult]:
         injector = FaultInjector(model, cfg.fault).attach() if cfg.fault and name == cfg.precision else None
         try:
             results[name] = run_smoke_test(
-                model, policy, batch, config=smoke_cfg, observers=[injector] if injector else []
+                model, policy, batch, task=setup.task, config=smoke_cfg, observers=[injector] if injector else []
             )
         finally:
             if injector:
@@ -339,8 +341,14 @@ def run_doctor(
     fidelity = None
     if config.fidelity and not setup.spec.is_reference:
         progress("per-layer fidelity against fp32")
+        model = setup.fresh_model()
         fidelity = compare_layers(
-            setup.fresh_model(), setup.first_batch, precision=setup.policy(), device_type=setup.device.type
+            model,
+            setup.first_batch,
+            precision=setup.policy(),
+            device_type=setup.device.type,
+            loss_fn=setup.task.loss,
+            blocks=optional.repeated_blocks(setup.task, model),
         )
     evidence = _evidence(setup, run, scale_range, tail, smoke, fidelity)
     advice = advise(evidence)
@@ -388,8 +396,9 @@ def build_summary(
         "config": asdict(cfg),
         "device": {"type": setup.device.type, "name": setup.info.name, "native_bf16": setup.info.native_bf16},
         "warnings": setup.warnings,
+        "task": optional.describe(setup.task),
         "model": {
-            "preset": cfg.model,
+            "preset": setup.task.name,
             "parameters": setup.parameters,
             "unsafe_op": cfg.unsafe_op or None,
             "fp32_modules": cfg.fp32_paths,

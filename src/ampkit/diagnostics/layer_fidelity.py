@@ -17,7 +17,6 @@ import torch
 from torch import nn
 
 from ampkit.core import forward_loss
-from ampkit.data import Batch
 from ampkit.precision import REFERENCE, Precision, build_precision
 
 GOOD_COSINE = 0.99
@@ -62,19 +61,22 @@ class FidelityResult:
         }
 
 
-def watched_modules(model: nn.Module) -> list[str]:
-    """Paths compared: the embedding, each block and the final norm, when the model has them (the logits
-    are always compared, as "logits")."""
+def watched_modules(model: nn.Module, blocks: list[nn.Module] | None = None) -> list[str]:
+    """Paths compared: the embedding, each repeated block (the task's, by identity: an adapter's blocks
+    may live at another path, hf.model.layers.N) and the final norm, when the model has them; a model
+    with no blocks is compared at its top-level children. The outputs are always compared ("logits")."""
     names = dict(model.named_modules())
-    paths = [p for p in ("embed",) if p in names]
-    blocks = getattr(model, "blocks", None)
-    if blocks is not None:  # by identity: an adapter's blocks may live at another path (hf.model.layers.N)
-        path_of = {id(m): name for name, m in names.items()}
-        paths += [path_of[id(block)] for block in blocks]
+    if blocks is None:
+        found = getattr(model, "blocks", None)
+        blocks = list(found) if found is not None else []
+    if not blocks:
+        return [name for name, _ in model.named_children()]
+    path_of = {id(m): name for name, m in names.items()}
+    paths = [p for p in ("embed",) if p in names] + [path_of[id(block)] for block in blocks]
     return paths + [p for p in ("norm",) if p in names]
 
 
-def _capture(model: nn.Module, policy: Precision, batch: Batch, paths: list[str]) -> dict[str, torch.Tensor]:
+def _capture(model: nn.Module, policy: Precision, batch, paths: list[str], loss_fn) -> dict[str, torch.Tensor]:
     modules = dict(model.named_modules())
     outputs: dict[str, torch.Tensor] = {}
 
@@ -90,7 +92,7 @@ def _capture(model: nn.Module, policy: Precision, batch: Batch, paths: list[str]
     try:
         with torch.no_grad(), policy.run_context(), policy.forward_context():
             model.eval()
-            _, logits = forward_loss(model, batch)  # the one forward-and-loss; the loss is unused here
+            _, logits = loss_fn(model, batch)  # the task's forward-and-loss; the loss is unused here
             outputs["logits"] = logits.detach().double()
     finally:
         model.train(was_training)
@@ -109,15 +111,23 @@ def _compare(ref: torch.Tensor, low: torch.Tensor) -> tuple[float, float]:
 
 
 def compare_layers(
-    model: nn.Module, batch: Batch, *, precision: str | Precision, device_type: str, threshold: float = GOOD_COSINE
+    model: nn.Module,
+    batch,
+    *,
+    precision: str | Precision,
+    device_type: str,
+    threshold: float = GOOD_COSINE,
+    loss_fn=forward_loss,
+    blocks: list[nn.Module] | None = None,
 ) -> FidelityResult:
-    """Run `model` (fp32 weights; left untouched) in fp32 and, on a converted copy, in `precision`."""
+    """Run `model` (fp32 weights; left untouched) in fp32 and, on a converted copy, in `precision`;
+    `loss_fn` is the task's (`task.loss`), `blocks` its repeated blocks."""
     policy = precision if isinstance(precision, Precision) else build_precision(precision, device_type=device_type)
     reference = build_precision(REFERENCE, device_type=device_type)
-    paths = watched_modules(model)
-    ref = _capture(model, reference, batch, paths)
+    paths = watched_modules(model, blocks)
+    ref = _capture(model, reference, batch, paths, loss_fn)
     low_model = policy.convert_module(copy.deepcopy(model))
-    low = _capture(low_model, policy, batch, paths)
+    low = _capture(low_model, policy, batch, paths, loss_fn)
     layers = [
         LayerFidelity(name=p, cosine=c, rel_error=r) for p in paths + ["logits"] for c, r in [_compare(ref[p], low[p])]
     ]

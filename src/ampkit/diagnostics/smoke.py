@@ -1,4 +1,4 @@
-"""The smoke test (the seeds' 4.4): overfit 16 samples until token accuracy is 100%.
+"""The smoke test (the seeds' 4.4): overfit 16 samples until their accuracy is 100%.
 
 A model that cannot memorize 16 short sequences has a broken precision set-up or broken code;
 finding that out takes seconds. Run it under the chosen precision and under fp32: both passing
@@ -16,12 +16,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit.core import Trainer, build_optimizer, build_scheduler, forward_loss
+from ampkit.core import Trainer, build_optimizer, build_scheduler
 from ampkit.core.step import StepIfFinite
-from ampkit.data import IGNORE_INDEX, Batch, ByteTokenizer, collate_pad, load_corpus, make_units, paragraphs
+from ampkit.data import Batch
 from ampkit.diagnostics.locator import Finding, NonFiniteLocator
 from ampkit.errors import UsageError
 from ampkit.precision import LossScaleCollapse, Precision
+from ampkit.tasks import optional
+from ampkit.tasks.lm import LMObjective
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +36,10 @@ class SmokeConfig:
     lr: float = field(default=3e-3, metadata={"help": "AdamW peak learning rate (cosine to 10%, no weight decay)"})
     clip_grad_norm: float = field(default=1.0, metadata={"help": "global grad-norm clip after unscaling"})
     max_consecutive_skips: int = field(default=8, metadata={"help": "loss-scaler skips in a row that fail the test"})
+    loss_fraction: float = field(
+        default=0.01,
+        metadata={"help": "a task without an accuracy passes when its loss falls to this share of the first"},
+    )
 
     def __post_init__(self):
         for name in ("samples", "seq_len", "max_steps", "max_consecutive_skips"):
@@ -65,45 +71,6 @@ class SmokeResult:
         return out
 
 
-def smoke_batch(*, samples: int = 16, seq_len: int = 32, seed: int = 0) -> Batch:
-    """`samples` fixed, full-length sequences of `seq_len` targets from the embedded corpus (seeded pick).
-
-    100% accuracy must be reachable, so two kinds of rows are skipped: rows that share a prefix with
-    another but continue differently ("The" and "Thi"), and rows that open with a repeated token
-    (a run of spaces): a causal model with relative (RoPE) positions computes the same output at
-    every position of a constant run, so it cannot tell where such a run ends.
-    """
-    tokenizer = ByteTokenizer()
-    texts = [tokenizer.encode(p) for p in paragraphs(load_corpus(None))]
-    units = make_units(texts, seq_len=seq_len)
-    order = torch.randperm(len(units), generator=torch.Generator().manual_seed(seed)).tolist()
-    chosen: list[torch.Tensor] = []
-    next_token: dict[tuple[int, ...], int] = {}  # every chosen prefix -> the token that follows it
-    for index in order:
-        unit = units[index]
-        if len(unit) == seq_len + 1 and unit[0] != unit[1] and _consistent(unit.tolist(), next_token):
-            chosen.append(unit)
-            if len(chosen) == samples:
-                return collate_pad(chosen)
-    raise UsageError(
-        f"the corpus has fewer than {samples} distinct {seq_len}-token sequences; lower the smoke samples or seq_len"
-    )
-
-
-def _consistent(tokens: list[int], next_token: dict[tuple[int, ...], int]) -> bool:
-    prefixes = [tuple(tokens[: t + 1]) for t in range(len(tokens) - 1)]
-    if any(next_token.get(p, tokens[len(p)]) != tokens[len(p)] for p in prefixes):
-        return False
-    next_token.update((p, tokens[len(p)]) for p in prefixes)
-    return True
-
-
-def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Share of non-ignored targets whose argmax prediction is right (0-d, on device)."""
-    real = targets != IGNORE_INDEX
-    return ((logits.argmax(-1) == targets) & real).sum() / real.sum().clamp_min(1)
-
-
 class RepeatBatch:
     """A sampler that yields the same batch forever (the smoke test memorizes it)."""
 
@@ -115,23 +82,28 @@ class RepeatBatch:
 
 
 class _AccuracyLoss:
-    """The one forward-and-loss (`core.forward_loss`), also keeping the token accuracy of each forward."""
+    """The task's forward-and-loss, also keeping each forward's accuracy (a loss-only task: None)."""
 
-    def __init__(self):
-        self.loss = self.accuracy = None
+    def __init__(self, task):
+        self.task = task
+        self.loss: torch.Tensor | None = None
+        self.accuracy: torch.Tensor | None = None
 
-    def __call__(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        loss, logits = forward_loss(model, batch)
-        self.loss, self.accuracy = loss.detach().float(), token_accuracy(logits.detach(), batch.targets).float()
-        return loss, logits
+    def __call__(self, model: nn.Module, batch):
+        loss, outputs = self.task.loss(model, batch)
+        accuracy = optional.accuracy(self.task, outputs, batch)
+        self.loss = loss.detach().float()
+        self.accuracy = None if accuracy is None else accuracy.detach().float()
+        return loss, outputs
 
 
 class _Smoke:
     """One smoke run's state; `step()` is one `Trainer.train_step` plus the pass/fail reading."""
 
-    def __init__(self, model: nn.Module, policy: Precision, batch: Batch, config: SmokeConfig, observers: list):
+    def __init__(self, model: nn.Module, policy: Precision, batch, config: SmokeConfig, observers: list, task):
         self.model, self.policy, self.batch, self.config, self.observers = model, policy, batch, config, observers
-        self.measure = _AccuracyLoss()
+        self.task, self.first_loss = task, math.nan
+        self.measure = _AccuracyLoss(task)
         optimizer = build_optimizer(model, name="adamw", lr=config.lr, weight_decay=0.0)
         # Cosine decay to 10%: the last few tokens are memorized only once the steps get small.
         scheduler = build_scheduler(optimizer, warmup_steps=0, total_steps=config.max_steps, min_lr_ratio=0.1)
@@ -164,11 +136,16 @@ class _Smoke:
         passes (the update that follows changes nothing the result reports)."""
         self.begin(step)
         result = self.trainer.train_step()  # may raise LossScaleCollapse
-        self.loss, accuracy, norm = torch.stack(
-            [self.measure.loss, self.measure.accuracy, result.grad_norm.float()]
-        ).tolist()  # sync point
-        self.accuracy.append(accuracy)
-        if accuracy >= 1.0:
+        measured = [self.measure.loss, result.grad_norm.float()]
+        if self.measure.accuracy is not None:
+            measured.append(self.measure.accuracy)
+        self.loss, norm, *accuracy = torch.stack(measured).tolist()  # sync point
+        if step == 1:
+            self.first_loss = self.loss
+        # With no accuracy (a regression task), memorized means the loss fell to `loss_fraction` of its first.
+        score = accuracy[0] if accuracy else float(self.loss <= self.config.loss_fraction * self.first_loss)
+        self.accuracy.append(score)
+        if score >= 1.0:
             return "passed"
         if not math.isfinite(self.loss):
             return "nonfinite_loss"
@@ -185,7 +162,7 @@ class _Smoke:
             self.begin(step)
             locator.begin_step(step)
             with self.policy.forward_context():
-                loss, _ = forward_loss(self.model, self.batch)
+                loss, _ = self.task.loss(self.model, self.batch)
             self.policy.backward(loss)
         self.trainer.optimizer.zero_grad(set_to_none=True)
         return locator.first_nonfinite or locator.first_near_max
@@ -194,17 +171,20 @@ class _Smoke:
 def run_smoke_test(
     model: nn.Module,
     policy: Precision,
-    batch: Batch,
+    batch,
     *,
+    task=None,
     config: SmokeConfig | None = None,
     observers: list | None = None,
 ) -> SmokeResult:
     """Overfit `batch` with `model` under `policy` (the model is trained in place; pass a copy).
 
-    `observers` get `begin_step(step)` before every step and replay (e.g. a `FaultInjector`).
+    `task` gives the loss, the item count and the accuracy (default: the built-in language model's
+    next-token loss and token accuracy). `observers` get `begin_step(step)` before every step and
+    replay (e.g. a `FaultInjector`).
     """
     config = config or SmokeConfig()
-    smoke = _Smoke(model, policy, batch, config, observers or [])
+    smoke = _Smoke(model, policy, batch, config, observers or [], task or LMObjective())
     outcome, step = None, 0
     with policy.run_context():
         model.train()

@@ -34,8 +34,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ampkit.errors import UsageError
-
 REDUCE_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -46,22 +44,17 @@ def mixed_precision_policy(spec, *, reduce_dtype: torch.dtype):
     return MixedPrecisionPolicy(param_dtype=spec.compute_dtype if spec.autocast else None, reduce_dtype=reduce_dtype)
 
 
-def shard_fsdp(model: nn.Module, *, mp_policy) -> nn.Module:
-    """`fully_shard` every transformer block, then the root (embeddings, final norm, tied head).
+def shard_fsdp(model: nn.Module, *, mp_policy, blocks: list[nn.Module]) -> nn.Module:
+    """`fully_shard` every repeated block the task names, then the root (embeddings, norms, head,
+    whatever is left; a task that names no blocks is sharded as one unit, the root).
 
     Each block is one all-gather / reduce-scatter unit, so only one block's full weights exist at a
-    time (plus prefetch). Precondition: `model.blocks` is an `nn.ModuleList`; runs under an
-    initialized process group; the model is on this rank's device, or on the meta device (then
-    `ampkit.models.init.materialize` allocates and initialises the shards afterwards).
+    time (plus prefetch). Preconditions: runs under an initialized process group; the model is on this
+    rank's device, or on the meta device (then `ampkit.models.init.materialize` allocates and
+    initialises the shards afterwards).
     """
     from torch.distributed.fsdp import fully_shard
 
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList):
-        raise UsageError(
-            f"--parallel fsdp shards a model block by block and needs a `blocks` ModuleList; "
-            f"{type(model).__name__} has none: use --parallel ddp"
-        )
     for block in blocks:
         fully_shard(block, mp_policy=mp_policy)
     fully_shard(model, mp_policy=mp_policy)
@@ -100,12 +93,13 @@ def reduce_in_dtype_hook(dtype: torch.dtype, *, world_size: int) -> Callable:
     return hook
 
 
-def wrap_model(model: nn.Module, *, run, spec, reduce_dtype: str) -> nn.Module:
+def wrap_model(model: nn.Module, *, run, spec, reduce_dtype: str, blocks: list[nn.Module] | None = None) -> nn.Module:
     """Wrap for `run.mode` and install the gradient-sync hook the training loop calls.
 
     Precondition: the precision policy converted `model`; checkpointing and compile are applied; the
     optimizer is built afterwards. FSDP2: the model may be on the meta device; DDP: it must be
-    materialised. `run` is a `ProcessGroupRun` (or `LocalRun`: model returned as is).
+    materialised. `run` is a `ProcessGroupRun` (or `LocalRun`: model returned as is). `blocks`: the
+    task's repeated blocks, FSDP2's units.
     """
     if run.mode == "none":
         return model
@@ -113,7 +107,7 @@ def wrap_model(model: nn.Module, *, run, spec, reduce_dtype: str) -> nn.Module:
     if run.mode == "fsdp":
         # FSDP2 reduce-scatters after every micro-batch's backward and accumulates the sharded fp32
         # gradients: no unsharded gradient is ever held across micro-batches (memory over traffic).
-        return shard_fsdp(model, mp_policy=mixed_precision_policy(spec, reduce_dtype=reduce))
+        return shard_fsdp(model, mp_policy=mixed_precision_policy(spec, reduce_dtype=reduce), blocks=blocks or [])
     ddp = wrap_ddp(
         model, device=run.device, grad_dtype=spec.param_dtype, reduce_dtype=reduce, world_size=run.world_size
     )

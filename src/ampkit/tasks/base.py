@@ -7,7 +7,7 @@ worker, doctor, the smoke test and fidelity call only this contract; none of the
     task.unit                                   "tokens", "samples", ... (in every table and field)
     task.build_model(device=..., seed=...)      same seed -> same initial weights
     task.train_stream(batch_size=..., seed=...) .next_batch(), .state_dict(), .load_state_dict()
-    task.held_out(batch_size=..., max_batches=...)   a list of batches ([]: the task has none)
+    task.held_out(batch_size=..., max_batches=..., seed=...)   a list of batches ([]: the task has none)
     task.loss(model, batch) -> (loss, outputs)  mean over the batch's items, fp32 0-d; model outputs
     task.count(batch) -> (items, slots)         host ints, no device sync (slots >= items: padding)
 Optional (a task may leave them out; `ampkit.tasks.optional` reads them with defaults):
@@ -15,6 +15,8 @@ Optional (a task may leave them out; `ampkit.tasks.optional` reads them with def
     task.repeated_blocks(model) -> list[nn.Module]        for activation checkpointing and FSDP2
     task.fidelity_outputs(outputs, batch) -> Tensor       the outputs fidelity compares (2-D float)
     task.smoke_batch(samples=..., seed=...) -> batch      a batch the smoke test must memorize
+    task.example_batch(batch_size=...) -> batch           shaped like training's (compile warm-up)
+    task.meta_init                                        True: build_model(device="meta") + init_weights
     task.accuracy(outputs, batch) -> Tensor               0-d share of items predicted right
     task.describe() -> dict                               what the summary says about the task
 Batches are any object with `.to(device)` that `loss` and `count` understand; `TensorBatch` (a
@@ -55,7 +57,7 @@ class Task(Protocol):
 
     def train_stream(self, *, batch_size: int, seed: int) -> BatchStream: ...
 
-    def held_out(self, *, batch_size: int, max_batches: int) -> list[Any]: ...
+    def held_out(self, *, batch_size: int, max_batches: int, seed: int) -> list[Any]: ...
 
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, Any]: ...
 
@@ -77,6 +79,10 @@ class TensorBatch:
     @property
     def size(self) -> int:
         return int(self.inputs.shape[0])
+
+    def head(self, rows: int) -> TensorBatch:
+        """The first `rows` rows (fidelity compares a few)."""
+        return TensorBatch(self.inputs[:rows], self.targets[:rows])
 
 
 class IndexStream:
@@ -172,7 +178,8 @@ class SupervisedTask:
     def train_stream(self, *, batch_size: int, seed: int) -> IndexStream:
         return IndexStream(*self.train, batch_size=batch_size, seed=seed)
 
-    def held_out(self, *, batch_size: int, max_batches: int) -> list[TensorBatch]:
+    def held_out(self, *, batch_size: int, max_batches: int, seed: int = 0) -> list[TensorBatch]:
+        """The held-out rows in their stored order (the split is fixed: `seed` does not move it)."""
         if self.held is None:
             return []
         return fixed_batches(*self.held, batch_size=batch_size, max_batches=max_batches)

@@ -1,14 +1,15 @@
 """Named builders for a run's objects, in the order data flows:
-device check -> data (dedup, split, batching) -> precision policy -> model (meta device, checkpointing,
-compile, FSDP2, materialisation, DDP: `build_run_model`) -> optimizer -> schedule.
+device check -> task (`ampkit.tasks`: the model and data it names) -> data (seeded streams, held-out
+batches) -> precision policy -> model (meta device, checkpointing, compile, FSDP2, materialisation,
+DDP: `build_run_model`) -> first-batch check of a user's task -> optimizer -> schedule.
 
 The precision is checked against the device before any model is built, so an unsupported
-precision costs nothing.
+precision costs nothing. Nothing here knows a model family: the task builds the model, streams the
+batches and computes the loss.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import random
 from dataclasses import dataclass
@@ -18,17 +19,16 @@ from torch import nn
 
 from ampkit.core import Trainer, build_optimizer, build_scheduler
 from ampkit.core.optim import check_optimizer_available
-from ampkit.data import DedupStats, Tokenizer, build_data, load_corpus
-from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.distributed.context import LocalRun, init_run
 from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.distributed.wrap import wrap_model
 from ampkit.errors import UsageError
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
-from ampkit.models import LlamaLM, ModelConfig, get_preset
-from ampkit.models.hf import HFModelInfo, build_hf_model, describe_hf_model, is_hf_model
 from ampkit.models.init import materialize
 from ampkit.precision import Precision, build_precision, check_supported
+from ampkit.tasks import Task, optional
+from ampkit.tasks.check import check_first_batch
+from ampkit.tasks.load import build_task, is_language_model
 from ampkit.train import features
 from ampkit.train.checkpointer import FileCheckpointer, ShardedCheckpointer, build_checkpointer
 from ampkit.train.config import TrainConfig
@@ -43,19 +43,19 @@ class RunObjects:
     device: torch.device
     device_info: DeviceInfo
     warnings: list[str]
-    model_config: ModelConfig | HFModelInfo
+    task: Task
+    """the workload: builds the model, streams the data, computes the loss (`ampkit.tasks`)"""
     model: nn.Module
     policy: Precision
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: object
     val_batches: list
-    corpus_name: str
     trainer: Trainer
     checkpointer: FileCheckpointer | ShardedCheckpointer
     """Single-file or sharded (DCP) checkpoints, chosen once with the parallel mode."""
-    dedup: DedupStats | None = None
-    """What `--dedup` removed before the split (mode "none": nothing)."""
+    dedup: dict | None = None
+    """What `--dedup` removed before the split (the language-model task; None elsewhere)."""
     features: features.FeatureReport | None = None
     """The throughput switches applied (checkpointed blocks, compile time, ...)."""
     parallel: LocalRun = dataclasses.field(default_factory=LocalRun)
@@ -64,7 +64,7 @@ class RunObjects:
     def features_summary(self) -> dict:
         """The summary's "throughput" section: switches, compile time, optimizer-state bytes, dedup."""
         out = self.features.to_dict(self.optimizer) if self.features else {}
-        out["dedup"] = self.dedup.to_dict() if self.dedup else None
+        out["dedup"] = self.dedup
         return out
 
 
@@ -74,41 +74,16 @@ def check_device(config: TrainConfig) -> tuple[torch.device, DeviceInfo, list[st
     return device, info, check_supported(config.precision, info)
 
 
-def resolve_model_config(model: str, tokenizer: Tokenizer) -> ModelConfig | HFModelInfo:
-    """A preset's shape (its vocabulary sized to the tokenizer), or an `hf:PATH` model's description
-    (counted on the meta device: no weights read); the tokenizer's ids must fit the HF vocabulary."""
-    if not is_hf_model(model):
-        return get_preset(model, vocab_size=tokenizer.vocab_size)
-    info = describe_hf_model(model)
-    if tokenizer.vocab_size > info.vocab_size:
-        raise UsageError(
-            f"--model {model}: the {tokenizer.name} tokenizer has {tokenizer.vocab_size} ids but the "
-            f"model's vocabulary is {info.vocab_size}; raise vocab_size in config.json or save a "
-            "matching tokenizer in the folder"
-        )
-    return info
-
-
-def new_model(
-    model_config: ModelConfig | HFModelInfo, *, device: torch.device, seed: int, policy: Precision | None = None
-) -> nn.Module:
-    """The model, constructed inside `policy.init_context()` (weights in their storage dtype: bf16 for
-    bf16-true): a built-in preset on the meta device (no memory; `materialize` allocates and initialises
-    it later), an `hf:PATH` model for real on `device` (transformers' seeded init or its weights)."""
-    with policy.init_context() if policy is not None else contextlib.nullcontext():
-        if isinstance(model_config, HFModelInfo):
-            return build_hf_model(model_config.spec, device=device, seed=seed)
-        with torch.device("meta"):
-            return LlamaLM(model_config)
-
-
-def instantiate_model(model_config: ModelConfig | HFModelInfo, *, device: torch.device, seed: int) -> nn.Module:
-    """The model a resolved config describes, on `device`, fp32 weights; random init depends only on `seed`."""
-    return materialize(new_model(model_config, device=device, seed=seed), device=device, seed=seed)
+def new_model(task: Task, *, device: torch.device, seed: int, policy: Precision) -> nn.Module:
+    """The task's model, constructed inside `policy.init_context()` (weights in their storage dtype:
+    bf16 for bf16-true): on the meta device where the task allows (no memory; `materialize` allocates
+    and initialises it later), else for real on `device` (the task's seeded init or its weights)."""
+    with policy.init_context():
+        return task.build_model(device=torch.device("meta") if optional.meta_init(task) else device, seed=seed)
 
 
 def build_run_model(
-    model_config: ModelConfig | HFModelInfo,
+    task: Task,
     config: TrainConfig,
     *,
     policy: Precision,
@@ -120,92 +95,84 @@ def build_run_model(
 
     Preconditions: the precision was checked against the device (`check_device`); `policy` is the run's;
     `parallel` has joined the job and `device` is this rank's. Each step assumes the previous ones:
-    1. `new_model` inside `policy.init_context()`: a preset on the meta device, weights in their storage
-       dtype; an `hf:PATH` model for real (materialised on every rank, then sharded: no meta path for
-       transformers' own init and loading).
+    1. `new_model` inside `policy.init_context()`: on the meta device where the task allows (the
+       built-in presets), weights in their storage dtype; otherwise for real (`hf:PATH`, a user's
+       model: materialised on every rank, then sharded).
     2. `policy.convert_module`: a no-op for *-true (already in dtype); fp8 swaps Linear layers (on meta too).
     3. activation checkpointing, then `torch.compile` (lazy: nothing is traced yet).
-    4. FSDP2: `fully_shard` each block, then the root (on meta: shard metadata only).
+    4. FSDP2: `fully_shard` each of the task's repeated blocks, then the root (on meta: metadata only).
     5. `materialize`: `to_empty(device)` + `init_weights(seed)`; under FSDP2 each rank writes its slice of
        the same full init, one parameter at a time (so 2 ranks start where one process does).
     6. the compile warm-up, timed (needs real weights; under FSDP2 it runs the sharded model).
     7. DDP (needs real weights: it checks them across ranks).
     The optimizer comes next, over the final parameters.
     """
-    model = policy.convert_module(new_model(model_config, device=device, seed=config.seed, policy=policy))
-    model, report = apply_model_features(model, config)
+    model = policy.convert_module(new_model(task, device=device, seed=config.seed, policy=policy))
+    blocks = optional.repeated_blocks(task, model)
+    model, report = apply_model_features(model, config, blocks=blocks)
+    wrap = dict(run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype, blocks=blocks)
     fsdp = parallel.mode == "fsdp"
     if fsdp:
-        model = wrap_model(model, run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype)
+        model = wrap_model(model, **wrap)
     model = materialize(model, device=device, seed=config.seed)
-    switches = config.features
-    if switches.compile:
-        example = features.synthetic_batch(
-            batching=switches.batching, batch_size=config.batch_size, seq_len=config.seq_len
-        )
-        report.compile_s = features.warm_up_compiled(model, policy=policy, batch=example, device=device)
+    if config.features.compile:
+        example = optional.example_batch(task, batch_size=config.batch_size, seed=config.seed)
+        report.compile_s = features.warm_up_compiled(model, task=task, policy=policy, batch=example, device=device)
     if not fsdp:
-        model = wrap_model(model, run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype)
+        model = wrap_model(model, **wrap)
     return model, report
 
 
-def apply_model_features(model: nn.Module, config: TrainConfig) -> tuple[nn.Module, features.FeatureReport]:
-    """Checkpointing, then compile (lazy; `build_run_model` times its warm-up once the weights are real),
-    on a model the policy already converted (on the meta device or real)."""
+def apply_model_features(
+    model: nn.Module, config: TrainConfig, *, blocks: list[nn.Module]
+) -> tuple[nn.Module, features.FeatureReport]:
+    """Checkpointing (of the task's repeated `blocks`), then compile (lazy; `build_run_model` times its
+    warm-up once the weights are real), on a model the policy already converted (meta or real)."""
     switches = config.features
     features.check_batching_supported(model, switches.batching)
-    blocks = features.apply_activation_checkpointing(model, spec=switches.activation_checkpointing)
+    chosen = features.apply_activation_checkpointing(model, spec=switches.activation_checkpointing, blocks=blocks)
     if switches.compile:
         features.compile_model(model, dynamic=None if switches.batching == "pack" else True)
-    return model, features.FeatureReport(features=switches, checkpointed_blocks=blocks, compile_s=None)
+    return model, features.FeatureReport(features=switches, checkpointed_blocks=chosen, compile_s=None)
 
 
-def check_run_settings(config: TrainConfig, *, device: torch.device, model_config) -> None:
-    """Everything that can be refused before any data or model work (UsageError with the fix)."""
-    if config.seq_len > model_config.max_seq_len:
-        raise UsageError(
-            f"--seq-len {config.seq_len} exceeds model '{config.model}' max_seq_len "
-            f"{model_config.max_seq_len}; use a shorter --seq-len"
-        )
+def check_run_settings(config: TrainConfig, *, device: torch.device) -> None:
+    """What can be refused before any data or model work (UsageError with the fix)."""
     if config.features.compile:
         features.check_compile_available(device)
     check_optimizer_available(config.features.optimizer)  # a missing library names its extra
     check_logger_available(config.log)
 
 
-def build_run_data(config: TrainConfig, *, corpus, tokenizer, parallel):
-    """The seeded training stream (dealt to the ranks of a data-parallel job) and held-out batches."""
-    data = build_data(
-        corpus,
-        tokenizer,
-        seq_len=config.seq_len,
-        batch_size=config.batch_size,
-        seed=config.seed,
-        max_val_batches=config.eval_batches,
-        strategy=config.features.batching,
-        dedup=config.features.dedup,
-    )
-    sampler = data.train
+def build_run_data(config: TrainConfig, *, task: Task, parallel) -> tuple[object, list]:
+    """The task's seeded training stream (dealt to the ranks of a data-parallel job) and held-out batches."""
+    sampler = task.train_stream(batch_size=config.batch_size, seed=config.seed)
+    val_batches = task.held_out(batch_size=config.batch_size, max_batches=config.eval_batches, seed=config.seed)
+    if not val_batches:
+        raise UsageError(
+            f"task {task.name}: held_out() gave no batch; ampkit train evaluates on a held-out split: give the "
+            "task held-out data"
+        )
     if parallel.distributed:  # rank r takes batches r, r+W, ... of the one seeded stream (global batch: W x)
         sharded = RankShardedSampler(sampler, rank=parallel.rank, world_size=parallel.world_size)
         parallel.sampler = sharded
-        return data, sharded
-    return data, sampler
+        return sharded, val_batches
+    return sampler, val_batches
 
 
 def build_run(config: TrainConfig) -> RunObjects:
     device, info, warnings = check_device(config)
     # Joins the torchrun job before any data or model work; a rank's device is cuda:LOCAL_RANK.
     parallel, device = init_run(parallel=config.parallel, device=device, reduce_dtype=config.reduce_dtype)
-    corpus = load_corpus(None if config.data == "default" else config.data)
-    tokenizer = tokenizer_for_model(config.model)  # hf:PATH: the folder's own tokenizer if any; else bytes
-    model_config = resolve_model_config(config.model, tokenizer)
-    check_run_settings(config, device=device, model_config=model_config)
-    data, sampler = build_run_data(config, corpus=corpus, tokenizer=tokenizer, parallel=parallel)
+    task = build_task(config)
+    check_run_settings(config, device=device)
+    sampler, val_batches = build_run_data(config, task=task, parallel=parallel)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     policy = build_precision(config.precision, device_type=device.type, scaler=config.scaler)
-    model, feature_report = build_run_model(model_config, config, policy=policy, device=device, parallel=parallel)
+    model, feature_report = build_run_model(task, config, policy=policy, device=device, parallel=parallel)
+    if not is_language_model(config.task):  # a user's task: its first batch must make sense before training
+        check_first_batch(task, model, val_batches[0], device=device, policy=policy)
     optimizer = build_optimizer(model, name=config.features.optimizer, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = build_scheduler(
         optimizer, warmup_steps=config.warmup_steps, total_steps=config.steps, min_lr_ratio=config.min_lr_ratio
@@ -220,22 +187,23 @@ def build_run(config: TrainConfig) -> RunObjects:
         grad_accum=config.grad_accum,
         clip_grad_norm=config.clip_grad_norm,
         parallel=parallel,
+        loss_fn=task.loss,
+        count_fn=task.count,
     )
     return RunObjects(
         config=config,
         device=device,
         device_info=info,
         warnings=warnings,
-        model_config=model_config,
+        task=task,
         model=model,
         policy=policy,
         optimizer=optimizer,
         scheduler=scheduler,
         sampler=sampler,
-        val_batches=data.val_batches,
-        corpus_name=corpus.name,
+        val_batches=val_batches,
         trainer=trainer,
-        dedup=data.dedup,
+        dedup=optional.dedup_stats(task, batch_size=config.batch_size, seed=config.seed),
         features=feature_report,
         parallel=parallel,
         checkpointer=build_checkpointer(config, parallel),

@@ -23,6 +23,7 @@ from torch import nn
 
 from ampkit.distributed import checkpoint as sharded
 from ampkit.errors import TrainingError, UsageError
+from ampkit.tasks import optional
 from ampkit.train import checkpoint as single
 
 
@@ -42,8 +43,13 @@ class CheckpointWriteFailed(TrainingError):
 
 
 def run_identity(config) -> dict[str, Any]:
-    """What a checkpoint must match to be resumed by this run (checked against its manifest)."""
-    return {"model": config.model, "precision": config.precision, "seq_len": config.seq_len, "seed": config.seed}
+    """What a checkpoint must match to be resumed by this run (checked against its manifest). The
+    task and its arguments join only when a task is named, so checkpoints of language-model runs
+    written before tasks existed keep resuming."""
+    identity = {"model": config.model, "precision": config.precision, "seq_len": config.seq_len, "seed": config.seed}
+    if config.task:
+        identity |= {"task": config.task, "task_args": dict(sorted(config.task_args.items()))}
+    return identity
 
 
 def local_state_is_finite(model: nn.Module, optimizer: torch.optim.Optimizer) -> bool:
@@ -72,7 +78,7 @@ def run_state(objs, progress: RunProgress) -> dict[str, Any]:
     """Everything but weights and optimizer state (a sharded checkpoint keeps this per rank)."""
     return {
         "config": dataclasses.asdict(objs.config),
-        "model_config": objs.model_config.to_dict(),
+        "model_config": optional.describe(objs.task),
         "scheduler": objs.scheduler.state_dict(),
         "precision": objs.policy.state_dict(),
         "sampler": objs.sampler.state_dict(),

@@ -20,6 +20,8 @@ from ampkit.options import (
     parallel_field,
     seed_field,
     seq_len_field,
+    task_args_field,
+    task_field,
 )
 from ampkit.precision import ScalerConfig, canonical_name, precision_names_help
 from ampkit.train.features import Features
@@ -32,6 +34,8 @@ class TrainConfig:
     """A training run: what to train, on what, for how long, and under which precision."""
 
     precision: str = field(default="fp32", metadata={"help": f"{precision_names_help()} (or an alias)"})
+    task: str = task_field()
+    task_args: dict = task_args_field()
     model: str = model_field("tiny")
     data: str = data_field()
     device: str = device_field()

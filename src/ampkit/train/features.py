@@ -14,7 +14,7 @@ parameters.
   checkpoints stay the same with and without it. Hazard: hooks on modules *inside* a checkpointed
   block fire twice per step (forward, then recompute).
 - `--compile`: `nn.Module.compile()` (in place, so `state_dict` keys keep no `_orig_mod.` prefix).
-  Compilation is lazy; `warm_up_compiled` triggers it on a synthetic batch so its time is reported
+  Compilation is lazy; `warm_up_compiled` triggers it on an example batch so its time is reported
   separately from step time.
 - `--optimizer adamw | adamw-8bit | sgd`; adamw-8bit is bitsandbytes' `AdamW8bit` (CPU and CUDA),
   which keeps tensors under 4,096 elements in 32-bit states, as the library does by default.
@@ -36,8 +36,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ampkit.core.optim import check_optimizer_available
-from ampkit.core.step import forward_loss
-from ampkit.data import BATCHING_STRATEGIES, DEDUP_MODES, Batch, collate_pack, collate_pad
+from ampkit.data import BATCHING_STRATEGIES, DEDUP_MODES
 from ampkit.errors import UsageError
 from ampkit.options import CHECKPOINTING_MODES, OPTIMIZERS
 
@@ -104,20 +103,23 @@ def parse_activation_checkpointing(spec: str) -> int:
     raise UsageError(f"unknown --activation-checkpointing {spec!r}; use {CHECKPOINTING_CHOICES}")
 
 
-def apply_activation_checkpointing(model: nn.Module, *, spec: str) -> list[int]:
+def apply_activation_checkpointing(model: nn.Module, *, spec: str, blocks: list[nn.Module] | None = None) -> list[int]:
     """Checkpoint the blocks `spec` selects, in place; returns their indices (empty for "none").
 
-    Precondition: `model.blocks` is an `nn.ModuleList` of transformer blocks (ampkit's LlamaLM);
-    the precision policy has already converted the model. Applying it twice is a no-op.
+    `blocks`: the task's repeated blocks (`ampkit.tasks.optional.repeated_blocks`); by default the
+    model's `blocks` ModuleList (ampkit's LlamaLM, HF decoders). Precondition: the precision policy
+    has already converted the model. Applying it twice is a no-op.
     """
     every = parse_activation_checkpointing(spec)
     if every == 0:
         return []
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList):
+    if blocks is None:
+        found = getattr(model, "blocks", None)
+        blocks = list(found) if isinstance(found, nn.ModuleList) else []
+    if not blocks:
         raise UsageError(
-            f"--activation-checkpointing needs a model with a `blocks` ModuleList; "
-            f"{type(model).__name__} has none; use --activation-checkpointing none"
+            f"--activation-checkpointing recomputes repeated blocks, and {type(model).__name__} names none "
+            "(a task names them with repeated_blocks); use --activation-checkpointing none"
         )
     chosen = [i for i in range(len(blocks)) if (i + 1) % every == 0]
     for i in chosen:
@@ -155,15 +157,7 @@ def compile_model(model: nn.Module, *, dynamic: bool | None) -> nn.Module:
     return model
 
 
-def synthetic_batch(*, batching: str, batch_size: int, seq_len: int) -> Batch:
-    """A full-width batch of token 0, shaped like the strategy's training batches (mask included)."""
-    unit = torch.zeros(seq_len + 1, dtype=torch.long)
-    if batching == "pack":
-        return collate_pack([[unit]] * batch_size, seq_len=seq_len)
-    return collate_pad([unit] * batch_size)
-
-
-def warm_up_compiled(model: nn.Module, *, policy, batch: Batch, device: torch.device) -> float:
+def warm_up_compiled(model: nn.Module, *, task, policy, batch, device: torch.device) -> float:
     """Compile time in seconds: one forward + backward on `batch`, gradients then discarded.
 
     Includes one eager-size step's execution (milliseconds against tens of seconds of compiling).
@@ -174,7 +168,7 @@ def warm_up_compiled(model: nn.Module, *, policy, batch: Batch, device: torch.de
     started = time.perf_counter()
     with policy.run_context():  # the run's TF32 flags: compiled code is guarded on them
         with policy.forward_context():
-            loss, _ = forward_loss(model, batch)
+            loss, _ = task.loss(model, batch)
         loss.backward()
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # sync point: compile time includes the device work

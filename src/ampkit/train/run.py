@@ -28,6 +28,7 @@ from ampkit.errors import RunDiverged, RunInterrupted, TrainingError
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.precision import LossScaleCollapse
 from ampkit.runs import METRICS_FILE, SUMMARY_FILE, MetricsWriter, truncate_metrics_after, write_json_atomic
+from ampkit.tasks import optional
 from ampkit.train.build import RunObjects
 from ampkit.train.checkpointer import CheckpointWriteFailed, RunProgress, run_identity  # noqa: F401 (re-exported)
 from ampkit.train.guard import build_guard
@@ -272,7 +273,7 @@ class _Run:
             metrics.write(record)
             state.first_loss = record["loss"] if state.first_loss is None else state.first_loss
             state.last_loss = record["loss"]
-            bar.update(bar.task_ids[0], completed=state.step, status=_status_text(record))
+            bar.update(bar.task_ids[0], completed=state.step, status=_status_text(record, self.objs.task.unit))
             diagnostics.at_log_step(state.step, metrics)
         if reason := self.guard.check(result, record):  # host values only: no extra sync
             self._recover(state.step, reason, metrics, bar)
@@ -341,6 +342,11 @@ def type_for(status: RunStatus) -> type[TrainingError]:
     return RunDiverged if status is RunStatus.DIVERGED else TrainingError
 
 
+def _parameters(model: torch.nn.Module) -> int:
+    """Distinct parameter elements (a tied weight once; a sharded one by its full shape)."""
+    return sum(p.numel() for p in model.parameters())
+
+
 def _log_record(objs, state: RunProgress, result, seconds: float, steps: int, tokens: int) -> dict[str, Any]:
     return {
         "event": "train",
@@ -348,7 +354,7 @@ def _log_record(objs, state: RunProgress, result, seconds: float, steps: int, to
         "loss": objs.parallel.mean(result.loss).item(),  # sync point (log steps only); mean over ranks
         "lr": objs.optimizer.param_groups[0]["lr"],
         "tokens": state.tokens,
-        "tokens_per_s": tokens / seconds if seconds > 0 else math.inf,
+        "tokens_per_s": tokens / seconds if seconds > 0 else math.inf,  # the task's items/s (name kept)
         "step_ms": 1000.0 * seconds / steps,
         "grad_norm": result.grad_norm.item(),
         "loss_scale": objs.policy.loss_scale(),
@@ -358,8 +364,8 @@ def _log_record(objs, state: RunProgress, result, seconds: float, steps: int, to
     }
 
 
-def _status_text(record: dict[str, Any]) -> str:
-    text = f"loss {record['loss']:.3f} · {record['tokens_per_s']:,.0f} tok/s"
+def _status_text(record: dict[str, Any], unit: str) -> str:
+    text = f"loss {record['loss']:.3f} · {record['tokens_per_s']:,.0f} {unit}/s"
     if record["loss_scale"] is not None:
         text += f" · scale {record['loss_scale']:g} · skipped {record['skipped_total']}"
     return text
@@ -372,6 +378,7 @@ def build_summary(
     measured = timings[WARMUP_STEPS_EXCLUDED:] or timings
     step_s = [s for s, _ in measured]
     tokens = [t for _, t in measured]
+    items_per_s = sum(tokens) / sum(step_s) if step_s and sum(step_s) > 0 else None
     return {
         "schema_version": SUMMARY_SCHEMA_VERSION,
         "command": "train",
@@ -381,8 +388,10 @@ def build_summary(
         "config": dataclasses.asdict(objs.config),
         "device": {"type": objs.device.type, "name": objs.device_info.name},
         "warnings": objs.warnings,
-        "model": {"preset": objs.model_config.name, "parameters": objs.model_config.num_parameters()},
-        "data": {"corpus": objs.corpus_name},
+        "task": optional.describe(objs.task),
+        "unit": objs.task.unit,
+        "model": {"preset": objs.task.name, "parameters": _parameters(objs.model)},
+        "data": {"corpus": optional.describe(objs.task).get("corpus")},
         "steps": state.step,
         "tokens": state.tokens,
         "first_loss": state.first_loss,
@@ -390,7 +399,8 @@ def build_summary(
         "eval_loss_initial": eval_losses[0][1] if eval_losses and eval_losses[0][0] == 0 else None,
         "eval_loss": eval_losses[-1][1] if eval_losses else None,
         "eval_history": [{"step": s, "eval_loss": v} for s, v in eval_losses],
-        "tokens_per_s": sum(tokens) / sum(step_s) if step_s and sum(step_s) > 0 else None,
+        "items_per_s": items_per_s,
+        "tokens_per_s": items_per_s if objs.task.unit == "tokens" else None,
         "step_ms_median": 1000.0 * statistics.median(step_s) if step_s else None,
         "skipped_steps": state.skipped,
         "final_loss_scale": objs.policy.loss_scale(),

@@ -1,0 +1,80 @@
+"""A user's task, checked on one batch before any training: a mistake in it is one line naming the
+task and the problem (exit 2), not a traceback halfway into a run.
+
+Checked: the batch's `.to(device)` puts every tensor on the run's device; `count` gives host ints
+with 0 < items <= slots; `loss` runs and returns a finite 0-d tensor (the mean over the batch's
+items). One forward under the run's precision, no gradient: the model's weights are untouched
+(a BatchNorm's running statistics would move in train mode, so the check runs in eval mode).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampkit.errors import UsageError
+from ampkit.tasks.optional import tensors_of
+
+
+def _same_device(tensor: torch.Tensor, device: torch.device) -> bool:
+    return tensor.device.type == device.type and (device.index is None or tensor.device.index == device.index)
+
+
+def check_batch_device(task, batch: Any, device: torch.device) -> Any:
+    """`batch.to(device)`, refused when a tensor stays elsewhere; returns the moved batch."""
+    moved = batch.to(device)
+    stray = [t.device for t in tensors_of(moved) if not _same_device(t, device)]
+    if stray:
+        raise UsageError(
+            f"task {task.name}: a batch moved with .to({device}) still has a tensor on {stray[0]}; its .to() must "
+            "move every tensor it holds"
+        )
+    return moved
+
+
+def check_counts(task, batch: Any) -> tuple[int, int]:
+    items, slots = task.count(batch)
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (items, slots)) or not 0 < items <= slots:
+        raise UsageError(
+            f"task {task.name}: count(batch) must give two ints, 0 < items <= slots (host values, no tensors), "
+            f"got {items!r}, {slots!r}"
+        )
+    return items, slots
+
+
+def check_loss(task, model: nn.Module, batch: Any, *, policy) -> float:
+    """The loss of one batch under the run's precision; refused unless it is a finite 0-d tensor."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), policy.run_context(), policy.forward_context():
+            loss, _ = task.loss(model, batch)
+    except UsageError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the user's model or loss: its own error, on one line
+        first = (str(err).strip().splitlines() or [""])[0][:240]
+        raise UsageError(
+            f"task {task.name}: its loss failed on the first batch: {type(err).__name__}: {first}"
+        ) from None
+    finally:
+        model.train(was_training)
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise UsageError(f"task {task.name}: loss must return a 0-d tensor (the mean over the batch), got {shape}")
+    value = float(loss.detach().float())  # sync point: once, before training
+    if not math.isfinite(value):
+        raise UsageError(
+            f"task {task.name}: the loss of the first batch is not finite ({value}) at the initial weights; check "
+            "the data and the loss before choosing a precision"
+        )
+    return value
+
+
+def check_first_batch(task, model: nn.Module, batch: Any, *, device: torch.device, policy) -> float:
+    """All three checks on one batch; returns its loss."""
+    moved = check_batch_device(task, batch, device)
+    check_counts(task, moved)
+    return check_loss(task, model, moved, policy=policy)

@@ -1,0 +1,145 @@
+"""`--task SPEC` -> a task: the language model, a built-in task, or the user's own factory.
+
+SPEC is '' (the language model of `--model`/`--data`), a built-in name (`mlp`, `convnet`, `encoder`),
+`path/to/file.py:factory` or `package.module:factory`; the factory is called with the config file's
+`[task]` table as keyword arguments and must return an object meeting `ampkit.tasks.base.Task`.
+Every mistake is one line naming the task and the problem (a `UsageError`, exit 2): a missing file,
+module or attribute, a factory that raises (its own message shown), an object that is not a task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ampkit.errors import UsageError
+from ampkit.tasks.base import Task
+
+REQUIRED = ("name", "unit", "build_model", "train_stream", "held_out", "loss", "count")
+LM_DEFAULTS = {"model": "tiny", "data": "default", "batching": "pad", "dedup": "none"}
+"""The language-model options that mean nothing to another task (refused with --task when changed)."""
+
+
+def is_language_model(spec: str) -> bool:
+    return spec in ("", "lm")
+
+
+def build_task(config) -> Task:
+    """The task a run's config names (TrainConfig, BenchConfig or DoctorConfig: duck-typed)."""
+    spec, kwargs = config.task, dict(getattr(config, "task_args", None) or {})
+    if is_language_model(spec):
+        if kwargs:
+            raise UsageError(
+                f"the language-model task takes its settings as flags (--model, --data ...), not "
+                f"[task] arguments ({', '.join(kwargs)})"
+            )
+        from ampkit.tasks.lm import LanguageModelTask
+
+        switches = getattr(config, "features", None)
+        return LanguageModelTask(
+            model=config.model,
+            data=getattr(config, "data", "default"),
+            seq_len=config.seq_len,
+            batching=getattr(switches, "batching", "pad"),
+            dedup=getattr(switches, "dedup", "none"),
+            smoke_seq_len=getattr(config, "smoke_seq_len", 32),
+        )
+    _refuse_lm_options(config, spec)
+    return load_task(spec, kwargs)
+
+
+def _refuse_lm_options(config, spec: str) -> None:
+    switches = getattr(config, "features", None)
+    given = {
+        "model": getattr(config, "model", "tiny"),
+        "data": getattr(config, "data", "default"),
+        "batching": getattr(switches, "batching", "pad"),
+        "dedup": getattr(switches, "dedup", "none"),
+    }
+    changed = [k for k, v in given.items() if v not in (LM_DEFAULTS[k], "auto")]
+    if changed:
+        flags = ", ".join(f"--{k}" for k in changed)
+        raise UsageError(
+            f"{flags} configure the language-model task; --task {spec} brings its own model and data: drop {flags}"
+        )
+
+
+def load_task(spec: str, kwargs: dict[str, Any] | None = None) -> Task:
+    """A built-in task by name, or `FILE.py:FACTORY` / `package.module:FACTORY` called with `kwargs`."""
+    from ampkit.tasks.builtin import BUILTIN_TASKS, builtin_task
+
+    kwargs = kwargs or {}
+    if spec in BUILTIN_TASKS:
+        return check_task(builtin_task(spec, **kwargs), spec)
+    if ":" not in spec:
+        raise UsageError(
+            f"unknown task {spec!r}; use a built-in task ({', '.join(BUILTIN_TASKS)}), "
+            "FILE.py:FACTORY or package.module:FACTORY"
+        )
+    where, attr = spec.rsplit(":", 1)
+    module = _load_file(where, spec) if where.endswith(".py") or "/" in where else _import(where, spec)
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        found = "is not callable" if hasattr(module, attr) else "does not exist"
+        raise UsageError(f"task {spec}: {attr!r} {found} in {where}; name a function that returns the task")
+    return check_task(call_factory(factory, kwargs, spec), spec)
+
+
+def _load_file(path_text: str, spec: str) -> ModuleType:
+    path = Path(path_text)
+    if not path.is_file():
+        raise UsageError(f"task {spec}: file {path} does not exist; pass FILE.py:FACTORY with an existing file")
+    # A name per file (its resolved path), so two task files called task.py never share a module.
+    name = "ampkit_task_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise UsageError(f"task {spec}: {path} is not a Python file ampkit can load")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - the user's file: its own error, on one line
+        del sys.modules[name]
+        raise UsageError(f"task {spec}: importing {path} failed: {_one_line(err)}") from None
+    return module
+
+
+def _import(module_name: str, spec: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        raise UsageError(f"task {spec}: no module named {err.name!r}; check the name or install it") from None
+    except Exception as err:  # noqa: BLE001 - the user's module
+        raise UsageError(f"task {spec}: importing {module_name} failed: {_one_line(err)}") from None
+
+
+def call_factory(factory, kwargs: dict[str, Any], spec: str) -> Any:
+    try:
+        return factory(**kwargs)
+    except UsageError as err:
+        raise UsageError(f"task {spec}: {err}") from None
+    except Exception as err:  # noqa: BLE001 - the user's factory: its own message, on one line
+        raise UsageError(f"task {spec}: the factory raised {_one_line(err)}") from None
+
+
+def check_task(task: Any, spec: str) -> Task:
+    """Refuse an object that does not meet the contract, naming what it lacks."""
+    missing = [name for name in REQUIRED if not hasattr(task, name)]
+    if missing:
+        raise UsageError(
+            f"task {spec}: the factory returned {type(task).__name__}, which lacks "
+            f"{', '.join(missing)} (see docs/tasks.md for the contract)"
+        )
+    if not isinstance(task.unit, str) or not task.unit:
+        raise UsageError(f"task {spec}: its unit must be a non-empty string such as 'samples', got {task.unit!r}")
+    return task
+
+
+def _one_line(err: BaseException) -> str:
+    text = (str(err).strip().splitlines() or [""])[0][:300]
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
