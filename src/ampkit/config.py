@@ -271,10 +271,12 @@ def resolve_config(
     *,
     toml_path: str | Path | None = None,
     base: dict[str, Any] | None = None,
+    base_source: str = "the saved config",
 ) -> T:
-    """defaults <- base (e.g. a resumed run's config) <- TOML file <- flags that were given."""
+    """defaults <- base (e.g. a resumed run's config, or the Python API's keyword arguments) <- TOML
+    file <- flags that were given."""
     layout = config_layout(cls)
-    values = flat_settings(cls, base or {})
+    values = flat_settings(cls, base or {}, source=base_source)
     if toml_path is not None:
         values |= flat_settings(cls, load_toml(toml_path), source=str(toml_path))
     if args is not None:

@@ -33,7 +33,7 @@ from ampkit.models.flops import training_flops_per_token
 from ampkit.models.hf import HFModelInfo
 from ampkit.precision import REFERENCE, get_spec
 from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
-from ampkit.train.build import resolve_model_config
+from ampkit.tasks.lm import resolve_model_config
 
 WORKERS_DIR = "workers"
 BUSY_LOAD_PER_CPU = 2.0  # a load average above this many runnable processes per CPU earns a warning

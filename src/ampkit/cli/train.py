@@ -9,13 +9,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ampkit.config import add_command_flags, config_to_toml, flat_settings, given_flags, resolve_config
+from ampkit.config import add_command_flags, config_to_toml, given_flags, resolve_config
 from ampkit.distributed.context import launch_env, rank_error, shared_run_dir
 from ampkit.distributed.launch import relaunch, worker_argv
 from ampkit.errors import TrainingError, UsageError
 from ampkit.runs import create_run_dir
 from ampkit.train import TrainConfig, build_run, run_training
-from ampkit.train.config import RESUMABLE_OVERRIDES
+from ampkit.train.config import resume_config
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -40,24 +40,9 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def _resume_config(args: argparse.Namespace) -> tuple[TrainConfig, Path]:
-    run_dir = Path(args.resume)
-    saved = run_dir / "config.json"
-    if not saved.is_file():
-        raise UsageError(f"{run_dir} is not an ampkit train run (no config.json); pass the run directory to --resume")
     if args.out or args.config:
         raise UsageError("--resume continues in its own directory with its saved config; drop --out/--config")
-    base = json.loads(saved.read_text(encoding="utf-8"))
-    was = flat_settings(TrainConfig, base)  # sections flattened, as the flags name them
-    changed = {
-        k: v for k, v in given_flags(TrainConfig, args).items() if k not in RESUMABLE_OVERRIDES and v != was.get(k)
-    }
-    if changed:
-        names = ", ".join(f"--{k.replace('_', '-')}" for k in changed)
-        raise UsageError(
-            f"{names} cannot change when resuming (the checkpoint was made with "
-            f"{', '.join(f'{k}={was.get(k)!r}' for k in changed)}); start a new run instead"
-        )
-    return resolve_config(TrainConfig, args, base=base), run_dir
+    return resume_config(args.resume, given_flags(TrainConfig, args)), Path(args.resume)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,6 +21,8 @@ from ampkit.errors import UsageError
 from ampkit.tasks.base import Task
 
 REQUIRED = ("name", "unit", "build_model", "train_stream", "held_out", "loss", "count")
+PYTHON_OBJECT = "python:"
+"""`config.task` of a run whose task object came through the Python API: "python:NAME"."""
 LM_DEFAULTS = {"model": "tiny", "data": "default", "batching": "pad", "dedup": "none"}
 """The language-model options that mean nothing to another task (refused with --task when changed)."""
 
@@ -80,6 +82,11 @@ def load_task(spec: str, kwargs: dict[str, Any] | None = None) -> Task:
         raise UsageError(
             f"unknown task {spec!r}; use a built-in task ({', '.join(BUILTIN_TASKS)}), "
             "FILE.py:FACTORY or package.module:FACTORY"
+        )
+    if spec.startswith(PYTHON_OBJECT):
+        raise UsageError(
+            f"task {spec} was given as a Python object (ampkit.train.run(task, ...)); it cannot be rebuilt from its "
+            "name: pass the same object again, e.g. ampkit.train.run(task, resume=RUN_DIR)"
         )
     where, attr = spec.rsplit(":", 1)
     module = _load_file(where, spec) if where.endswith(".py") or "/" in where else _import(where, spec)

@@ -4,7 +4,7 @@ from ampkit.core.step import StepResult, Trainer, clip_gradients
 from ampkit.train.build import RunObjects, build_run
 from ampkit.train.config import TrainConfig
 from ampkit.train.features import Features
-from ampkit.train.run import run_training
+from ampkit.train.loop import run_training
 
 __all__ = [
     "Features",

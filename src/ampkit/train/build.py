@@ -28,7 +28,8 @@ from ampkit.models.init import materialize
 from ampkit.precision import Precision, build_precision, check_supported
 from ampkit.tasks import Task, optional
 from ampkit.tasks.check import check_first_batch
-from ampkit.tasks.load import build_task, is_language_model
+from ampkit.tasks.lm import LanguageModelTask
+from ampkit.tasks.load import build_task
 from ampkit.train import features
 from ampkit.train.checkpointer import FileCheckpointer, ShardedCheckpointer, build_checkpointer
 from ampkit.train.config import TrainConfig
@@ -160,18 +161,20 @@ def build_run_data(config: TrainConfig, *, task: Task, parallel) -> tuple[object
     return sampler, val_batches
 
 
-def build_run(config: TrainConfig) -> RunObjects:
+def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
+    """Every object of a training run, in data-flow order. `task`: a task object (the Python API);
+    by default the one `config.task` names."""
     device, info, warnings = check_device(config)
     # Joins the torchrun job before any data or model work; a rank's device is cuda:LOCAL_RANK.
     parallel, device = init_run(parallel=config.parallel, device=device, reduce_dtype=config.reduce_dtype)
-    task = build_task(config)
+    task = task if task is not None else build_task(config)
     check_run_settings(config, device=device)
     sampler, val_batches = build_run_data(config, task=task, parallel=parallel)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     policy = build_precision(config.precision, device_type=device.type, scaler=config.scaler)
     model, feature_report = build_run_model(task, config, policy=policy, device=device, parallel=parallel)
-    if not is_language_model(config.task):  # a user's task: its first batch must make sense before training
+    if not isinstance(task, LanguageModelTask):  # a user's task: its first batch must make sense before training
         check_first_batch(task, model, val_batches[0], device=device, policy=policy)
     optimizer = build_optimizer(model, name=config.features.optimizer, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = build_scheduler(

@@ -4,8 +4,13 @@ the settings of a section (`scaler`, `features`) are flags of their own names an
 
 from __future__ import annotations
 
+import argparse
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+from ampkit.config import flat_settings, resolve_config
 from ampkit.distributed.settings import check_parallel_settings
 from ampkit.errors import UsageError
 from ampkit.options import (
@@ -148,3 +153,21 @@ RESUMABLE_OVERRIDES = frozenset(
         "log",
     }
 )  # speed, memory, logging only: same model
+
+
+def resume_config(run_dir: str | Path, given: dict[str, Any]) -> TrainConfig:
+    """The config of the run in `run_dir` (its saved config.json), with `given` settings (flat names,
+    as the flags name them) applied where a resume may change them; any other change is refused."""
+    saved = Path(run_dir) / "config.json"
+    if not saved.is_file():
+        raise UsageError(f"{run_dir} is not an ampkit train run (no config.json); pass the run directory to --resume")
+    base = json.loads(saved.read_text(encoding="utf-8"))
+    was = flat_settings(TrainConfig, base)  # sections flattened, as the flags name them
+    changed = {k: v for k, v in given.items() if k not in RESUMABLE_OVERRIDES and v != was.get(k)}
+    if changed:
+        names = ", ".join(f"--{k.replace('_', '-')}" for k in changed)
+        raise UsageError(
+            f"{names} cannot change when resuming (the checkpoint was made with "
+            f"{', '.join(f'{k}={was.get(k)!r}' for k in changed)}); start a new run instead"
+        )
+    return resolve_config(TrainConfig, argparse.Namespace(**given), base=base)  # flags over the saved config
