@@ -1,7 +1,8 @@
 """Fit a step on a GPU: does it fit, with what headroom, and the largest micro-batch or sequence.
 
-Capacity: `--gpu NAME` takes the DESIGN.md table's nominal memory (read as GiB) less 1% that the
-driver and ECC keep (torch reports A100-80GB as ~79.3 GiB); `--gpu-mem 24GiB` is taken as given.
+Capacity: `--gpu NAME` takes the nominal memory of `ampkit.hardware.GPUS` (the vendors' data
+sheets; read as GiB) less 1% that the driver and ECC keep (torch reports A100-80GB as ~79.3 GiB);
+`--gpu-mem 24GiB` is taken as given.
 A step fits when its ledger total (tensor peak + framework reserve) is at most the capacity.
 
 Largest micro-batch / sequence: every allocation in the analytic replay is affine in the number of
