@@ -8,9 +8,9 @@ import torch
 from ampkit.diagnostics import FaultInjector, insert_unsafe_op
 from ampkit.diagnostics.layer_fidelity import compare_layers
 from ampkit.diagnostics.smoke import SmokeConfig, run_smoke_test
-from ampkit.tasks.lm import smoke_batch
 from ampkit.models import build_model, get_preset
 from ampkit.precision import build_precision
+from ampkit.tasks.lm import smoke_batch
 
 
 @pytest.fixture(scope="module")

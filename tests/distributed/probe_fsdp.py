@@ -26,7 +26,6 @@ from ampkit.models.init import materialize
 from ampkit.precision import ScalerConfig, get_spec
 from ampkit.train import TrainConfig, build_run
 
-
 TINY = dict(model="tiny", seq_len=32, batch_size=2, steps=4, warmup_steps=0, eval_batches=1)
 
 

@@ -14,9 +14,9 @@ from ampkit.distributed.context import LocalRun
 from ampkit.models import LlamaLM, ModelConfig, build_model, get_preset
 from ampkit.models.init import _local_part, materialize, parameter_seed
 from ampkit.precision import build_precision
-from ampkit.train import TrainConfig
 from ampkit.tasks.lm import LanguageModelTask
 from ampkit.tasks.load import build_task
+from ampkit.train import TrainConfig
 from ampkit.train.build import build_run_model
 
 TINY = get_preset("tiny")
@@ -96,7 +96,9 @@ def test_fp8_conversion_on_the_meta_device_keeps_the_fp32_init():
     reference = build_model(TINY, seed=3)
     config = TrainConfig(model="tiny", precision="fp8-emulated", seq_len=32, seed=3)
     policy = build_precision("fp8-emulated", device_type="cpu")
-    model, _ = build_run_model(build_task(config), config, policy=policy, device=torch.device("cpu"), parallel=LocalRun())
+    model, _ = build_run_model(
+        build_task(config), config, policy=policy, device=torch.device("cpu"), parallel=LocalRun()
+    )
     assert converted_layers(model)  # Float8Linear swapped in while the model was on the meta device
     assert_same(reference, model)
 
@@ -152,7 +154,9 @@ def test_true_precision_builds_without_an_fp32_copy(precision):
     config = TrainConfig(model="small", precision=precision, seq_len=32)
     policy = build_precision(precision, device_type="cpu")
     peak, (model, _) = _allocator_peak(
-        lambda: build_run_model(build_task(config), config, policy=policy, device=torch.device("cpu"), parallel=LocalRun())
+        lambda: build_run_model(
+            build_task(config), config, policy=policy, device=torch.device("cpu"), parallel=LocalRun()
+        )
     )
     dtype = policy.spec.param_dtype
     assert {p.dtype for p in model.parameters()} == {dtype}

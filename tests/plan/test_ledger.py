@@ -125,7 +125,8 @@ def test_lines_sum_to_the_peak_and_reserve_is_added():
 
 
 def test_mixed_adam_is_16_bytes_per_parameter_before_activations():
-    """ZeRO's accounting (DESIGN.md): fp32 weights 4 + fp32 grads 4 + Adam's two fp32 states 8."""
+    """16 bytes per parameter, as in ZeRO's accounting (Rajbhandari et al. 2020, arXiv:1910.02054, sec. 3.1):
+    fp32 weights 4 + fp32 grads 4 + Adam's two fp32 states 8."""
     led = analytic_ledger(describe_model("7b"), StepSetting(precision="bf16-mixed", seq_len=16))
     n = describe_model("7b").num_parameters()
     static = led.largest["parameters"] + led.largest["gradients"] + led.largest["optimizer_states"]

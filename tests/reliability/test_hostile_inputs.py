@@ -101,8 +101,20 @@ if not describe_device().has_tf32:
     CASES.append(("train: tf32 on this device", ["train", "--precision", "tf32"], "tf32"))
 
 
-def test_table_has_at_least_30_rows():
-    assert len(CASES) >= 30
+def test_table_covers_every_command_and_every_prepared_input(files):
+    """Every command `ampkit` registers has a row, every hostile file the `files` fixture prepares is
+    fed to some row, and the rows' names (the test ids) are unique."""
+    import argparse
+
+    from ampkit.cli import build_parser
+
+    subparsers = next(a for a in build_parser([])._actions if isinstance(a, argparse._SubParsersAction))
+    uncovered = set(subparsers.choices) - {argv[0] for _, argv, _ in CASES}
+    assert not uncovered, f"commands without a hostile-input row: {', '.join(sorted(uncovered))}"
+    fed = {arg.removeprefix("{d}/").split("/")[0] for _, argv, _ in CASES for arg in argv if arg.startswith("{d}/")}
+    unused = {path.name for path in files.iterdir()} - fed
+    assert not unused, f"prepared but never fed to a command: {', '.join(sorted(unused))}"
+    assert len({name for name, _, _ in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("name,argv,needle", CASES, ids=[c[0] for c in CASES])

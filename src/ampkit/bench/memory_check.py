@@ -11,22 +11,27 @@ Units: bytes; GiB = 1024**3 bytes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ampkit.errors import UsageError
 from ampkit.models import ModelConfig
 from ampkit.precision import get_spec
+
+if TYPE_CHECKING:
+    from ampkit.models.hf import HFModelInfo
 
 GIB = 1024**3
 STATE_COPIES = 4  # weights + gradients + AdamW exp_avg + exp_avg_sq
 
 
-def estimate_training_bytes(model_config: ModelConfig, precision: str) -> int:
+def estimate_training_bytes(model_config: ModelConfig | HFModelInfo, precision: str) -> int:
     """Lower-bound bytes to hold weights, gradients and AdamW states for `precision`."""
     bytes_per_param = get_spec(precision).param_dtype.itemsize
     return model_config.num_parameters() * bytes_per_param * STATE_COPIES
 
 
 def check_model_fits(
-    model_config: ModelConfig, precisions: list[str], *, capacity_bytes: int, device_label: str
+    model_config: ModelConfig | HFModelInfo, precisions: list[str], *, capacity_bytes: int, device_label: str
 ) -> None:
     """Refuse (UsageError) when the largest estimate among `precisions` exceeds `capacity_bytes`.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ampkit.hardware.device import BF16_CPU_FLAGS, FP16_CPU_FLAGS
+from ampkit.hardware.device import BF16_CPU_FLAGS, FP16_CPU_FLAGS, DeviceInfo
 from ampkit.precision import REFERENCE, SPECS, PrecisionSpec
 
 MEMORY_BOUND_FRACTION = 0.85  # a peak above this share of the device's memory earns memory advice
@@ -71,7 +71,7 @@ def _is_reference(name: str) -> bool:
     return spec is not None and spec.is_reference
 
 
-def native_support(info, precision_spec: PrecisionSpec) -> tuple[bool, str]:
+def native_support(info: DeviceInfo, precision_spec: PrecisionSpec) -> tuple[bool, str]:
     """(native?, note) for a precision's compute dtype on `info`'s device (a hardware.DeviceInfo)."""
     key = precision_spec.matmul_key
     if precision_spec.emulated:
@@ -100,6 +100,17 @@ def disqualification(c: Candidate, *, threshold: float) -> str | None:
     return None
 
 
+def _tokens_per_s(c: Candidate) -> float:
+    """The throughput of a candidate that `disqualification` let through (it requires one)."""
+    assert c.tokens_per_s is not None, f"{c.name} has no throughput; it should have been disqualified"
+    return c.tokens_per_s
+
+
+def _peak_bytes(c: Candidate) -> int:
+    """The measured peak, 0 when none was measured."""
+    return c.peak_bytes or 0
+
+
 def recommend(
     candidates: list[Candidate], *, threshold: float = 0.99, tie_tolerance: float = 0.05, capacity_bytes: int = 0
 ) -> Recommendation:
@@ -113,8 +124,8 @@ def recommend(
             precision=None, reason=f"no recommendation: the fp32 reference {why}", disqualified=disqualified
         )
     passing = [c for c in candidates if c.name not in disqualified]
-    fastest = max(passing, key=lambda c: c.tokens_per_s)
-    tied = [c for c in passing if c.tokens_per_s >= fastest.tokens_per_s * (1.0 - tie_tolerance)]
+    fastest = max(passing, key=_tokens_per_s)
+    tied = [c for c in passing if _tokens_per_s(c) >= _tokens_per_s(fastest) * (1.0 - tie_tolerance)]
     chosen = min(tied, key=lambda c: simplicity_rank(c.name))
     if _is_reference(chosen.name):
         reason = _why_reference(candidates, ref, disqualified, tie_tolerance)
@@ -146,14 +157,14 @@ def format_memory_change(ratio: float) -> str:
 
 
 def _why_faster(chosen: Candidate, ref: Candidate, fastest: Candidate) -> str:
-    parts = [f"{format_speedup(chosen.tokens_per_s / ref.tokens_per_s)} tokens/s"]
+    parts = [f"{format_speedup(_tokens_per_s(chosen) / _tokens_per_s(ref))} tokens/s"]
     if chosen.peak_bytes and ref.peak_bytes:
         parts.append(format_memory_change(chosen.peak_bytes / ref.peak_bytes))
     parts.append(f"logits cos {format_cosine(chosen.logits_cosine)} vs fp32")
     reason = f"{chosen.name}: " + ", ".join(parts)
     if fastest.name != chosen.name:
         reason += (
-            f" ({fastest.name} was {format_speedup(fastest.tokens_per_s / chosen.tokens_per_s)} as fast: "
+            f" ({fastest.name} was {format_speedup(_tokens_per_s(fastest) / _tokens_per_s(chosen))} as fast: "
             "a tie, which goes to the simpler regime)"
         )
     return reason
@@ -169,7 +180,7 @@ def _why_reference(
         if c.name in disqualified:
             notes.append(f"{c.name} {disqualified[c.name]}")
             continue
-        ratio = c.tokens_per_s / ref.tokens_per_s
+        ratio = _tokens_per_s(c) / _tokens_per_s(ref)
         if c.native:
             verdict = f"within the {tie_tolerance:.0%} tie margin" if ratio >= 1 else "slower"
             qualifier = f"{c.native_note or 'native'} here, yet {verdict}"
@@ -190,15 +201,15 @@ def _memory_advice(
     if not near:
         return []
     gib = 1024**3
-    worst = max(near, key=lambda c: c.peak_bytes)
+    worst = max(near, key=_peak_bytes)
     advice = (
-        f"memory-bound: {worst.name} peaks at {worst.peak_bytes / capacity_bytes:.0%} of the device's "
+        f"memory-bound: {worst.name} peaks at {_peak_bytes(worst) / capacity_bytes:.0%} of the device's "
         f"{capacity_bytes / gib:.1f} GiB"
     )
-    leanest = min((c for c in passing if c.peak_bytes), key=lambda c: c.peak_bytes, default=None)
-    if leanest is not None and ref.peak_bytes and leanest.peak_bytes < ref.peak_bytes:
+    leanest = min((c for c in passing if c.peak_bytes), key=_peak_bytes, default=None)
+    if leanest is not None and ref.peak_bytes and _peak_bytes(leanest) < ref.peak_bytes:
         advice += (
-            f"; {leanest.name} uses {format_memory_change(leanest.peak_bytes / ref.peak_bytes)} "
+            f"; {leanest.name} uses {format_memory_change(_peak_bytes(leanest) / ref.peak_bytes)} "
             "vs fp32 and passes fidelity"
         )
     advice += "; activation checkpointing or a smaller --batch-size frees more ('ampkit plan' shows the ledger)"

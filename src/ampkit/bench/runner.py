@@ -110,6 +110,7 @@ def run_worker(job_path: Path, log_path: Path, *, on_event: Callable[[dict], Non
         proc = subprocess.Popen(
             [sys.executable, "-m", "ampkit.bench.worker", str(job_path)], stdout=subprocess.PIPE, stderr=log, text=True
         )
+        assert proc.stdout is not None  # stdout=PIPE
         timed_out = threading.Event()
 
         def kill():
@@ -166,7 +167,7 @@ def measure_precision(name: str, plan: BenchPlan, run_dir: Path, progress) -> di
     else:
         why = death or f"worker exited without a result ({_last_log_line(paths['log'])})"
         result = {"precision": name, "status": "failed", "error": why, "error_kind": "killed" if death else "error"}
-    rel = {key: str(path.relative_to(run_dir)) for key, path in paths.items() if key != "job"}
+    rel: dict[str, str | None] = {key: str(path.relative_to(run_dir)) for key, path in paths.items() if key != "job"}
     rel["fidelity"] = rel["fidelity"] if paths["fidelity"].is_file() else None
     result["files"] = rel
     progress.finish(name, result)
@@ -257,7 +258,7 @@ class BenchProgress:
     def update(self, name: str, event: dict) -> None:
         task = self.tasks[name]
         if event.get("event") == "phase":
-            self.progress.update(task, status=self._PHASES.get(event.get("phase"), "measuring"))
+            self.progress.update(task, status=self._PHASES.get(event.get("phase", ""), "measuring"))
         elif event.get("event") == "step":
             self.progress.update(task, completed=self._fraction(event), status=self._step_text(event))
 

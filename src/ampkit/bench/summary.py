@@ -122,9 +122,10 @@ def add_comparisons(
 ) -> None:
     """Speedup, memory ratio and fidelity of every measured precision against the fp32 entry."""
     pairs = [(e, r) for e, r in zip(entries, results) if e["status"] == "ok"]
-    ref, ref_result = next(((e, r) for e, r in pairs if get_spec(e["name"]).is_reference), (None, None))
-    if ref is None:
+    found = next(((e, r) for e, r in pairs if get_spec(e["name"]).is_reference), None)
+    if found is None:
         return
+    ref, ref_result = found
     ref_capture = _load_capture(run_dir, ref)
     for entry, result in pairs:
         speedup, steps = common_speedup(result, ref_result)

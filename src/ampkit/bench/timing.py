@@ -26,7 +26,7 @@ time per padded slot (both: a legitimately long batch is longer per step, not pe
 class HostStepTimer:
     """CPU: ops run synchronously, so the host clock brackets the real work."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._starts: list[float] = []
         self._ends: list[float] = []
 

@@ -15,17 +15,17 @@ No `.item()` here: results stay on the device until the caller logs them (the op
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from ampkit.distributed.context import LocalRun
 from ampkit.models import causal_lm_loss
-from ampkit.precision import Precision
 
 LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 """`loss_fn(model, batch) -> (loss, outputs)`: the mean loss over the batch's items (0-d, fp32) and
@@ -50,6 +50,27 @@ def forward_loss(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
     the logits' dtype (`causal_lm_loss` upcasts)."""
     logits = model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
     return causal_lm_loss(logits, batch.targets), logits
+
+
+class StepPolicy(Protocol):
+    """What the step asks of a precision policy: `ampkit.precision.Precision` and its regimes (or a
+    wrapper around one, such as the planner's fake-tensor policy)."""
+
+    def forward_context(self) -> contextlib.AbstractContextManager: ...
+
+    def backward(self, loss: torch.Tensor) -> None: ...
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool: ...
+
+    def loss_scale(self) -> float | None: ...
+
+
+class Phases(Protocol):
+    """Observer told when the step enters its backward and optimizer phases."""
+
+    def enter(self, phase: str) -> None: ...
 
 
 @dataclass
@@ -80,7 +101,7 @@ def clip_gradients(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
 class StepAlways:
     """The default gate: every step goes to the policy (which may still skip it: the scaler)."""
 
-    def allows(self, grad_norm: torch.Tensor, policy: Precision) -> bool:
+    def allows(self, grad_norm: torch.Tensor, policy: StepPolicy) -> bool:
         return True
 
 
@@ -89,7 +110,7 @@ class StepIfFinite:
     reaching the weights, so skip such a step (the weights stay the ones that produced it, for a
     replay). With a scaler the scaler decides. A host sync per step: diagnostics only."""
 
-    def allows(self, grad_norm: torch.Tensor, policy: Precision) -> bool:
+    def allows(self, grad_norm: torch.Tensor, policy: StepPolicy) -> bool:
         return policy.loss_scale() is not None or math.isfinite(grad_norm.item())  # sync point
 
 
@@ -107,7 +128,7 @@ class Trainer:
         self,
         *,
         model: nn.Module,
-        policy: Precision,
+        policy: StepPolicy,
         optimizer: torch.optim.Optimizer,
         scheduler,
         sampler,
@@ -118,7 +139,7 @@ class Trainer:
         loss_fn: LossFn = forward_loss,
         count_fn: CountFn = lm_count,
         gate: StepAlways | StepIfFinite | None = None,
-        phases: NoPhases | None = None,
+        phases: Phases | None = None,
     ):
         self.model, self.policy, self.optimizer, self.scheduler = model, policy, optimizer, scheduler
         # Data-parallel hooks (ampkit.distributed): a do-nothing object in a one-process run.
@@ -127,7 +148,7 @@ class Trainer:
         self.grad_accum, self.clip_grad_norm = grad_accum, clip_grad_norm
         self.loss_fn, self.count_fn = loss_fn, count_fn
         self.gate = gate if gate is not None else StepAlways()
-        self.phases = phases if phases is not None else NoPhases()
+        self.phases: Phases = phases if phases is not None else NoPhases()
         self.params = [p for p in model.parameters() if p.requires_grad]
 
     def train_step(self) -> StepResult:

@@ -53,15 +53,18 @@ class Batch:
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
         """A copy with every tensor on `device` (the counts stay host-side ints: no sync needed)."""
 
-        def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device, non_blocking=non_blocking)
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=non_blocking)
+
+        def move_optional(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else move(t)
 
         return replace(
             self,
             input_ids=move(self.input_ids),
             targets=move(self.targets),
-            positions=move(self.positions),
-            attn_mask=move(self.attn_mask),
+            positions=move_optional(self.positions),
+            attn_mask=move_optional(self.attn_mask),
         )
 
 

@@ -21,26 +21,46 @@ def _fmt(value: Any, spec: str = ".4g") -> str:
     return str(value)
 
 
-def key_findings(summary: dict[str, Any]) -> list[tuple[str, str]]:
+Row = tuple[str, str]
+"""(label, value) of one key finding."""
+
+
+def key_findings(summary: dict[str, Any]) -> list[Row]:
     """(label, value) rows shared by the console and the report."""
+    return [
+        *_subject_rows(summary),
+        *_locator_rows(summary["locator"]),
+        _diagnostic_run_row(summary["run"]),
+        ("loss scale", _scale_text(summary["scale"])),
+        _scale_range_row(summary["gradients"]["scale_range"]),
+        *_long_tail_rows(summary["gradients"]["long_tail"]),
+        *(_smoke_row(name, smoke) for name, smoke in summary["smoke"].items()),
+        *_fidelity_rows(summary["fidelity"]),
+    ]
+
+
+def _subject_rows(summary: dict[str, Any]) -> list[Row]:
+    """What was diagnosed: precision and device, model, and the injected fault if any."""
     rows = [
         ("precision", f"{summary['config']['precision']} on {summary['device']['name']}"),
         ("model", f"{summary['model']['preset']} ({summary['model']['parameters']:,} parameters)"),
     ]
-    if summary["inject"]:
-        rows.append(
-            ("injected fault", f"{summary['inject']['spec']} (fired at steps {summary['inject']['fired_steps']})")
-        )
-    loc = summary["locator"]["first_nonfinite"]
-    rows.append(
-        (
-            "first non-finite",
-            f"{loc['module']} ({loc['cls']}), {loc['phase']} {loc['site']}, step {loc['step']}: {loc['values']}"
-            if loc
-            else "none",
-        )
+    inject = summary["inject"]
+    if inject:
+        rows.append(("injected fault", f"{inject['spec']} (fired at steps {inject['fired_steps']})"))
+    return rows
+
+
+def _locator_rows(locator: dict[str, Any]) -> list[Row]:
+    """The first non-finite value, the overflows the scaler absorbed, the first value near fp16's max."""
+    loc = locator["first_nonfinite"]
+    first_nonfinite = (
+        f"{loc['module']} ({loc['cls']}), {loc['phase']} {loc['site']}, step {loc['step']}: {loc['values']}"
+        if loc
+        else "none"
     )
-    overflows = summary["locator"]["scaler_overflows"]
+    rows = [("first non-finite", first_nonfinite)]
+    overflows = locator["scaler_overflows"]
     if overflows:
         first = overflows[0]
         rows.append(
@@ -50,53 +70,52 @@ def key_findings(summary: dict[str, Any]) -> list[tuple[str, str]]:
                 f"({first['phase']} {first['site']}, step {first['step']})",
             )
         )
-    near = summary["locator"]["first_near_fp16_max"]
+    near = locator["first_near_fp16_max"]
     if near:
         rows.append(
             ("first value near fp16 max", f"{near['module']}, {near['phase']} {near['site']}: {near['values']}")
         )
-    run = summary["run"]
-    bad = run["nonfinite_loss_steps"]
-    rows.append(
-        (
-            "diagnostic run",
-            f"{run['steps']} steps, non-finite loss at {len(bad)} of them"
-            if bad
-            else f"{run['steps']} steps, all losses finite",
-        )
-    )
-    rows.append(("loss scale", _scale_text(summary["scale"])))
-    rng = summary["gradients"]["scale_range"]
-    rows.append(
-        (
-            "representable loss scales",
-            f"{rng['low_pow2']:g} .. {rng['high_pow2']:g}"
-            if rng["representable"]
-            else f"none (underflow needs >= {rng['low_pow2']:g}, overflow <= {rng['high_pow2']:g})",
-        )
-    )
-    tail = summary["gradients"]["long_tail"]
-    if tail:
-        rows.append(("gradient long tail", f"{tail['layer']}: {tail['ratio']:.0f}x the median layer norm"))
-    for name, smoke in summary["smoke"].items():
-        rows.append(
-            (
-                f"smoke test ({name})",
-                "passed in " + str(smoke["steps_needed"]) + " steps"
-                if smoke["passed"]
-                else f"FAILED ({smoke['failure']}, accuracy {100 * smoke['final_accuracy']:.1f}%)",
-            )
-        )
-    fid = summary["fidelity"]
-    if fid:
-        rows.append(
-            (
-                "fidelity vs fp32",
-                f"logits cosine {_fmt(fid['logits_cosine'], '.5f')} ({fid['verdict']}); "
-                f"first layer below {fid['threshold']}: {fid['first_below'] or 'none'}",
-            )
-        )
     return rows
+
+
+def _diagnostic_run_row(run: dict[str, Any]) -> Row:
+    bad = run["nonfinite_loss_steps"]
+    if bad:
+        return ("diagnostic run", f"{run['steps']} steps, non-finite loss at {len(bad)} of them")
+    return ("diagnostic run", f"{run['steps']} steps, all losses finite")
+
+
+def _scale_range_row(rng: dict[str, Any]) -> Row:
+    if rng["representable"]:
+        return ("representable loss scales", f"{rng['low_pow2']:g} .. {rng['high_pow2']:g}")
+    return (
+        "representable loss scales",
+        f"none (underflow needs >= {rng['low_pow2']:g}, overflow <= {rng['high_pow2']:g})",
+    )
+
+
+def _long_tail_rows(tail: dict[str, Any] | None) -> list[Row]:
+    if not tail:
+        return []
+    return [("gradient long tail", f"{tail['layer']}: {tail['ratio']:.0f}x the median layer norm")]
+
+
+def _smoke_row(name: str, smoke: dict[str, Any]) -> Row:
+    if smoke["passed"]:
+        return (f"smoke test ({name})", "passed in " + str(smoke["steps_needed"]) + " steps")
+    return (f"smoke test ({name})", f"FAILED ({smoke['failure']}, accuracy {100 * smoke['final_accuracy']:.1f}%)")
+
+
+def _fidelity_rows(fid: dict[str, Any] | None) -> list[Row]:
+    if not fid:
+        return []
+    return [
+        (
+            "fidelity vs fp32",
+            f"logits cosine {_fmt(fid['logits_cosine'], '.5f')} ({fid['verdict']}); "
+            f"first layer below {fid['threshold']}: {fid['first_below'] or 'none'}",
+        )
+    ]
 
 
 def _scale_text(scale: dict[str, Any]) -> str:

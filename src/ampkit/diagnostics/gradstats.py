@@ -223,10 +223,11 @@ class GradientStatistics:
         self._backwards += 1
         if self._backwards % self.micro_batches:
             return
-        index = [i for i, p in enumerate(self.params) if p.grad is not None]
-        if index:
+        present = [(i, p.grad) for i, p in enumerate(self.params) if p.grad is not None]
+        if present:
+            index = [i for i, _ in present]
             with torch.no_grad():
-                rows = grad_stat_rows([self.params[i].grad for i in index])
+                rows = grad_stat_rows([grad for _, grad in present])
             self.pending.append((self._step, self._scale, index, rows))
 
     def drain(self) -> list[StepGradStats]:

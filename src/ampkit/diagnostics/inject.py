@@ -62,7 +62,10 @@ class FaultSpec:
             )
 
     def active(self, step: int) -> bool:
-        return self.first_step is None or self.first_step <= step <= self.last_step
+        if self.first_step is None:
+            return True
+        assert self.last_step is not None, "__post_init__ checked that a range of steps has both ends"
+        return self.first_step <= step <= self.last_step
 
     def __str__(self) -> str:
         text = f"{self.module}:{self.phase}:{self.kind}"

@@ -135,7 +135,11 @@ def _range_row(a: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.where(a > 0, a, inf).amin().double(), a.amax().double()])
 
 
-def _detail(t: torch.Tensor, a: torch.Tensor, absmin: float, absmax: float) -> list[float]:
+_Row = tuple[float, float, int, int, int, int]
+"""One tensor's [absmin, absmax, n_nan, n_inf, near_max, fp16_flush]."""
+
+
+def _detail(t: torch.Tensor, a: torch.Tensor, absmin: float, absmax: float) -> _Row:
     """Counts, computed only when the cheap pass says they are nonzero (rare: a few extra syncs)."""
     n_nan = n_inf = near = flush = 0
     if not math.isfinite(absmax):
@@ -147,10 +151,10 @@ def _detail(t: torch.Tensor, a: torch.Tensor, absmin: float, absmax: float) -> l
         near = int(((a > FP16_NEAR_MAX) & torch.isfinite(a)).sum())
     if absmin <= FP16_FLUSH_AT and t.dtype != torch.float16:  # fp16 tensors: what flushed is already gone
         flush = int(((a > 0) & (a <= FP16_FLUSH_AT)).sum())
-    return [absmin, absmax, n_nan, n_inf, near, flush]
+    return (absmin, absmax, n_nan, n_inf, near, flush)
 
 
-def _tensor_rows(floats: list[torch.Tensor]) -> list[list[float]]:
+def _tensor_rows(floats: list[torch.Tensor]) -> list[_Row]:
     """Per tensor [absmin, absmax, n_nan, n_inf, near_max, fp16_flush]: a cheap pass (min/max of |x|,
     one sync for all tensors) decides which counts are needed; they almost never are, so a tensor
     costs about five small kernels."""
@@ -159,7 +163,7 @@ def _tensor_rows(floats: list[torch.Tensor]) -> list[list[float]]:
     return [_detail(t, a, lo, hi) for t, a, (lo, hi) in zip(floats, mags, ranges)]
 
 
-def _combine(floats: list[torch.Tensor], rows: list[list[float]]) -> TensorStats:
+def _combine(floats: list[torch.Tensor], rows: list[_Row]) -> TensorStats:
     dtypes = sorted({str(t.dtype).replace("torch.", "") for t in floats})
     return TensorStats(
         numel=sum(t.numel() for t in floats),
@@ -187,27 +191,28 @@ class _RowCache:
 
     def __init__(self, size: int = 256):
         self.size = size
-        self.rows: dict[int, tuple[weakref.ref, int, list[float]]] = {}
+        self.rows: dict[int, tuple[weakref.ref, int, _Row]] = {}
 
     def stats(self, tensors: Iterable[Any]) -> TensorStats | None:
         floats = _floating(tensors, detach=False)
         if not floats:
             return None
-        rows: list[list[float] | None] = [self._get(t) for t in floats]
-        missing = [i for i, r in enumerate(rows) if r is None]
+        cached = [self._get(t) for t in floats]
+        missing = [i for i, r in enumerate(cached) if r is None]
+        measured: dict[int, _Row] = {}
         if missing:
-            for i, row in zip(missing, _tensor_rows([floats[i].detach() for i in missing])):
-                rows[i] = row
+            measured = dict(zip(missing, _tensor_rows([floats[i].detach() for i in missing])))
+            for i, row in measured.items():
                 self._put(floats[i], row)
-        return _combine(floats, rows)
+        return _combine(floats, [row if row is not None else measured[i] for i, row in enumerate(cached)])
 
-    def _get(self, t: torch.Tensor) -> list[float] | None:
+    def _get(self, t: torch.Tensor) -> _Row | None:
         hit = self.rows.get(id(t))
         if hit is not None and hit[0]() is t and hit[1] == t._version:
             return hit[2]
         return None
 
-    def _put(self, t: torch.Tensor, row: list[float]) -> None:
+    def _put(self, t: torch.Tensor, row: _Row) -> None:
         if len(self.rows) >= self.size:
             self.rows.pop(next(iter(self.rows)))  # oldest first
         try:

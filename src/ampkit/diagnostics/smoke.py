@@ -227,6 +227,7 @@ def diagnose(result: SmokeResult, *, samples: int) -> str:
         if result.finding
         else ""
     )
+    assert result.failure is not None, "a smoke test that did not pass names its failure"
     step = result.failure_step
     texts = {
         "nonfinite_loss": f"the loss became non-finite at step {step}.",

@@ -11,10 +11,26 @@ LoRA run died the same way, in a custom RoPE kernel.
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import torch
 from torch import nn
 
 from ampkit.diagnostics.inject import resolve_module
+from ampkit.errors import UsageError
+
+
+class _Width(Protocol):
+    @property
+    def d_model(self) -> int: ...
+
+
+@runtime_checkable
+class _Configured(Protocol):
+    """A model that describes itself: ampkit's `LlamaLM` (a ModelConfig) and `HFCausalLM` (an HFModelInfo)."""
+
+    @property
+    def config(self) -> _Width: ...
 
 
 class NaiveExpGate(nn.Module):
@@ -48,6 +64,8 @@ def insert_unsafe_op(model: nn.Module, path: str = "blocks.1.mlp", *, gain: floa
     inner = resolve_module(model, path)
     parent_path, _, name = path.rpartition(".")
     parent = resolve_module(model, parent_path) if parent_path else model
+    if not isinstance(model, _Configured):
+        raise UsageError(f"{type(model).__name__} has no `config.d_model` to size the unsafe op by")
     gate = NaiveExpGate(inner, model.config.d_model, gain=gain)
     param = next(inner.parameters(), None)
     if param is not None:

@@ -200,7 +200,8 @@ def load_sharded(
         )
     # The optimizer's state must exist to be loaded into: get_state_dict creates it (a zero-lr step).
     model_state, optim_state = get_state_dict(model, optimizer)
-    state = {"model": model_state, "optimizer": optim_state}
+    # dcp.load fills the nested state dicts in place (it may replace their non-tensor entries).
+    state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
     dcp.load(state, checkpoint_id=path)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     rank_state = torch.load(path / _rank_file(run.rank), map_location="cpu", weights_only=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.errors import RunInterrupted, TrainingError, UsageError
 
 # How a collective fails when a peer process died (gloo) or the network dropped (nccl, c10d store).
@@ -113,13 +114,15 @@ class ProcessGroupRun(LocalRun):
         self.mode, self.device, self.backend, self.reduce_dtype = mode, device, backend, reduce_dtype
         self.rank, self.local_rank, self.world_size = env.rank, env.local_rank, env.world_size
         self.grad_sync: Callable[[bool], contextlib.AbstractContextManager] = lambda last: contextlib.nullcontext()
-        self.sampler = None  # a RankShardedSampler: it knows every rank's token counts without a collective
+        # It knows every rank's token counts without a collective.
+        self.sampler: RankShardedSampler | None = None
 
     def micro_batch_context(self, *, last: bool) -> contextlib.AbstractContextManager:
         return self.grad_sync(last)
 
     def step_counts(self, tokens: int, slots: int) -> tuple[int, int]:
         # Every rank reads the same seeded stream, so it knows the others' counts: no sync needed.
+        assert self.sampler is not None, "build_run sets the sampler before the first step"
         return self.sampler.take_step_counts()
 
     def mean(self, value: torch.Tensor) -> torch.Tensor:
@@ -232,7 +235,7 @@ def shared_run_dir(run: LocalRun, make: Callable[[], Any]) -> Any:
     A UsageError on rank 0 is raised on every rank, so no rank waits for a directory that never comes."""
     if not run.distributed:
         return make()
-    outcome = None
+    outcome: tuple[Any, str | None] | None = None
     if run.is_main:
         try:
             outcome = (make(), None)

@@ -30,9 +30,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 REDUCE_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -63,7 +67,7 @@ def shard_fsdp(model: nn.Module, *, mp_policy, blocks: list[nn.Module]) -> nn.Mo
 
 def wrap_ddp(
     model: nn.Module, *, device: torch.device, grad_dtype: torch.dtype, reduce_dtype: torch.dtype, world_size: int
-) -> nn.Module:
+) -> DistributedDataParallel:
     """DDP without a buffer broadcast per forward (RoPE tables are computed, identical on every rank)."""
     from torch.nn.parallel import DistributedDataParallel
 

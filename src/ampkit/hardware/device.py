@@ -149,7 +149,8 @@ def describe_cpu(cpu: CpuInfo | None = None) -> DeviceInfo:
 def describe_cuda(index: int) -> DeviceInfo:
     """DeviceInfo for CUDA device `index` (CUDA must be available)."""
     name = torch.cuda.get_device_name(index)
-    cc = tuple(torch.cuda.get_device_capability(index))
+    major, minor = torch.cuda.get_device_capability(index)
+    cc = (int(major), int(minor))
     total = int(torch.cuda.get_device_properties(index).total_memory)
     return DeviceInfo(
         type="cuda",

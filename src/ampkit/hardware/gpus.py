@@ -1,7 +1,8 @@
 """Public dense (no sparsity) specs of common training GPUs: the peak FLOP/s table.
 
-Sources: the vendors' data sheets, as collected in DESIGN.md "Reference data". These are
-the denominators of MFU on a GPU and the inputs of `ampkit plan` on a GPU we do not have.
+Sources: NVIDIA's data sheets for each card (V100, T4, A100, H100 SXM, H200, L4) and its Ada
+Lovelace architecture white paper (RTX 4090). These are the denominators of MFU on a GPU and the
+inputs of `ampkit plan` on a GPU we do not have.
 
 Memory unit convention: `memory_gib` is the card's nominal capacity read as GiB (1024**3
 bytes; GB is 1000**3). HBM/GDDR comes in power-of-two chip sizes, so an "80 GB" card

@@ -10,19 +10,24 @@ Units: FLOPs (floating-point operations), not FLOP/s.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ampkit.models.config import ModelConfig
 
+if TYPE_CHECKING:
+    from ampkit.models.hf import HFModelInfo
 
-def matmul_parameters(cfg: ModelConfig) -> int:
+
+def matmul_parameters(cfg: ModelConfig | HFModelInfo) -> int:
     head = cfg.vocab_size * cfg.d_model
     non_embedding = cfg.num_parameters(include_embedding=False)
     return non_embedding + (head if cfg.tie_embeddings else 0)
 
 
-def attention_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+def attention_flops_per_token(cfg: ModelConfig | HFModelInfo, seq_len: int) -> float:
     return 12.0 * cfg.n_layers * cfg.d_model * seq_len
 
 
-def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+def training_flops_per_token(cfg: ModelConfig | HFModelInfo, seq_len: int) -> float:
     """FLOPs to train on one token (forward + backward) at context length `seq_len`."""
     return 6.0 * matmul_parameters(cfg) + attention_flops_per_token(cfg, seq_len)

@@ -16,7 +16,7 @@ PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(
         name="tiny", d_model=128, n_layers=4, n_heads=4, d_ff=384, max_seq_len=1024, tie_embeddings=True
     ),
-    # ~25M parameters: DESIGN.md's measured CPU loop (d=512, 8 layers).
+    # ~25M parameters: the measured CPU loop of docs/performance.md (d=512, 8 layers).
     "small": ModelConfig(
         name="small", d_model=512, n_layers=8, n_heads=8, d_ff=1536, max_seq_len=1024, tie_embeddings=True
     ),

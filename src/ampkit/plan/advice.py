@@ -144,11 +144,11 @@ def cheapest_fix(
     while n <= MAX_FSDP_GPUS:
         sharded = replace(setting, parallel="fsdp", world_size=n)
         cost = f"{n} GPUs; parameters, gradients and states sharded"
-        for change, extra, more in (
-            (f"FSDP over {n} GPUs", {}, ""),
-            (f"FSDP over {n} GPUs + activation checkpointing", {"checkpointing": "full"}, "; +~33% compute"),
+        for change, checkpointing, more in (
+            (f"FSDP over {n} GPUs", sharded.checkpointing, ""),
+            (f"FSDP over {n} GPUs + activation checkpointing", "full", "; +~33% compute"),
         ):
-            fix = _try(desc, replace(sharded, **extra), capacity, change, cost + more, kwargs)
+            fix = _try(desc, replace(sharded, checkpointing=checkpointing), capacity, change, cost + more, kwargs)
             if fix is not None:
                 return fix
         n *= 2

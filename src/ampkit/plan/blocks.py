@@ -27,7 +27,11 @@ def rms_saved(pre: str, st: StepReplay) -> list[tuple[str, float]]:
     """RMSNorm saves its input in fp32 (the input itself when fp32, else an fp32 copy), the rsqrt
     statistic, the normalized tensor, and (without autocast) its output for the Linears after it."""
     x = st.x
-    items = [(f"{pre}.x", F * x.d), (f"{pre}.rstd", F), (f"{pre}.normed", (F if x.p == F else x.p) * x.d)]
+    items: list[tuple[str, float]] = [
+        (f"{pre}.x", F * x.d),
+        (f"{pre}.rstd", F),
+        (f"{pre}.normed", (F if x.p == F else x.p) * x.d),
+    ]
     return items if x.auto else items + [(f"{pre}.y", x.p * x.d)]
 
 
@@ -35,7 +39,7 @@ def ln_saved(pre: str, st: StepReplay) -> list[tuple[str, float]]:
     """LayerNorm (native kernel) saves its input as is, mean and rstd in fp32, and (without
     autocast) its output for the Linear after it."""
     x = st.x
-    items = [(f"{pre}.x", x.p * x.d), (f"{pre}.stats", 2 * F)]
+    items: list[tuple[str, float]] = [(f"{pre}.x", x.p * x.d), (f"{pre}.stats", 2 * F)]
     return items if x.auto else items + [(f"{pre}.y", x.p * x.d)]
 
 

@@ -1,7 +1,8 @@
 """Fit a step on a GPU: does it fit, with what headroom, and the largest micro-batch or sequence.
 
-Capacity: `--gpu NAME` takes the DESIGN.md table's nominal memory (read as GiB) less 1% that the
-driver and ECC keep (torch reports A100-80GB as ~79.3 GiB); `--gpu-mem 24GiB` is taken as given.
+Capacity: `--gpu NAME` takes the nominal memory of `ampkit.hardware.GPUS` (the vendors' data
+sheets; read as GiB) less 1% that the driver and ECC keep (torch reports A100-80GB as ~79.3 GiB);
+`--gpu-mem 24GiB` is taken as given.
 A step fits when its ledger total (tensor peak + framework reserve) is at most the capacity.
 
 Largest micro-batch / sequence: every allocation in the analytic replay is affine in the number of
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from ampkit.errors import UsageError
 from ampkit.hardware import GPUS, GpuSpec, lookup_gpu
@@ -120,19 +122,29 @@ def _totals(desc: ModelDescription, setting: StepSetting) -> list[int]:
     return replay.r.totals
 
 
+SearchField = Literal["micro_batch", "seq_len"]
+
+
+def _with(setting: StepSetting, field: SearchField, value: int) -> StepSetting:
+    """`setting` with its micro-batch or its sequence length set to `value`."""
+    if field == "micro_batch":
+        return replace(setting, micro_batch=value)
+    return replace(setting, seq_len=value)
+
+
 def largest(
     desc: ModelDescription,
     setting: StepSetting,
     capacity: int,
     *,
-    field: str,
+    field: SearchField,
     context_bytes: int = CUDA_CONTEXT_BYTES,
     fragmentation: float = FRAGMENTATION,
     limit: int = MAX_SEARCH,
 ) -> int:
     """Largest `field` ("micro_batch" or "seq_len") that fits, all else as in `setting` (0: none)."""
     budget = _budget(capacity, context_bytes, fragmentation)
-    at1, at2 = _totals(desc, replace(setting, **{field: 1})), _totals(desc, replace(setting, **{field: 2}))
+    at1, at2 = _totals(desc, _with(setting, field, 1)), _totals(desc, _with(setting, field, 2))
     best = limit
     for a1, a2 in zip(at1, at2):
         slope, intercept = a2 - a1, 2 * a1 - a2
@@ -143,7 +155,7 @@ def largest(
         best = min(best, math.floor((budget - intercept) / slope))
     best = max(0, best)
     # the replay rounds each allocation to whole bytes: confirm, and step down if a rounding bit
-    while best > 0 and not _fits_total(desc, replace(setting, **{field: best}), capacity, context_bytes, fragmentation):
+    while best > 0 and not _fits_total(desc, _with(setting, field, best), capacity, context_bytes, fragmentation):
         best -= 1
     return best
 
@@ -163,10 +175,19 @@ def fit(
     fragmentation: float = FRAGMENTATION,
 ) -> Fit:
     limit = desc.max_positions or MAX_SEARCH
-    kwargs = {"context_bytes": context_bytes, "fragmentation": fragmentation}
     return Fit(
         fits=total_bytes <= capacity,
         headroom_bytes=capacity - total_bytes,
-        max_micro_batch=largest(desc, setting, capacity, field="micro_batch", **kwargs),
-        max_seq_len=largest(desc, setting, capacity, field="seq_len", limit=limit, **kwargs),
+        max_micro_batch=largest(
+            desc, setting, capacity, field="micro_batch", context_bytes=context_bytes, fragmentation=fragmentation
+        ),
+        max_seq_len=largest(
+            desc,
+            setting,
+            capacity,
+            field="seq_len",
+            limit=limit,
+            context_bytes=context_bytes,
+            fragmentation=fragmentation,
+        ),
     )

@@ -56,12 +56,13 @@ def measure_cpu_step_peak(desc: ModelDescription, setting: StepSetting, *, seed:
     """Bytes at the peak of one real steady-state training step on CPU (see the module docstring)."""
     from torch.profiler import ProfilerActivity, profile
 
-    if not desc.buildable:
+    cfg = desc.model_config
+    if cfg is None:  # not `desc.buildable`
         raise UsageError(f"cannot measure {desc.name}: ampkit cannot build a {desc.family} model")
     if setting.checkpointing != "none":
         raise UsageError("the CPU measurement runs without activation checkpointing")
     policy = build_precision(setting.precision, device_type="cpu")
-    model = policy.convert_module(build_model(desc.model_config, seed=seed))
+    model = policy.convert_module(build_model(cfg, seed=seed))
     optimizer = build_optimizer(setting.optimizer, model)
     _warm_up(model, optimizer, keep_grads=setting.grad_accum > 1)
     generator = torch.Generator().manual_seed(seed)

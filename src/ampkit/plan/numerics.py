@@ -1,6 +1,6 @@
 """Byte sizes of a precision regime, as the memory ledger sees them.
 
-Every name of DESIGN.md's vocabulary plans. `fp8` is planned analytically as ampkit's torchao recipe
+Every name of `ampkit.precision.SPECS` plans. `fp8` is planned analytically as ampkit's torchao recipe
 (fp32 weights, bf16 autocast around the model, block Linears swapped for Float8Linear, the output
 head left in bf16). Float8Linear saves its *high-precision* input and weight for backward and casts
 to float8 inside, so its activations equal bf16-mixed's, minus the bf16 weight copies of the block

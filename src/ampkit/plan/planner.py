@@ -174,6 +174,7 @@ def _config_dict(config) -> dict[str, Any]:
 def build_kv(config: KvConfig, *, desc: ModelDescription | None = None) -> dict[str, Any]:
     desc = desc or describe_model(config.model)
     target = resolve_target(config.gpu, config.gpu_mem)
+    assert target is not None, "KvConfig defaults --gpu when neither --gpu nor --gpu-mem is given"
     weights = weight_bytes(desc, config.weight_dtype)
     if config.activation_reserve_gib is not None:
         reserve = int(config.activation_reserve_gib * GIB)

@@ -20,6 +20,7 @@ replaced by stepping the optimizer directly, which allocates the same.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -88,9 +89,12 @@ def _checkpointed(forward, tracker: StorageTracker, *args):
 
 
 def _build(desc: ModelDescription, policy: Precision) -> LlamaLM:
+    assert desc.model_config is not None, "check_traceable refuses the models ampkit does not build"
     with torch.device("meta"):  # no memory: shapes only, then the policy's dtype conversion
         model = LlamaLM(desc.model_config)
-    return policy.convert_module(model)
+    converted = policy.convert_module(model)
+    assert isinstance(converted, LlamaLM), "the policies convert a model in place"
+    return converted
 
 
 def _warm_up(model: nn.Module, optimizer: torch.optim.Optimizer, *, keep_grads: bool) -> None:
@@ -162,8 +166,17 @@ class _FakeModePolicy:
     def __init__(self, policy: Precision):
         self._policy = policy
 
-    def __getattr__(self, name: str):
-        return getattr(self._policy, name)
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        return self._policy.forward_context()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self._policy.backward(loss)
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        self._policy.unscale_gradients(optimizer)
+
+    def loss_scale(self) -> float | None:
+        return self._policy.loss_scale()
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
         from torch._subclasses.fake_tensor import DataDependentOutputException
@@ -189,7 +202,7 @@ class _OneBatch:
 
 
 def _train_step(
-    model: LlamaLM, policy: Precision, optimizer: torch.optim.Optimizer, tracker: StorageTracker, batch: Batch
+    model: nn.Module, policy: Precision, optimizer: torch.optim.Optimizer, tracker: StorageTracker, batch: Batch
 ) -> None:
     """`ampkit.core.Trainer.train_step` itself, for one micro-batch, with the tracker's phase labels."""
     stream = _OneBatch(batch)

@@ -10,13 +10,16 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
+from matplotlib.figure import Figure  # noqa: E402
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;
@@ -31,10 +34,33 @@ figure{margin:1em 0}figcaption{color:#555;font-size:.9em}img{max-width:100%}
 """
 
 
-@dataclass
-class _Block:
-    kind: str  # "heading" | "text" | "note" | "warn" | "table" | "figure"
-    payload: object
+@dataclass(frozen=True)
+class _Heading:
+    text: str
+
+
+TextKind = Literal["text", "note", "warn"]
+
+
+@dataclass(frozen=True)
+class _Text:
+    text: str
+    kind: TextKind = "text"
+
+
+@dataclass(frozen=True)
+class _Table:
+    headers: Sequence[object]
+    rows: Sequence[Sequence[object]]
+
+
+@dataclass(frozen=True)
+class _Figure:
+    png: bytes
+    caption: str
+
+
+_Block = _Heading | _Text | _Table | _Figure
 
 
 @dataclass
@@ -45,24 +71,24 @@ class Report:
     blocks: list[_Block] = field(default_factory=list)
 
     def heading(self, text: str) -> "Report":
-        self.blocks.append(_Block("heading", text))
+        self.blocks.append(_Heading(text))
         return self
 
-    def text(self, text: str, *, kind: str = "text") -> "Report":
+    def text(self, text: str, *, kind: TextKind = "text") -> "Report":
         """A paragraph; kind "note" or "warn" renders it highlighted."""
-        self.blocks.append(_Block(kind, text))
+        self.blocks.append(_Text(text, kind))
         return self
 
-    def table(self, headers: list[str], rows: list[list[object]]) -> "Report":
-        self.blocks.append(_Block("table", (headers, rows)))
+    def table(self, headers: Sequence[object], rows: Sequence[Sequence[object]]) -> "Report":
+        self.blocks.append(_Table(headers, rows))
         return self
 
-    def figure(self, fig, caption: str = "") -> "Report":
+    def figure(self, fig: Figure, caption: str = "") -> "Report":
         """Takes ownership of a matplotlib figure (closed after rendering to PNG bytes)."""
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
         plt.close(fig)
-        self.blocks.append(_Block("figure", (buf.getvalue(), caption)))
+        self.blocks.append(_Figure(buf.getvalue(), caption))
         return self
 
     def to_html(self) -> str:
@@ -86,9 +112,9 @@ class Report:
         """Write `<stem>.html` (self-contained) and `<stem>.md` (+ its PNGs) into run_dir."""
         run_dir = Path(run_dir)
         names = []
-        for i, block in enumerate(b for b in self.blocks if b.kind == "figure"):
+        for i, block in enumerate(b for b in self.blocks if isinstance(b, _Figure)):
             name = f"{stem}-fig{i + 1}.png"
-            (run_dir / name).write_bytes(block.payload[0])
+            (run_dir / name).write_bytes(block.png)
             names.append(name)
         html_path, md_path = run_dir / f"{stem}.html", run_dir / f"{stem}.md"
         html_path.write_text(self.to_html(), encoding="utf-8")
@@ -97,35 +123,29 @@ class Report:
 
 
 def _html_block(block: _Block) -> str:
-    if block.kind == "heading":
-        return f"<h2>{html.escape(block.payload)}</h2>"
-    if block.kind in ("text", "note", "warn"):
+    if isinstance(block, _Heading):
+        return f"<h2>{html.escape(block.text)}</h2>"
+    if isinstance(block, _Text):
         cls = "" if block.kind == "text" else f" class='{block.kind}'"
-        return f"<p{cls}>{html.escape(block.payload)}</p>"
-    if block.kind == "table":
-        headers, rows = block.payload
-        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+        return f"<p{cls}>{html.escape(block.text)}</p>"
+    if isinstance(block, _Table):
+        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in block.headers)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in block.rows)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-    png, caption = block.payload
-    data = base64.b64encode(png).decode("ascii")
+    data = base64.b64encode(block.png).decode("ascii")
     return (
-        f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
-        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        f"<figure><img alt='{html.escape(block.caption)}' src='data:image/png;base64,{data}'>"
+        f"<figcaption>{html.escape(block.caption)}</figcaption></figure>"
     )
 
 
-def _md_block(block: _Block, figures) -> list[str]:
-    if block.kind == "heading":
-        return [f"## {block.payload}"]
-    if block.kind in ("note", "warn"):
-        return [f"> {block.payload}"]
-    if block.kind == "text":
-        return [str(block.payload)]
-    if block.kind == "table":
-        headers, rows = block.payload
-        out = ["| " + " | ".join(map(str, headers)) + " |", "|" + "---|" * len(headers)]
-        out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+def _md_block(block: _Block, figures: Iterator[str]) -> list[str]:
+    if isinstance(block, _Heading):
+        return [f"## {block.text}"]
+    if isinstance(block, _Text):
+        return [str(block.text)] if block.kind == "text" else [f"> {block.text}"]
+    if isinstance(block, _Table):
+        out = ["| " + " | ".join(map(str, block.headers)) + " |", "|" + "---|" * len(block.headers)]
+        out += ["| " + " | ".join(str(c) for c in row) + " |" for row in block.rows]
         return out
-    _, caption = block.payload
-    return [f"![{caption}]({next(figures)})"]
+    return [f"![{block.caption}]({next(figures)})"]

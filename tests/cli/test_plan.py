@@ -1,0 +1,29 @@
+"""ampkit.cli.plan: `ampkit plan` writes its run directory and prints the tables or the JSON."""
+
+from __future__ import annotations
+
+import json
+
+import ampkit.cli.plan as plan_cli
+
+
+def test_console_outside_a_terminal_is_132_columns_wide():
+    console = plan_cli.wide_console()
+    assert console.is_terminal or console.width == 132
+
+
+def test_json_is_the_summary_it_writes(parse, tmp_path, capsys):
+    out = tmp_path / "plan"
+    args = parse(plan_cli, "plan", "--model", "tiny", "--seq-len", "64", "--gpu", "T4", "--json", "--out", str(out))
+    assert plan_cli.run(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((out / "summary.json").read_text())
+    assert printed["schema"] == "ampkit.plan/1" and (out / "report.html").is_file()
+
+
+def test_console_output_ends_with_the_recommendation_and_the_run_directory(parse, tmp_path, capsys):
+    out = tmp_path / "plan"
+    assert plan_cli.run(parse(plan_cli, "plan", "--model", "tiny", "--seq-len", "64", "--out", str(out))) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith("Precision: ") for line in lines)
+    assert lines[-1].startswith("run directory: ") and "summary.json, report.html" in lines[-1]

@@ -1,0 +1,44 @@
+"""ampkit.diagnostics.fixes: keep one module in fp32 under autocast, with hooks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ampkit.diagnostics.fixes import keep_in_fp32
+
+
+class _Boom(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("boom")
+
+
+def _model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+
+
+def test_only_the_kept_module_computes_in_fp32():
+    model = keep_in_fp32(_model(), "1", device_type="cpu")
+    dtypes = []
+    for layer in model:
+        layer.register_forward_hook(lambda m, args, out: dtypes.append((args[0].dtype, out.dtype)))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(torch.ones(2, 4))
+    assert dtypes == [(torch.float32, torch.bfloat16), (torch.float32, torch.float32)]  # input cast back to fp32
+
+
+def test_outside_autocast_nothing_changes():
+    plain, kept = _model(), keep_in_fp32(_model(), "0", device_type="cpu")
+    x = torch.randn(3, 4)
+    assert torch.equal(plain(x), kept(x))
+    assert list(kept.state_dict()) == list(plain.state_dict())  # same keys: checkpoints stay loadable
+
+
+def test_a_forward_that_raises_still_closes_the_fp32_region():
+    model = keep_in_fp32(nn.Sequential(_Boom()), "0", device_type="cpu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.raises(RuntimeError, match="boom"):
+            model(torch.ones(1))
+        assert torch.is_autocast_enabled("cpu")  # the disabled region did not leak

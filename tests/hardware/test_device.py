@@ -1,0 +1,114 @@
+"""Tests for ampkit.hardware.device: /proc parsing, the device description, pick_device."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ampkit.errors import UsageError
+from ampkit.hardware import device as device_mod
+from ampkit.hardware.device import describe_device, parse_cpuinfo, parse_meminfo_total_bytes, pick_device
+from ampkit.hardware.gpus import peak_flops
+from ampkit.hardware.matmul import measure_matmul_flops
+
+# --- /proc parsing and the CPU description -------------------------------------------------------
+
+
+def test_parse_cpuinfo_reads_first_processor_only(cpuinfo):
+    cpu = parse_cpuinfo(cpuinfo["avx2"])
+    assert cpu.model_name == "AMD EPYC 7B13"
+    assert cpu.flags == frozenset({"avx2"})  # processor 1's avx512_bf16 is ignored, fma etc. filtered
+
+
+def test_parse_cpuinfo_keeps_only_relevant_flags(cpuinfo):
+    cpu = parse_cpuinfo(cpuinfo["sapphire_rapids"])
+    assert cpu.flags == frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_tile"})
+
+
+def test_parse_cpuinfo_handles_arm_features_and_missing_name(cpuinfo):
+    cpu = parse_cpuinfo(cpuinfo["graviton3"])
+    assert cpu.model_name is None
+    assert cpu.flags == frozenset({"bf16", "asimdhp"})
+
+
+def test_parse_cpuinfo_of_unreadable_file_is_empty():
+    cpu = parse_cpuinfo("")
+    assert cpu.model_name is None and cpu.flags == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("cpu", "bf16", "fp16"),
+    [("avx2", False, False), ("sapphire_rapids", True, True), ("graviton3", True, True)],
+)
+def test_describe_cpu_derives_native_dtypes_from_flags(cpuinfo, cpu, bf16, fp16):
+    info = device_mod.describe_cpu(parse_cpuinfo(cpuinfo[cpu]))
+    assert (info.native_bf16, info.native_fp16) == (bf16, fp16)
+    assert info.type == "cpu" and info.compute_capability is None
+    assert not info.has_tf32 and not info.has_fp8 and info.gpu_model is None
+    assert info.is_native("fp32") and info.is_native("bf16") == bf16
+
+
+def test_describe_cpu_without_model_name_still_has_a_name():
+    assert device_mod.describe_cpu(parse_cpuinfo("")).name
+
+
+def test_parse_meminfo_total_bytes_converts_kib():
+    assert parse_meminfo_total_bytes("MemTotal:       16384 kB\nMemFree: 1 kB\n") == 16384 * 1024
+    assert parse_meminfo_total_bytes("garbage") is None
+
+
+def test_describe_device_on_this_cpu_is_consistent():
+    info = describe_device("cpu")
+    assert info.type == "cpu"
+    assert isinstance(info.name, str) and info.name
+    assert isinstance(info.cpu_flags, frozenset)
+    assert isinstance(info.total_memory_bytes, int) and info.total_memory_bytes > 0
+    assert info.native_bf16 == bool(info.cpu_flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    assert info.native_fp16 == bool(info.cpu_flags & {"avx512_fp16", "amx_fp16", "asimdhp"})
+    assert describe_device(torch.device("cpu")) == info
+
+
+def test_is_native_rejects_unknown_dtype_key():
+    with pytest.raises(UsageError, match="fp32"):
+        describe_device("cpu").is_native("int4")
+
+
+# --- pick_device -----------------------------------------------------------------------------------
+
+
+def test_pick_device_auto_without_cuda_is_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pick_device(None) == torch.device("cpu")
+    assert pick_device("auto") == torch.device("cpu")
+    assert pick_device("CPU") == torch.device("cpu")
+
+
+def test_pick_device_cuda_without_cuda_names_the_fix(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UsageError, match="--device cpu"):
+        pick_device("cuda")
+
+
+def test_pick_device_unknown_name():
+    with pytest.raises(UsageError, match="auto, cpu, cuda"):
+        pick_device("tpu")
+
+
+# --- on a real GPU ---------------------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_describe_and_measure_on_cuda():
+    info = describe_device("cuda")
+    assert info.type == "cuda" and info.index is not None
+    assert info.has_tf32 == (info.compute_capability >= (8, 0))
+    assert info.total_memory_bytes == torch.cuda.get_device_properties(info.index).total_memory
+    flops = measure_matmul_flops(torch.float16, device="cuda", size=2048, min_time_s=0.05)
+    assert math.isfinite(flops) and flops > 0
+    if info.native_fp16:
+        assert flops > 1e12  # any tensor-core GPU exceeds 1 TFLOP/s in fp16
+    if info.gpu_model is not None:
+        assert flops <= 1.2 * peak_flops(info, "fp16")  # a measurement can't beat the data sheet
