@@ -96,10 +96,22 @@ def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return obj
 
 
-def tensors_of(obj: Any) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-    map_tensors(obj, lambda t: found.append(t) or t)
-    return found
+def tensors_of(obj: Any, _depth: int = 0) -> list[torch.Tensor]:
+    """Every tensor inside a batch: tensors, dataclasses, tuples, lists, dicts and the attributes of
+    any other object (a user's batch class), a few levels deep."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if _depth > 4:
+        return []
+    if isinstance(obj, dict):
+        values = list(obj.values())
+    elif isinstance(obj, (tuple, list)):
+        values = list(obj)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, (type, nn.Module)):
+        values = list(vars(obj).values())
+    else:
+        return []
+    return [t for v in values for t in tensors_of(v, _depth + 1)]
 
 
 def _first_tensor(obj: Any) -> torch.Tensor:
