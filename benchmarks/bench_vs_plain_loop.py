@@ -76,7 +76,7 @@ def plain_loop(args: argparse.Namespace) -> dict:
 def stall_filtered(step_s: list[float], tokens: list[int], slots: list[int]) -> float:
     from ampkit.bench.timing import summarize_steps
 
-    return summarize_steps(step_s, tokens, slots).tokens_per_s
+    return summarize_steps(step_s, tokens, slots).items_per_s
 
 
 def run_plain(args: argparse.Namespace) -> dict:
@@ -97,8 +97,8 @@ def run_plain(args: argparse.Namespace) -> dict:
     ]
     raw = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     return {
-        "tokens_per_s_all": sum(raw["tokens"]) / sum(raw["step_s"]),
-        "tokens_per_s": stall_filtered(raw["step_s"], raw["tokens"], raw["slots"]),
+        "items_per_s_all": sum(raw["tokens"]) / sum(raw["step_s"]),
+        "items_per_s": stall_filtered(raw["step_s"], raw["tokens"], raw["slots"]),
         "step_ms_median": 1000 * statistics.median(raw["step_s"]),
     }
 
@@ -128,8 +128,8 @@ def run_bench(args: argparse.Namespace, out: Path) -> dict:
     summary = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     timing = summary["precisions"][0]["timing"]
     return {
-        "tokens_per_s_all": timing["tokens_per_s_all"],
-        "tokens_per_s": timing["tokens_per_s"],
+        "items_per_s_all": timing["items_per_s_all"],
+        "items_per_s": timing["items_per_s"],
         "step_ms_median": timing["step_ms_median"],
     }
 
@@ -156,11 +156,11 @@ def main() -> int:
             plain = run_plain(args)
             rounds.append({"bench": bench, "plain": plain})
             print(
-                f"round {i + 1}: bench {bench['tokens_per_s']:,.0f} tok/s, plain {plain['tokens_per_s']:,.0f} "
-                f"tok/s (all steps: {bench['tokens_per_s_all']:,.0f} vs {plain['tokens_per_s_all']:,.0f})"
+                f"round {i + 1}: bench {bench['items_per_s']:,.0f} tok/s, plain {plain['items_per_s']:,.0f} "
+                f"tok/s (all steps: {bench['items_per_s_all']:,.0f} vs {plain['items_per_s_all']:,.0f})"
             )
     result = {"settings": {k: v for k, v in vars(args).items() if k != "plain_worker"}, "rounds": rounds}
-    for key in ("tokens_per_s", "tokens_per_s_all"):
+    for key in ("items_per_s", "items_per_s_all"):
         bench = statistics.mean(r["bench"][key] for r in rounds)
         plain = statistics.mean(r["plain"][key] for r in rounds)
         result[f"ratio_{key}"] = bench / plain
@@ -168,12 +168,12 @@ def main() -> int:
     result["ratio_step_ms_median"] = statistics.mean(r["plain"]["step_ms_median"] for r in rounds) / statistics.mean(
         r["bench"]["step_ms_median"] for r in rounds
     )
-    ratio = result["ratio_tokens_per_s"]
+    ratio = result["ratio_items_per_s"]
     result.update(target=f"|ratio - 1| < {TARGET}", within_target=abs(ratio - 1) < TARGET, load_average=_load_average())
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(
-        f"bench / plain tokens/s = {ratio:.3f} (all steps: {result['ratio_tokens_per_s_all']:.3f}; "
+        f"bench / plain tokens/s = {ratio:.3f} (all steps: {result['ratio_items_per_s_all']:.3f}; "
         f"by median step time: {result['ratio_step_ms_median']:.3f}); "
         f"{'within' if result['within_target'] else 'OUTSIDE'} the {TARGET:.0%} target -> {RESULTS}"
     )

@@ -50,7 +50,7 @@ def test_real_bench_writes_summary_and_reports(real_run):
         assert entry["status"] == "ok", entry["error"]
         assert entry["steps"] == {"warmup": 1, "measured": 3, "stalled": entry["steps"]["stalled"]}
         assert len(entry["timing"]["step_ms"]) == 3 and len(entry["loss"]["curve"]) == 4
-        assert entry["timing"]["tokens_per_s"] > 0 and entry["mfu"]["peak_flops"] > 0
+        assert entry["timing"]["items_per_s"] > 0 and entry["mfu"]["peak_flops"] > 0
         assert entry["memory"]["peak_bytes"] > 0
     fp32, bf16 = summary["precisions"]
     assert fp32["fidelity"]["logits_cosine"] == 1.0 and fp32["fidelity"]["logits_max_abs_diff"] == 0.0

@@ -69,12 +69,12 @@ def test_loss_curve_gap_over_common_steps():
     assert math.isnan(loss_curve_gap([5.0, 4.0], [5.0, math.nan])["max_gap"])
 
 
-def test_a_stalled_step_is_left_out_of_tokens_per_s():
+def test_a_stalled_step_is_left_out_of_items_per_s():
     step_s = [0.1] * 9 + [2.0]  # one step stalled 20x by something outside the process
     stats = summarize_steps(step_s, [1000] * 10, [1024] * 10)
     assert stats.stalled_steps == 1 and stats.measured_steps == 10
-    assert stats.tokens_per_s == pytest.approx(9000 / 0.9)
-    assert stats.tokens_per_s_all == pytest.approx(10000 / 2.9)
+    assert stats.items_per_s == pytest.approx(9000 / 0.9)
+    assert stats.items_per_s_all == pytest.approx(10000 / 2.9)
     assert stats.step_ms_median == pytest.approx(100.0) and stats.step_ms_max == pytest.approx(2000.0)
 
 
@@ -82,7 +82,7 @@ def test_a_long_batch_is_not_a_stall():
     # 4x the slots in 4.5x the time: slower per step, but not per slot
     stats = summarize_steps([0.1] * 9 + [0.45], [1000] * 9 + [4000], [1024] * 9 + [4096])
     assert stats.stalled_steps == 0
-    assert stats.tokens_per_s == pytest.approx(13000 / 1.35)
+    assert stats.items_per_s == pytest.approx(13000 / 1.35)
     assert stats.step_ms_p10 == pytest.approx(100.0) and stats.step_ms_p90 == pytest.approx(135.0)
 
 

@@ -16,7 +16,7 @@ GIB = 1024**3
 
 def cand(name, tps, *, cos=0.9999, mem=GIB, **kw) -> Candidate:
     return Candidate(
-        name=name, ok=True, tokens_per_s=tps, logits_cosine=cos, fidelity_passed=cos >= 0.99, peak_bytes=mem, **kw
+        name=name, ok=True, items_per_s=tps, logits_cosine=cos, fidelity_passed=cos >= 0.99, peak_bytes=mem, **kw
     )
 
 

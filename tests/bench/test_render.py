@@ -7,14 +7,14 @@ from ampkit.bench.render import fidelity_rows, main_rows, memory_rows, recommend
 MIB = 1024**2
 
 
-def _ok(name: str, *, tokens_per_s: float, peak_mib: int, speedup: float | None, cosine: float | None) -> dict:
+def _ok(name: str, *, items_per_s: float, peak_mib: int, speedup: float | None, cosine: float | None) -> dict:
     return {
         "name": name,
         "status": "ok",
         "native": name != "bf16-mixed",
         "native_note": "emulated: no avx512_bf16/amx_bf16" if name == "bf16-mixed" else "native",
         "steps": {"measured": 10, "warmup": 2, "stalled": 1 if name == "fp32" else 0},
-        "timing": {"tokens_per_s": tokens_per_s, "step_ms_median": 120.0, "step_ms_p10": 110.0, "step_ms_p90": 150.0},
+        "timing": {"items_per_s": items_per_s, "step_ms_median": 120.0, "step_ms_p10": 110.0, "step_ms_p90": 150.0},
         "mfu": {"value": 0.25, "peak_dtype": "fp32", "peak_source": "measured", "peak_flops": 1e11},
         "memory": {"peak_bytes": peak_mib * MIB, "run_bytes": peak_mib * MIB // 2},
         "loss": {"final": 2.5},
@@ -48,8 +48,8 @@ def _summary() -> dict:
         "device": {"type": "cpu"},
         "recommendation": {"precision": "fp32", "reason": "fp32: nothing measured here beats it by more than 5%"},
         "precisions": [
-            _ok("fp32", tokens_per_s=1000.0, peak_mib=1000, speedup=1.0, cosine=1.0),
-            _ok("bf16-mixed", tokens_per_s=50.0, peak_mib=800, speedup=0.05, cosine=0.999987),
+            _ok("fp32", items_per_s=1000.0, peak_mib=1000, speedup=1.0, cosine=1.0),
+            _ok("bf16-mixed", items_per_s=50.0, peak_mib=800, speedup=0.05, cosine=0.999987),
             failed,
         ],
     }

@@ -73,7 +73,7 @@ def test_a_minimal_conforming_summary_passes_and_a_retyped_field_fails():
     }
     assert validate_summary(summary) == []
     broken = copy.deepcopy(summary)
-    broken["precisions"][0]["timing"] = {"tokens_per_s": "fast"}
+    broken["precisions"][0]["timing"] = {"items_per_s": "fast"}
     assert any(
-        e.startswith("summary.precisions[0].timing.tokens_per_s: expected int/float") for e in validate_summary(broken)
+        e.startswith("summary.precisions[0].timing.items_per_s: expected int/float") for e in validate_summary(broken)
     )

@@ -13,13 +13,13 @@ Cosines are computed in float64 and written so that a vector compared with itsel
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
-from ampkit.core import forward_loss
 from ampkit.errors import UsageError
-from ampkit.models import IGNORE_INDEX
+from ampkit.tasks import optional
+from ampkit.tasks.lm import LMObjective
 
 HEALTHY_COSINE = 0.99
 AMPLIFIED_COSINE = 0.9
@@ -27,26 +27,27 @@ MAX_GRAD_ELEMENTS = 16_000_000  # ~64 MB as fp32 on disk; larger gradients are c
 FIDELITY_ROWS = 4  # rows of the fixed batch used for the capture (bounds the logits file)
 
 
-def capture_fidelity(*, model: torch.nn.Module, policy, batch) -> dict:
+def capture_fidelity(*, model: torch.nn.Module, policy, batch, task=None) -> dict:
     """Forward + loss + backward on `batch` at the model's current weights; nothing is stepped.
 
-    Backward goes through the policy (`policy.backward`: under fp16-mixed the loss is multiplied by
-    the scaler's current scale, exactly as in training, so fp16 gradients do not underflow) and the
-    scale is divided back out in fp32. The scaler's state is not touched (no unscale, no step, no
-    update). Gradients are cleared afterwards.
+    `task` gives the loss and the outputs compared (default: the language model's logits at real
+    positions). Backward goes through the policy (`policy.backward`: under fp16-mixed the loss is
+    multiplied by the scaler's current scale, exactly as in training, so fp16 gradients do not
+    underflow) and the scale is divided back out in fp32. The scaler's state is not touched (no
+    unscale, no step, no update). Gradients are cleared afterwards.
     Precondition: `batch` is on the model's device; call before any optimizer step.
     """
+    task = task or LMObjective()
     model.train()
     with policy.forward_context():
-        loss, logits = forward_loss(model, batch)
+        loss, outputs = task.loss(model, batch)
     scale = policy.loss_scale() or 1.0
     policy.backward(loss)
     params = [p for p in model.parameters() if p.requires_grad]
     grad = torch.cat([_flat_grad(p) for p in params]).div_(scale)
     model.zero_grad(set_to_none=True)
-    real = batch.targets != IGNORE_INDEX  # (B, T): logits at padding positions predict nothing
     return {
-        "logits": logits.detach()[real].float().cpu(),  # (n_real, vocab) fp32
+        "logits": optional.fidelity_outputs(task, outputs, batch).float().cpu(),  # (rows, features) fp32
         "loss": float(loss.detach().float().item()),
         "grad": _subsample(grad).cpu(),
         "grad_numel": int(grad.numel()),
@@ -70,20 +71,8 @@ def _subsample(grad: torch.Tensor) -> torch.Tensor:
 def fixed_batch(val_batches: list, *, rows: int = FIDELITY_ROWS):
     """The capture batch: the first held-out batch, cut to `rows` rows (same in every precision)."""
     if not val_batches:
-        raise UsageError("the corpus is too small to hold out a batch for the fidelity check; give more text")
-    batch = val_batches[0]
-    if batch.input_ids.shape[0] <= rows:
-        return batch
-    targets = batch.targets[:rows]
-    return replace(
-        batch,
-        input_ids=batch.input_ids[:rows],
-        targets=targets,
-        n_tokens=int((targets != IGNORE_INDEX).sum()),
-        n_padded=targets.numel(),
-        positions=None if batch.positions is None else batch.positions[:rows],
-        attn_mask=None if batch.attn_mask is None else batch.attn_mask[:rows],
-    )
+        raise UsageError("the task holds out no batch for the fidelity check; give it held-out data")
+    return optional.head(val_batches[0], rows)
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:

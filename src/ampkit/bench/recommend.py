@@ -30,7 +30,7 @@ class Candidate:
     stable: bool = True
     instability: str | None = None
     """why it is unstable, e.g. "3 non-finite losses" (None when stable)"""
-    tokens_per_s: float | None = None
+    items_per_s: float | None = None
     peak_bytes: int | None = None
     logits_cosine: float | None = None
     fidelity_passed: bool = False
@@ -93,17 +93,17 @@ def disqualification(c: Candidate, *, threshold: float) -> str | None:
         return f"failed: {c.error}"
     if not c.stable:
         return f"unstable: {c.instability}"
-    if c.tokens_per_s is None or not c.tokens_per_s > 0:
+    if c.items_per_s is None or not c.items_per_s > 0:
         return "no throughput measured"
     if not _is_reference(c.name) and not c.fidelity_passed:
         return f"fidelity: logits cos {format_cosine(c.logits_cosine)} < {threshold}"
     return None
 
 
-def _tokens_per_s(c: Candidate) -> float:
+def _items_per_s(c: Candidate) -> float:
     """The throughput of a candidate that `disqualification` let through (it requires one)."""
-    assert c.tokens_per_s is not None, f"{c.name} has no throughput; it should have been disqualified"
-    return c.tokens_per_s
+    assert c.items_per_s is not None, f"{c.name} has no throughput; it should have been disqualified"
+    return c.items_per_s
 
 
 def _peak_bytes(c: Candidate) -> int:
@@ -124,8 +124,8 @@ def recommend(
             precision=None, reason=f"no recommendation: the fp32 reference {why}", disqualified=disqualified
         )
     passing = [c for c in candidates if c.name not in disqualified]
-    fastest = max(passing, key=_tokens_per_s)
-    tied = [c for c in passing if _tokens_per_s(c) >= _tokens_per_s(fastest) * (1.0 - tie_tolerance)]
+    fastest = max(passing, key=_items_per_s)
+    tied = [c for c in passing if _items_per_s(c) >= _items_per_s(fastest) * (1.0 - tie_tolerance)]
     chosen = min(tied, key=lambda c: simplicity_rank(c.name))
     if _is_reference(chosen.name):
         reason = _why_reference(candidates, ref, disqualified, tie_tolerance)
@@ -157,14 +157,14 @@ def format_memory_change(ratio: float) -> str:
 
 
 def _why_faster(chosen: Candidate, ref: Candidate, fastest: Candidate) -> str:
-    parts = [f"{format_speedup(_tokens_per_s(chosen) / _tokens_per_s(ref))} tokens/s"]
+    parts = [f"{format_speedup(_items_per_s(chosen) / _items_per_s(ref))} tokens/s"]
     if chosen.peak_bytes and ref.peak_bytes:
         parts.append(format_memory_change(chosen.peak_bytes / ref.peak_bytes))
     parts.append(f"logits cos {format_cosine(chosen.logits_cosine)} vs fp32")
     reason = f"{chosen.name}: " + ", ".join(parts)
     if fastest.name != chosen.name:
         reason += (
-            f" ({fastest.name} was {format_speedup(_tokens_per_s(fastest) / _tokens_per_s(chosen))} as fast: "
+            f" ({fastest.name} was {format_speedup(_items_per_s(fastest) / _items_per_s(chosen))} as fast: "
             "a tie, which goes to the simpler regime)"
         )
     return reason
@@ -180,7 +180,7 @@ def _why_reference(
         if c.name in disqualified:
             notes.append(f"{c.name} {disqualified[c.name]}")
             continue
-        ratio = _tokens_per_s(c) / _tokens_per_s(ref)
+        ratio = _items_per_s(c) / _items_per_s(ref)
         if c.native:
             verdict = f"within the {tie_tolerance:.0%} tie margin" if ratio >= 1 else "slower"
             qualifier = f"{c.native_note or 'native'} here, yet {verdict}"

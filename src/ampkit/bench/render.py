@@ -125,7 +125,7 @@ def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
             [
                 e["name"],
                 _steps(e),
-                _num(timing and timing["tokens_per_s"], ",.0f"),
+                _num(timing and timing["items_per_s"], ",.0f"),
                 _ratio(e["vs_fp32"]["speedup"]) if e["vs_fp32"] else "-",
                 _step_ms(e),
                 _mfu(e),
@@ -282,7 +282,7 @@ def throughput_figure(summary: dict):
     entries = _ok(summary)
     names = [e["name"] for e in entries]
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 3.8))
-    tps = [e["timing"]["tokens_per_s"] for e in entries]
+    tps = [e["timing"]["items_per_s"] for e in entries]
     bars = ax_t.bar(names, tps, color=[_color(n) for n in names])
     for bar, e in zip(bars, entries):
         ax_t.annotate(

@@ -27,8 +27,8 @@ NUM = (int, float)
 OPT_NUM = Opt(NUM)
 
 TIMING = {
-    "tokens_per_s": NUM,
-    "tokens_per_s_all": NUM,
+    "items_per_s": NUM,
+    "items_per_s_all": NUM,
     "measured_s": NUM,
     "step_ms_median": NUM,
     "step_ms_p10": NUM,

@@ -45,8 +45,8 @@ def _loss_block(curve: list[float]) -> dict[str, Any]:
     return {"first": curve[0], "final": sum(tail) / len(tail), "last": curve[-1], "curve": curve}
 
 
-def _mfu_block(tokens_per_s: float, flops_per_token: float, peak: dict[str, Any]) -> dict[str, Any]:
-    value = tokens_per_s * flops_per_token / peak["peak_flops"] if peak["peak_flops"] else None
+def _mfu_block(items_per_s: float, flops_per_token: float, peak: dict[str, Any]) -> dict[str, Any]:
+    value = items_per_s * flops_per_token / peak["peak_flops"] if peak["peak_flops"] else None
     return {
         "value": value,
         "peak_flops": peak["peak_flops"],
@@ -82,8 +82,8 @@ def precision_entry(result: dict[str, Any], *, flops_per_token: float, info) -> 
     entry.update(
         steps={"warmup": result["warmup_steps"], "measured": stats.measured_steps, "stalled": stats.stalled_steps},
         timing={
-            "tokens_per_s": stats.tokens_per_s,
-            "tokens_per_s_all": stats.tokens_per_s_all,
+            "items_per_s": stats.items_per_s,
+            "items_per_s_all": stats.items_per_s_all,
             "measured_s": stats.measured_s,
             "step_ms_median": stats.step_ms_median,
             "step_ms_p10": stats.step_ms_p10,
@@ -92,7 +92,7 @@ def precision_entry(result: dict[str, Any], *, flops_per_token: float, info) -> 
             "step_ms_max": stats.step_ms_max,
             "step_ms": [1000.0 * s for s in result["step_s"]],
         },
-        mfu=_mfu_block(stats.tokens_per_s, flops_per_token, result["peak"]),
+        mfu=_mfu_block(stats.items_per_s, flops_per_token, result["peak"]),
         memory=result["memory"],
         loss=_loss_block(result["loss_curve"]),
         stability={
@@ -114,7 +114,7 @@ def common_speedup(result: dict[str, Any], reference: dict[str, Any]) -> tuple[f
     n = min(len(result["step_s"]), len(reference["step_s"]))
     mine = summarize_steps(result["step_s"][:n], result["tokens"][:n], result["slots"][:n])
     ref = summarize_steps(reference["step_s"][:n], reference["tokens"][:n], reference["slots"][:n])
-    return mine.tokens_per_s / ref.tokens_per_s, n
+    return mine.items_per_s / ref.items_per_s, n
 
 
 def add_comparisons(
@@ -144,7 +144,7 @@ def _load_capture(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
     return torch.load(run_dir / entry["files"]["fidelity"], weights_only=True)
 
 
-def candidate_from(entry: dict[str, Any], reference_tokens_per_s: float | None) -> Candidate:
+def candidate_from(entry: dict[str, Any], reference_items_per_s: float | None) -> Candidate:
     """The recommendation's view of one summary entry. Its tokens/s is fp32's times the same-batch
     speedup, so every candidate is ranked on batches it shares with the reference."""
     if entry["status"] != "ok":
@@ -157,7 +157,7 @@ def candidate_from(entry: dict[str, Any], reference_tokens_per_s: float | None) 
         ok=True,
         stable=entry["stability"]["stable"],
         instability=entry["stability"]["reason"],
-        tokens_per_s=_ranked_tokens_per_s(entry, reference_tokens_per_s),
+        items_per_s=_ranked_items_per_s(entry, reference_items_per_s),
         peak_bytes=entry["memory"]["peak_bytes"],
         logits_cosine=fidelity.get("logits_cosine"),
         fidelity_passed=bool(fidelity.get("passed")),
@@ -166,10 +166,10 @@ def candidate_from(entry: dict[str, Any], reference_tokens_per_s: float | None) 
     )
 
 
-def _ranked_tokens_per_s(entry: dict[str, Any], reference_tokens_per_s: float | None) -> float:
-    if entry["vs_fp32"] is None or reference_tokens_per_s is None:
-        return entry["timing"]["tokens_per_s"]
-    return reference_tokens_per_s * entry["vs_fp32"]["speedup"]
+def _ranked_items_per_s(entry: dict[str, Any], reference_items_per_s: float | None) -> float:
+    if entry["vs_fp32"] is None or reference_items_per_s is None:
+        return entry["timing"]["items_per_s"]
+    return reference_items_per_s * entry["vs_fp32"]["speedup"]
 
 
 def device_block(info) -> dict[str, Any]:
@@ -204,7 +204,7 @@ def build_summary(
     entries = [precision_entry(r, flops_per_token=flops_per_token, info=info) for r in results]
     add_comparisons(entries, results, run_dir, threshold=config.fidelity_threshold)
     ref_tps = next(
-        (e["timing"]["tokens_per_s"] for e in entries if get_spec(e["name"]).is_reference and e["timing"]), None
+        (e["timing"]["items_per_s"] for e in entries if get_spec(e["name"]).is_reference and e["timing"]), None
     )
     rec = recommend(
         [candidate_from(e, ref_tps) for e in entries],

@@ -94,7 +94,7 @@ def _measure(fs, precision: str, plan, run_dir: Path) -> dict[str, Any]:
         "status": "ok",
         "error": None,
         "measured_steps": stats.measured_steps,
-        "tokens_per_s": stats.tokens_per_s,
+        "tokens_per_s": stats.items_per_s,
         "step_ms_median": stats.step_ms_median,
         "padding_fraction": 1.0 - sum(result["tokens"]) / max(1, sum(result["slots"])),
         "peak_memory_bytes": result["memory"]["peak_bytes"],

@@ -76,12 +76,12 @@ class StepStats:
 
     measured_steps: int
     stalled_steps: int
-    """steps excluded from `tokens_per_s` as interference (see STALL_FACTOR)"""
+    """steps excluded from `items_per_s` as interference (see STALL_FACTOR)"""
     measured_s: float
     """sum of all measured step times, stalls included"""
-    tokens_per_s: float
+    items_per_s: float
     """real (non-padding) tokens per second over the measured steps, stalls excluded: the headline"""
-    tokens_per_s_all: float
+    items_per_s_all: float
     """the same with stalls included"""
     step_ms_median: float
     step_ms_p10: float
@@ -117,8 +117,8 @@ def summarize_steps(step_s: list[float], tokens: list[int], slots: list[int]) ->
         measured_steps=len(step_s),
         stalled_steps=sum(stalls),
         measured_s=sum(step_s),
-        tokens_per_s=sum(t for _, t in kept) / max(sum(s for s, _ in kept), 1e-12),
-        tokens_per_s_all=sum(tokens) / max(sum(step_s), 1e-12),
+        items_per_s=sum(t for _, t in kept) / max(sum(s for s, _ in kept), 1e-12),
+        items_per_s_all=sum(tokens) / max(sum(step_s), 1e-12),
         step_ms_median=1000.0 * statistics.median(step_s),
         step_ms_p10=1000.0 * _quantile(ordered, 0.10),
         step_ms_p90=1000.0 * _quantile(ordered, 0.90),

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import math
 import os
+import pickle
 import sys
 import time
 import traceback
@@ -34,6 +35,8 @@ from ampkit.hardware import matmul_size_for, measure_matmul_flops, measured_peak
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.precision import get_spec
 from ampkit.runs import write_json_atomic
+from ampkit.tasks import optional
+from ampkit.tasks.flops import flops_per_item
 from ampkit.train import TrainConfig, build_run
 from ampkit.train.features import Features
 
@@ -62,6 +65,8 @@ def train_config_for(config: BenchConfig, precision: str) -> TrainConfig:
     _, max_steps = config.measured_steps_range
     return TrainConfig(
         precision=precision,
+        task=config.task,
+        task_args=config.task_args,
         model=config.model,
         data=config.data,
         device=config.device,
@@ -73,6 +78,14 @@ def train_config_for(config: BenchConfig, precision: str) -> TrainConfig:
         seed=config.seed,
         eval_batches=1,
     )
+
+
+def load_pickled_task(path: str | None):
+    """The task object the Python API pickled for the workers (`ampkit.bench.run(task)`), or None."""
+    if path is None:
+        return None
+    with open(path, "rb") as fh:
+        return pickle.load(fh)  # noqa: S301 - written by this bench's parent process, in its own run directory
 
 
 def current_rss_bytes() -> int:
@@ -172,12 +185,14 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
     train_config = train_config_for(config, precision)
     if job.get("features"):  # `bench --sweep`: one combination of throughput switches
         train_config = dataclasses.replace(train_config, features=Features(**job["features"]))
-    objs = build_run(train_config)
+    objs = build_run(train_config, task=load_pickled_task(job.get("task_pickle")))
     reset_peak_memory(objs.device)
     with objs.policy.run_context():
         emit.emit("phase", phase="fidelity")
         batch = fixed_batch(objs.val_batches).to(objs.device)
-        torch.save(capture_fidelity(model=objs.model, policy=objs.policy, batch=batch), job["fidelity_path"])
+        capture = capture_fidelity(model=objs.model, policy=objs.policy, batch=batch, task=objs.task)
+        torch.save(capture, job["fidelity_path"])
+        flops = flops_per_item(objs.task, objs.model, batch, batch_size=config.batch_size)  # after: no weight moved
         steps = measure_steps(objs, config, emit)
     memory = memory_reading(objs.device, rss_before)  # before the peak matmul: its buffers are not the run's
     emit.emit("phase", phase="peak")
@@ -191,6 +206,9 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
         **steps,
         "memory": memory,
         "peak": peak,
+        **flops.to_dict(),
+        "unit": objs.task.unit,
+        "task": optional.describe(objs.task),
         "throughput": objs.features_summary(),
     }
 

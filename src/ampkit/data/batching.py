@@ -50,6 +50,21 @@ class Batch:
         """Share of target slots that are padding: 1 - n_tokens / n_padded (0.0 = no waste)."""
         return 1.0 - self.n_tokens / self.n_padded if self.n_padded else 0.0
 
+    def head(self, rows: int) -> Batch:
+        """The first `rows` rows, counts recomputed (fidelity compares a few rows)."""
+        if self.input_ids.shape[0] <= rows:
+            return self
+        targets = self.targets[:rows]
+        return replace(
+            self,
+            input_ids=self.input_ids[:rows],
+            targets=targets,
+            n_tokens=int((targets != IGNORE_INDEX).sum()),
+            n_padded=targets.numel(),
+            positions=None if self.positions is None else self.positions[:rows],
+            attn_mask=None if self.attn_mask is None else self.attn_mask[:rows],
+        )
+
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
         """A copy with every tensor on `device` (the counts stay host-side ints: no sync needed)."""
 
