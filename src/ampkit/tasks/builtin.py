@@ -1,0 +1,41 @@
+"""The built-in tasks besides the language model, by name: `builtin_task("convnet", channels_last=True)`."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from ampkit.errors import UsageError
+from ampkit.tasks.base import SupervisedTask
+from ampkit.tasks.convnet import make_convnet_task
+from ampkit.tasks.encoder import make_encoder_task
+from ampkit.tasks.mlp import make_mlp_task
+
+BUILTIN_TASKS: dict[str, Callable[..., SupervisedTask]] = {
+    "mlp": make_mlp_task,
+    "convnet": make_convnet_task,
+    "encoder": make_encoder_task,
+}
+
+
+def _factory(name: str) -> Callable[..., SupervisedTask]:
+    if name not in BUILTIN_TASKS:
+        raise UsageError(f"unknown built-in task {name!r}; choose one of: {', '.join(BUILTIN_TASKS)}")
+    return BUILTIN_TASKS[name]
+
+
+def builtin_task_arguments(name: str) -> dict[str, Any]:
+    """The keyword arguments task `name` accepts, with their defaults (what a CLI may offer)."""
+    params = inspect.signature(_factory(name)).parameters.values()
+    return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def builtin_task(name: str, **kwargs: Any) -> SupervisedTask:
+    """Build the built-in task `name`; an unknown name or keyword is a one-line UsageError listing the choices."""
+    factory = _factory(name)
+    accepted = builtin_task_arguments(name)
+    unknown = [key for key in kwargs if key not in accepted]
+    if unknown:
+        raise UsageError(f"task {name} has no argument {unknown[0]!r}; it accepts: {', '.join(accepted)}")
+    return factory(**kwargs)
