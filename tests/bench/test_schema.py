@@ -19,8 +19,8 @@ def test_check_reports_paths_and_types():
 
 def test_validate_summary_flags_wrong_schema_and_shape():
     assert validate_summary({"command": "train"})[0].startswith("summary.command: expected 'bench'")
-    errors = validate_summary({"command": "bench", "schema": "ampkit.bench/2", "schema_version": 2})
-    assert errors[0].startswith("summary.schema: expected ampkit.bench/1")
+    errors = validate_summary({"command": "bench", "schema": "ampkit.bench/1", "schema_version": 1})
+    assert errors[0].startswith("summary.schema: expected ampkit.bench/2")
     assert "summary.precisions: missing" in errors
 
 
@@ -42,8 +42,8 @@ def test_a_minimal_conforming_summary_passes_and_a_retyped_field_fails():
         "files": {"result": "r", "log": "l", "fidelity": None},
     }
     summary = {
-        "schema": "ampkit.bench/1",
-        "schema_version": 1,
+        "schema": "ampkit.bench/2",
+        "schema_version": 2,
         "command": "bench",
         "ampkit_version": "0",
         "torch_version": "2",
@@ -64,8 +64,12 @@ def test_a_minimal_conforming_summary_passes_and_a_retyped_field_fails():
             "cpu_flags": [],
             "cpu_threads": 2,
         },
-        "model": {"preset": "tiny", "parameters": 1, "flops_per_token": 6.0, "flops_formula": "6N"},
-        "data": {"corpus": "c", "tokenizer": "bytes", "seq_len": 8, "batch_size": 2},
+        "unit": "tokens",
+        "task": {"name": "tiny", "unit": "tokens"},
+        "model": {
+            "preset": "tiny", "parameters": 1, "flops_per_item": 6.0, "flops_source": "analytic", "flops_formula": "6N"
+        },
+        "data": {"corpus": "c", "seq_len": 8, "batch_size": 2},
         "reference": "fp32",
         "warnings": [],
         "precisions": [entry],

@@ -4,13 +4,24 @@ fp32, stability -- and a recommendation in numbers.
 - `config`: BenchConfig (flags and TOML keys), device defaults, precision lists.
 - `runner`: checks up front, one worker process per precision (`worker`), then summary and reports.
 - `fidelity`, `timing`, `recommend`: the measurements and the decision, as small testable pieces.
-- `summary` / `schema`: summary.json ("ampkit.bench/1") and its validator; `render`: console and report.
+- `summary` / `schema`: summary.json ("ampkit.bench/2") and its validator; `render`: console and report.
+- `run(task, **settings)`: the Python API (`ampkit.api.bench`).
 - `memory_check`: the up-front "does it fit" check (seam for the memory planner).
 """
 
+from ampkit.api import bench as run
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.recommend import Candidate, Recommendation, recommend
 from ampkit.bench.runner import plan_bench, run_bench
 from ampkit.bench.schema import validate_summary
 
-__all__ = ["BenchConfig", "Candidate", "Recommendation", "plan_bench", "recommend", "run_bench", "validate_summary"]
+__all__ = [
+    "BenchConfig",
+    "Candidate",
+    "Recommendation",
+    "plan_bench",
+    "recommend",
+    "run",
+    "run_bench",
+    "validate_summary",
+]

@@ -151,7 +151,7 @@ def resolve_for_device(config: BenchConfig, info) -> tuple[BenchConfig, list[str
     resolved = dataclasses.replace(
         config,
         precisions=",".join(names),
-        model=defaults["model"] if config.model == "auto" else config.model,
+        model=defaults["model"] if config.model == "auto" and not config.task else config.model,  # a task: its own
         seq_len=config.seq_len or defaults["seq_len"],
         batch_size=config.batch_size or defaults["batch_size"],
     )

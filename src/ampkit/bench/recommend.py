@@ -112,9 +112,15 @@ def _peak_bytes(c: Candidate) -> int:
 
 
 def recommend(
-    candidates: list[Candidate], *, threshold: float = 0.99, tie_tolerance: float = 0.05, capacity_bytes: int = 0
+    candidates: list[Candidate],
+    *,
+    threshold: float = 0.99,
+    tie_tolerance: float = 0.05,
+    capacity_bytes: int = 0,
+    unit: str = "tokens",
 ) -> Recommendation:
-    """The fastest stable precision that passes fidelity; ties (within `tie_tolerance`) go to the simpler."""
+    """The fastest stable precision that passes fidelity; ties (within `tie_tolerance`) go to the simpler.
+    `unit` names the task's items in the reason ("tokens/s", "samples/s")."""
     by_name = {c.name: c for c in candidates}
     disqualified = {c.name: why for c in candidates if (why := disqualification(c, threshold=threshold))}
     ref = by_name.get(REFERENCE)
@@ -128,9 +134,9 @@ def recommend(
     tied = [c for c in passing if _items_per_s(c) >= _items_per_s(fastest) * (1.0 - tie_tolerance)]
     chosen = min(tied, key=lambda c: simplicity_rank(c.name))
     if _is_reference(chosen.name):
-        reason = _why_reference(candidates, ref, disqualified, tie_tolerance)
+        reason = _why_reference(candidates, ref, disqualified, tie_tolerance, unit)
     else:
-        reason = _why_faster(chosen, ref, fastest)
+        reason = _why_faster(chosen, ref, fastest, unit)
     return Recommendation(
         precision=chosen.name,
         reason=reason,
@@ -156,8 +162,8 @@ def format_memory_change(ratio: float) -> str:
     return "same memory" if change == 0 else f"{change:+d}% memory"
 
 
-def _why_faster(chosen: Candidate, ref: Candidate, fastest: Candidate) -> str:
-    parts = [f"{format_speedup(_items_per_s(chosen) / _items_per_s(ref))} tokens/s"]
+def _why_faster(chosen: Candidate, ref: Candidate, fastest: Candidate, unit: str) -> str:
+    parts = [f"{format_speedup(_items_per_s(chosen) / _items_per_s(ref))} {unit}/s"]
     if chosen.peak_bytes and ref.peak_bytes:
         parts.append(format_memory_change(chosen.peak_bytes / ref.peak_bytes))
     parts.append(f"logits cos {format_cosine(chosen.logits_cosine)} vs fp32")
@@ -171,7 +177,7 @@ def _why_faster(chosen: Candidate, ref: Candidate, fastest: Candidate) -> str:
 
 
 def _why_reference(
-    candidates: list[Candidate], ref: Candidate, disqualified: dict[str, str], tie_tolerance: float
+    candidates: list[Candidate], ref: Candidate, disqualified: dict[str, str], tie_tolerance: float, unit: str
 ) -> str:
     notes = []
     for c in candidates:
@@ -186,7 +192,7 @@ def _why_reference(
             qualifier = f"{c.native_note or 'native'} here, yet {verdict}"
         else:
             qualifier = c.native_note or "emulated"
-        notes.append(f"{c.name} {format_speedup(ratio)} tokens/s ({qualifier})")
+        notes.append(f"{c.name} {format_speedup(ratio)} {unit}/s ({qualifier})")
     head = f"fp32: nothing measured here beats it by more than {tie_tolerance:.0%}"
     return head + (": " + "; ".join(notes) if notes else "")
 

@@ -1,7 +1,8 @@
 """Render a bench summary: the console table (rich) and report.html / report.md (ampkit.report).
 
 Works from summary.json alone, so `ampkit report RUN_DIR` re-renders any bench run.
-Units shown: tokens/s of real (non-padding) tokens; step time in ms; memory in MiB (1024**2 bytes).
+Units shown: the task's items per second (real, non-padding tokens for a language model; samples for a
+classifier: `summary["unit"]`); step time in ms; memory in MiB (1024**2 bytes).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
     headers = [
         "precision",
         "steps measured",
-        "tokens/s",
+        f"{summary.get('unit', 'tokens')}/s",
         "vs fp32",
         "step ms median (p10-p90)",
         "MFU",
@@ -160,8 +161,9 @@ def recommendation_text(summary: dict) -> str:
 def _title(summary: dict) -> str:
     m, d = summary["model"], summary["device"]
     return (
-        f"ampkit bench · {m['preset']} ({m['parameters'] / 1e6:.2f}M params) · {d['name']} · "
-        f"seq {summary['data']['seq_len']} x batch {summary['data']['batch_size']}"
+        f"ampkit bench · {m['preset']} ({(m['parameters'] or 0) / 1e6:.2f}M params) · {d['name']} · "
+        + (f"seq {summary['data']['seq_len']} x " if summary["data"].get("seq_len") else "")
+        + f"batch {summary['data']['batch_size']}"
     )
 
 
@@ -169,7 +171,7 @@ def _title(summary: dict) -> str:
 
 
 def setup_text(summary: dict) -> list[str]:
-    d, m, c = summary["device"], summary["model"], summary["config"]
+    d, c = summary["device"], summary["config"]
     flags = ", ".join(d["cpu_flags"]) or "none readable"
     budget = (
         f"exactly {c['steps']} measured steps"
@@ -184,16 +186,41 @@ def setup_text(summary: dict) -> list[str]:
             else f"compute capability {'.'.join(map(str, d['compute_capability'] or []))}"
         )
         + ").",
-        f"Model: {m['preset']}, {m['parameters']:,} parameters, {m['flops_per_token'] / 1e6:,.1f} MFLOPs per "
-        f"training token ({m['flops_formula']}). Data: {summary['data']['corpus']} ({summary['data']['tokenizer']} "
-        f"tokens), seq_len {summary['data']['seq_len']}, batch {summary['data']['batch_size']}, seed {c['seed']}.",
+        _model_line(summary),
         f"Each precision ran in its own process from the same initial weights on the same batches: "
-        f"{c['warmup_steps']} untimed warmup steps, then {budget}. Tokens/s counts real (non-padding) tokens; "
-        "steps stalled by something outside the process (over 4x the median) are left out of it and counted.",
+        f"{c['warmup_steps']} untimed warmup steps, then {budget}. {_unit(summary).capitalize()}/s counts real "
+        f"{_unit(summary)} (no padding); steps stalled by something outside the process (over 4x the median) are "
+        "left out of it and counted.",
         _mfu_note(summary),
         _memory_note(summary),
     ]
     return lines
+
+
+def _unit(summary: dict) -> str:
+    return summary.get("unit") or "tokens"
+
+
+def _model_line(summary: dict) -> str:
+    m, data, unit = summary["model"], summary["data"], _unit(summary)
+    params = f"{m['parameters']:,} parameters" if m.get("parameters") else "parameters not counted"
+    flops = (
+        f"{m['flops_per_item'] / 1e6:,.2f} MFLOPs per training {unit[:-1] if unit.endswith('s') else unit} "
+        f"({m['flops_formula']})"
+        if m.get("flops_per_item")
+        else "FLOPs not counted (no MFU)"
+    )
+    shape = ", ".join(
+        part
+        for part in (
+            f"data: {data['corpus']}" if data.get("corpus") else "",
+            f"seq_len {data['seq_len']}" if data.get("seq_len") else "",
+            f"batch {data['batch_size']}",
+            f"seed {summary['config']['seed']}",
+        )
+        if part
+    )
+    return f"Task: {m['preset']}, {params}, {flops}; {shape}."
 
 
 def _mfu_note(summary: dict) -> str:
@@ -206,9 +233,9 @@ def _mfu_note(summary: dict) -> str:
         if flops
     ]
     return (
-        "MFU = tokens/s x FLOPs per token / the device's peak for that precision's compute dtype -- "
+        f"MFU = {_unit(summary)}/s x FLOPs per item / the device's peak for that precision's compute dtype -- "
         + "; ".join(parts)
-        + ". Denominators differ by dtype, so compare tokens/s across precisions, "
+        + f". Denominators differ by dtype, so compare {_unit(summary)}/s across precisions, "
         "MFU within one."
     )
 
@@ -292,8 +319,9 @@ def throughput_figure(summary: dict):
             va="bottom",
             fontsize=9,
         )
-    ax_t.set_title("tokens/s (real tokens; higher is better)")
-    ax_t.set_ylabel("tokens/s")
+    unit = _unit(summary)
+    ax_t.set_title(f"{unit}/s (higher is better)")
+    ax_t.set_ylabel(f"{unit}/s")
     mem = [e["memory"]["peak_bytes"] / MIB for e in entries]
     bars = ax_m.bar(names, mem, color=[_color(n) for n in names])
     for bar, e in zip(bars, entries):
@@ -406,7 +434,9 @@ def build_report(summary: dict) -> Report:
     report.heading("Side by side")
     report.table(*main_rows(summary))
     if _ok(summary):
-        report.figure(throughput_figure(summary), "tokens/s and peak memory per precision (labels: ratio to fp32)")
+        report.figure(
+            throughput_figure(summary), f"{_unit(summary)}/s and peak memory per precision (labels: ratio to fp32)"
+        )
         report.heading("Fidelity against fp32")
         report.text(
             "Same initial weights, same fixed held-out batch: cosine similarity of the logits "

@@ -7,8 +7,10 @@ for the device, an output directory that exists) is refused here before any work
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -24,16 +26,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from ampkit.bench.config import BenchConfig, resolve_for_device
 from ampkit.bench.memory_check import check_model_fits
 from ampkit.bench.summary import build_summary
-from ampkit.data import DEFAULT_CORPUS_NAME
-from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.errors import TrainingError, UsageError
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
-from ampkit.models import ModelConfig
-from ampkit.models.flops import training_flops_per_token
-from ampkit.models.hf import HFModelInfo
 from ampkit.precision import REFERENCE, get_spec
 from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
-from ampkit.tasks.lm import resolve_model_config
+from ampkit.tasks import optional
+from ampkit.tasks.lm import LanguageModelTask
+from ampkit.tasks.load import build_task
 
 WORKERS_DIR = "workers"
 BUSY_LOAD_PER_CPU = 2.0  # a load average above this many runnable processes per CPU earns a warning
@@ -42,41 +41,53 @@ MIN_WORKER_TIMEOUT_S = 900.0  # hang protection only: a slow emulated precision 
 
 @dataclass(frozen=True, kw_only=True)
 class BenchPlan:
-    """A checked bench: resolved config, device, model shape and precisions in run order."""
+    """A checked bench: resolved config, device, the task and the precisions in run order."""
 
     config: BenchConfig
     info: DeviceInfo
     precisions: list[str]
     warnings: list[str]
-    model_config: ModelConfig | HFModelInfo
-    flops_per_token: float
+    task: dict[str, Any]
+    """the task's description (`ampkit.tasks.optional.describe`): name, unit, parameters, ..."""
+    task_pickle: str | None = None
+    """a pickled task object for the workers (the Python API), or None: they build it from config.task"""
 
 
-def plan_bench(config: BenchConfig) -> BenchPlan:
-    """Resolve "auto" settings for the device and refuse what cannot run, before any worker starts."""
+def plan_bench(config: BenchConfig, *, task_object=None) -> BenchPlan:
+    """Resolve "auto" settings for the device and refuse what cannot run, before any worker starts:
+    the task is built here once (a missing task file, a bad model or --seq-len is one line, exit 2)."""
     info = describe_device(pick_device(config.device))
     resolved, names, warnings = resolve_for_device(config, info)
-    model_config = resolve_model_config(resolved.model, tokenizer_for_model(resolved.model))  # a preset or hf:PATH
-    if resolved.seq_len > model_config.max_seq_len:
-        raise UsageError(
-            f"--seq-len {resolved.seq_len} exceeds model '{model_config.name}' max_seq_len "
-            f"{model_config.max_seq_len}; use a shorter --seq-len"
-        )
     if resolved.data != "default" and not Path(resolved.data).exists():
         raise UsageError(
             f"--data {resolved.data} does not exist; pass a .txt/.md/.jsonl file or a folder, "
             "or leave --data out for the embedded corpus"
         )
-    label = f"{info.name} ({'GPU' if info.type == 'cuda' else 'host RAM'})"
-    check_model_fits(model_config, names, capacity_bytes=info.total_memory_bytes, device_label=label)
-    return BenchPlan(
-        config=resolved,
-        info=info,
-        precisions=names,
-        warnings=warnings,
-        model_config=model_config,
-        flops_per_token=training_flops_per_token(model_config, resolved.seq_len),
-    )
+    task = task_object if task_object is not None else build_task(resolved)
+    if isinstance(task, LanguageModelTask):
+        label = f"{info.name} ({'GPU' if info.type == 'cuda' else 'host RAM'})"
+        check_model_fits(task.model_config, names, capacity_bytes=info.total_memory_bytes, device_label=label)
+    return BenchPlan(config=resolved, info=info, precisions=names, warnings=warnings, task=optional.describe(task))
+
+
+def main_script() -> str | None:
+    """The running script's path (a pickled task may refer to its classes as `__main__.NAME`)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return str(Path(path).resolve()) if path and str(path).endswith(".py") else None
+
+
+def pickle_task(task, folder: Path) -> Path:
+    """The task object, pickled for the workers (each precision runs in a fresh process)."""
+    path = folder / "task.pkl"
+    try:
+        path.write_bytes(pickle.dumps(task))
+    except (pickle.PicklingError, AttributeError, TypeError) as err:
+        raise UsageError(
+            f"task {task.name}: bench runs each precision in a fresh process and must pickle the task object, which "
+            f"failed ({type(err).__name__}: {err}); define its functions at module level, or pass the task as "
+            "'FILE.py:FACTORY'"
+        ) from None
+    return path
 
 
 def host_load() -> list[float] | None:
@@ -154,6 +165,10 @@ def measure_precision(name: str, plan: BenchPlan, run_dir: Path, progress) -> di
             "precision": name,
             "result_path": str(paths["result"]),
             "fidelity_path": str(paths["fidelity"]),
+            "task_pickle": plan.task_pickle,
+            "main_path": main_script()
+            if plan.task_pickle and b"__main__" in Path(plan.task_pickle).read_bytes()
+            else None,
         },
     )
     death = run_worker(
@@ -184,16 +199,24 @@ def _refuse_without_reference(result: dict[str, Any]) -> None:
 
 
 def run_bench(
-    config: BenchConfig, *, out: str | None = None, console: Console | None = None, show_progress: bool = True
+    config: BenchConfig,
+    *,
+    out: str | Path | None = None,
+    console: Console | None = None,
+    show_progress: bool = True,
+    task_object=None,
 ) -> tuple[dict[str, Any], Path]:
-    """The whole bench; returns (summary, run directory). The reports are written too."""
+    """The whole bench; returns (summary, run directory). The reports are written too. `task_object`:
+    a task given as a Python object (`ampkit.bench.run`), pickled for the worker processes."""
     from ampkit.bench.render import render_report  # matplotlib: loaded only once there is something to draw
 
     console = console or Console(stderr=True)
     started, load_start = time.perf_counter(), host_load()
-    plan = plan_bench(config)
+    plan = plan_bench(config, task_object=task_object)
     run_dir = create_run_dir(out, "bench")
     (run_dir / WORKERS_DIR).mkdir()
+    if task_object is not None:
+        plan = dataclasses.replace(plan, task_pickle=str(pickle_task(task_object, run_dir / WORKERS_DIR)))
     write_json_atomic(run_dir / "config.json", plan.config.to_dict())
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)  # one line, never folded
@@ -206,14 +229,11 @@ def run_bench(
                 if get_spec(name).is_reference:
                     _refuse_without_reference(result)
                 console.print(f"[red]{name} failed:[/] {result['error']}", soft_wrap=True)
-    corpus = DEFAULT_CORPUS_NAME if plan.config.data == "default" else str(plan.config.data)
     load = {"cpus": os.cpu_count() or 0, "start": load_start, "end": host_load()}
     summary = build_summary(
         config=plan.config,
         info=plan.info,
-        model_config=plan.model_config,
-        flops_per_token=plan.flops_per_token,
-        corpus=corpus,
+        task=plan.task,
         results=results,
         warnings=plan.warnings + busy_host_warning(load),
         run_dir=run_dir,

@@ -1,4 +1,4 @@
-"""The shape of `summary.json` ("ampkit.bench/1"), checked without any schema library.
+"""The shape of `summary.json` ("ampkit.bench/2"), checked without any schema library.
 
 A spec is a Python type (or tuple of types), `Opt(spec)` for "may be null", `ListOf(spec)`, or a
 dict of key -> spec (every key required; extra keys allowed, so adding a field is not a breaking
@@ -97,8 +97,16 @@ SUMMARY = {
         "cpu_flags": ListOf(str),
         "cpu_threads": int,
     },
-    "model": {"preset": str, "parameters": int, "flops_per_token": NUM, "flops_formula": str},
-    "data": {"corpus": str, "tokenizer": str, "seq_len": int, "batch_size": int},
+    "unit": str,
+    "task": {"name": str, "unit": str},
+    "model": {
+        "preset": str,
+        "parameters": Opt(int),
+        "flops_per_item": OPT_NUM,
+        "flops_source": Opt(str),
+        "flops_formula": Opt(str),
+    },
+    "data": {"corpus": Opt(str), "seq_len": Opt(int), "batch_size": int},
     "reference": str,
     "warnings": ListOf(str),
     "precisions": ListOf(PRECISION),

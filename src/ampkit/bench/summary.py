@@ -1,4 +1,4 @@
-"""From the workers' raw results to `summary.json` (schema "ampkit.bench/1", documented in docs/bench.md).
+"""From the workers' raw results to `summary.json` (schema "ampkit.bench/2", documented in docs/bench.md).
 
 Workers report raw facts (per-step seconds, tokens, losses, memory readings, the peak FLOP/s they
 measured); everything derived -- statistics, MFU, ratios against fp32, fidelity, stability, the
@@ -21,8 +21,8 @@ from ampkit.bench.recommend import Candidate, native_support, recommend
 from ampkit.bench.timing import summarize_steps
 from ampkit.precision import REFERENCE, get_spec
 
-SCHEMA = "ampkit.bench/1"
-SCHEMA_VERSION = 1
+SCHEMA = "ampkit.bench/2"
+SCHEMA_VERSION = 2  # 2: throughput as items_per_s in the task's "unit"; model.flops_per_item
 MAX_SKIPPED_FRACTION = 0.25  # an fp16 run that skips more than this share of its steps is unstable
 FINAL_LOSS_WINDOW = 5  # "loss after the run" is the mean of the last few step losses (one batch is noisy)
 
@@ -45,8 +45,9 @@ def _loss_block(curve: list[float]) -> dict[str, Any]:
     return {"first": curve[0], "final": sum(tail) / len(tail), "last": curve[-1], "curve": curve}
 
 
-def _mfu_block(items_per_s: float, flops_per_token: float, peak: dict[str, Any]) -> dict[str, Any]:
-    value = items_per_s * flops_per_token / peak["peak_flops"] if peak["peak_flops"] else None
+def _mfu_block(items_per_s: float, flops_per_item: float | None, peak: dict[str, Any]) -> dict[str, Any]:
+    """MFU = items/s x training FLOPs per item / the peak FLOP/s of the precision's compute dtype."""
+    value = items_per_s * flops_per_item / peak["peak_flops"] if peak["peak_flops"] and flops_per_item else None
     return {
         "value": value,
         "peak_flops": peak["peak_flops"],
@@ -55,7 +56,7 @@ def _mfu_block(items_per_s: float, flops_per_token: float, peak: dict[str, Any])
     }
 
 
-def precision_entry(result: dict[str, Any], *, flops_per_token: float, info) -> dict[str, Any]:
+def precision_entry(result: dict[str, Any], *, info) -> dict[str, Any]:
     """One precision's block, without the parts measured against fp32 (added by `add_comparisons`)."""
     name = result["precision"]
     native, note = native_support(info, get_spec(name))
@@ -92,7 +93,7 @@ def precision_entry(result: dict[str, Any], *, flops_per_token: float, info) -> 
             "step_ms_max": stats.step_ms_max,
             "step_ms": [1000.0 * s for s in result["step_s"]],
         },
-        mfu=_mfu_block(stats.items_per_s, flops_per_token, result["peak"]),
+        mfu=_mfu_block(stats.items_per_s, result.get("flops_per_item"), result["peak"]),
         memory=result["memory"],
         loss=_loss_block(result["loss_curve"]),
         stability={
@@ -188,30 +189,48 @@ def device_block(info) -> dict[str, Any]:
     }
 
 
+def _flops(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """FLOPs per item as the reference worker (else the first that ran) counted them."""
+    ok = [r for r in results if r.get("status") == "ok"]
+    ok.sort(key=lambda r: not get_spec(r["precision"]).is_reference)
+    first = ok[0] if ok else {}
+    return {
+        "flops_per_item": first.get("flops_per_item"),
+        "flops_source": first.get("flops_source"),
+        "measured_parameters": first.get("parameters"),
+    }
+
+
+FLOPS_FORMULAS = {
+    "analytic": "the task's formula (language models: 6N + 12*layers*d_model*seq_len, PaLM; N = matmul parameters)",
+    "measured": "torch.utils.flop_counter.FlopCounterMode over one forward and backward, per slot",
+}
+
+
 def build_summary(
     *,
     config: BenchConfig,
     info,
-    model_config,
-    flops_per_token: float,
-    corpus: str,
+    task: dict[str, Any],
     results: list[dict[str, Any]],
     warnings: list[str],
     run_dir: Path,
     wall_s: float,
     host_load: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    entries = [precision_entry(r, flops_per_token=flops_per_token, info=info) for r in results]
+    entries = [precision_entry(r, info=info) for r in results]
     add_comparisons(entries, results, run_dir, threshold=config.fidelity_threshold)
-    ref_tps = next(
+    ref_ips = next(
         (e["timing"]["items_per_s"] for e in entries if get_spec(e["name"]).is_reference and e["timing"]), None
     )
     rec = recommend(
-        [candidate_from(e, ref_tps) for e in entries],
+        [candidate_from(e, ref_ips) for e in entries],
         threshold=config.fidelity_threshold,
         tie_tolerance=config.tie_tolerance,
         capacity_bytes=info.total_memory_bytes,
+        unit=task["unit"],
     )
+    flops = _flops(results)
     summary = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -223,13 +242,19 @@ def build_summary(
         "config": config.to_dict(),
         "device": device_block(info),
         "host_load": host_load,
+        "unit": task["unit"],
+        "task": task,
         "model": {
-            "preset": model_config.name,
-            "parameters": model_config.num_parameters(),
-            "flops_per_token": flops_per_token,
-            "flops_formula": "6N + 12*layers*d_model*seq_len (PaLM; N = matmul parameters)",
+            "preset": task["name"],
+            "parameters": task.get("parameters") or flops.pop("measured_parameters"),
+            **{k: v for k, v in flops.items() if k != "measured_parameters"},
+            "flops_formula": FLOPS_FORMULAS.get(flops["flops_source"] or "", None),
         },
-        "data": {"corpus": corpus, "tokenizer": "bytes", "seq_len": config.seq_len, "batch_size": config.batch_size},
+        "data": {
+            "corpus": task.get("corpus"),
+            "seq_len": task.get("seq_len"),
+            "batch_size": config.batch_size,
+        },
         "reference": REFERENCE,
         "warnings": warnings,
         "precisions": entries,

@@ -80,12 +80,30 @@ def train_config_for(config: BenchConfig, precision: str) -> TrainConfig:
     )
 
 
-def load_pickled_task(path: str | None):
-    """The task object the Python API pickled for the workers (`ampkit.bench.run(task)`), or None."""
+def load_pickled_task(path: str | None, main_path: str | None = None):
+    """The task object the Python API pickled for the workers (`ampkit.bench.run(task)`), or None.
+
+    Classes and functions of the parent's own script pickle as `__main__.NAME`: as multiprocessing's
+    spawn does, the script is imported first as `__mp_main__` and stands in for `__main__` (its
+    `if __name__ == "__main__":` block does not run)."""
     if path is None:
         return None
+    if main_path:
+        _import_main_script(main_path)
     with open(path, "rb") as fh:
         return pickle.load(fh)  # noqa: S301 - written by this bench's parent process, in its own run directory
+
+
+def _import_main_script(path: str) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("__mp_main__", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["__mp_main__"] = module
+    spec.loader.exec_module(module)
+    sys.modules["__main__"] = module
 
 
 def current_rss_bytes() -> int:
@@ -185,7 +203,7 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
     train_config = train_config_for(config, precision)
     if job.get("features"):  # `bench --sweep`: one combination of throughput switches
         train_config = dataclasses.replace(train_config, features=Features(**job["features"]))
-    objs = build_run(train_config, task=load_pickled_task(job.get("task_pickle")))
+    objs = build_run(train_config, task=load_pickled_task(job.get("task_pickle"), job.get("main_path")))
     reset_peak_memory(objs.device)
     with objs.policy.run_context():
         emit.emit("phase", phase="fidelity")
@@ -208,6 +226,7 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
         "peak": peak,
         **flops.to_dict(),
         "unit": objs.task.unit,
+        "parameters": sum(p.numel() for p in objs.model.parameters()),  # distinct elements (ties once)
         "task": optional.describe(objs.task),
         "throughput": objs.features_summary(),
     }

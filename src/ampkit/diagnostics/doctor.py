@@ -65,7 +65,8 @@ from ampkit.precision import (
 )
 from ampkit.tasks import optional
 from ampkit.tasks.check import check_first_batch
-from ampkit.tasks.load import build_task, is_language_model
+from ampkit.tasks.lm import LanguageModelTask
+from ampkit.tasks.load import build_task
 
 SCHEMA = "ampkit.doctor/1"
 SMOKE_SAMPLES = 16  # the seeds' smoke test: memorize 16 samples
@@ -165,13 +166,13 @@ ModelHook = Callable[[nn.Module], nn.Module | None]
 class _Setup:
     """Device, model factory and data shared by every part of the diagnosis."""
 
-    def __init__(self, config: DoctorConfig, model_hook: ModelHook | None):
+    def __init__(self, config: DoctorConfig, model_hook: ModelHook | None, task=None):
         self.config = config
         self.device = pick_device(config.device)
         self.info = describe_device(self.device)
         self.warnings = check_supported(config.precision, self.info)
         self.spec = get_spec(config.precision)
-        self.task = build_task(config)  # the workload: its model, data and loss (`ampkit.tasks`)
+        self.task = task if task is not None else build_task(config)  # the workload (`ampkit.tasks`)
         self.model_hook = model_hook
         probe = self.fresh_model()  # validates --inject, --keep-fp32, --unsafe-op paths before any work
         if config.fault:
@@ -181,7 +182,7 @@ class _Setup:
         self._data_start = self.sampler.state_dict()
         self.first_batch = self.sampler.next_batch().to(self.device)
         self.sampler.load_state_dict(self._data_start)
-        if not is_language_model(config.task):  # a user's task: its first batch must make sense first
+        if not isinstance(self.task, LanguageModelTask):  # a user's task: its first batch must make sense first
             check_first_batch(self.task, probe, self.first_batch, device=self.device, policy=self.policy())
 
     def fresh_sampler(self):
@@ -324,12 +325,17 @@ def _final_flush_fraction(stats: list[StepGradStats]) -> float | None:
 
 
 def run_doctor(
-    config: DoctorConfig, *, model_hook: ModelHook | None = None, progress: Callable[[str], None] = lambda message: None
+    config: DoctorConfig,
+    *,
+    model_hook: ModelHook | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+    task=None,
 ) -> DoctorResult:
     """The whole diagnosis. `model_hook(model)` may modify (or replace) each freshly built model,
-    e.g. to insert a custom op; `progress` receives one line per part."""
+    e.g. to insert a custom op; `progress` receives one line per part; `task`: a task object (the
+    Python API), by default the one `config.task` names."""
     started = time.perf_counter()
-    setup = _Setup(config, model_hook)
+    setup = _Setup(config, model_hook, task)
     progress(f"diagnostic run: {config.steps} steps of {config.precision} with the locator attached")
     run = diagnostic_run(setup)
     progress("gradient snapshot: loss-scale range and per-layer norms")

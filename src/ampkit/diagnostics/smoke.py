@@ -115,10 +115,11 @@ class _Smoke:
             optimizer=optimizer,
             scheduler=scheduler,
             sampler=RepeatBatch(batch),
-            device=batch.input_ids.device,
+            device=next(model.parameters()).device,
             grad_accum=1,
             clip_grad_norm=config.clip_grad_norm,
             loss_fn=self.measure,
+            count_fn=task.count,
             gate=StepIfFinite(),
         )
         self.accuracy: list[float] = []
@@ -214,7 +215,7 @@ def run_smoke_test(
         diagnosis="",
         accuracy=smoke.accuracy,
     )
-    result.diagnosis = diagnose(result, samples=batch.input_ids.shape[0])
+    result.diagnosis = diagnose(result, samples=int(optional.tensors_of(batch)[0].shape[0]))  # rows memorized
     return result
 
 

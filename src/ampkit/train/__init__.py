@@ -1,5 +1,6 @@
 """Training: config, builders, the run (logging, eval, checkpoints); the step itself is `ampkit.core`."""
 
+from ampkit.api import train as run
 from ampkit.core.step import StepResult, Trainer, clip_gradients
 from ampkit.train.build import RunObjects, build_run
 from ampkit.train.config import TrainConfig
@@ -13,6 +14,7 @@ __all__ = [
     "TrainConfig",
     "Trainer",
     "build_run",
+    "run",
     "clip_gradients",
     "run_training",
 ]
