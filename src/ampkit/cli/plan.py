@@ -49,6 +49,8 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(PlanConfig, args, toml_path=args.config)
+    if config.task:
+        return _run_task(config, args)
     desc = describe_model(config.model)  # bad model or config.json: refused before the run dir exists
     summary = build_plan(config, desc=desc)
     run_dir = create_run_dir(args.out, "plan")
@@ -72,3 +74,22 @@ def _print(summary: dict, traced: bool, run_dir) -> None:
     for line in recommendation_lines(summary["recommendation"], summary["target"]):
         console.print(line)
     console.print(f"run directory: {run_dir} (summary.json, report.html)")
+
+
+def _run_task(config: PlanConfig, args: argparse.Namespace) -> int:
+    """A task other than the language model: its own model traced on fake tensors, one setting a row."""
+    from ampkit.plan.task_plan import build_task_plan, task_plan_table, write_task_plan_report
+    from ampkit.tasks.load import load_task
+
+    summary = build_task_plan(config, load_task(config.task, config.task_args))  # a bad task: before the run dir
+    run_dir = create_run_dir(args.out, "plan")
+    write_json_atomic(run_dir / "summary.json", summary)
+    if args.json:
+        print(json.dumps(summary, indent=2), flush=True)
+    else:
+        console = wide_console()
+        console.print(task_plan_table(summary))
+        console.print(summary["analytic_note"], soft_wrap=True)
+        console.print(f"run directory: {run_dir} (summary.json, report.html)")
+    write_task_plan_report(summary, run_dir)
+    return 0

@@ -15,6 +15,8 @@ from ampkit.options import (
     grad_accum_field,
     parallel_field,
     seq_len_field,
+    task_args_field,
+    task_field,
 )
 from ampkit.plan.kv import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, check_dtype
 from ampkit.plan.numerics import parse_precisions
@@ -43,6 +45,8 @@ class PlanConfig:
     """`ampkit plan`: a model's training-step memory and compute per precision x optimizer x checkpointing."""
 
     model: str = described_model_field("7b")
+    task: str = task_field(note="plan: a task other than the language model is traced on fake tensors")
+    task_args: dict = task_args_field()
     gpu: str | None = gpu_field()
     gpu_mem: str | None = gpu_mem_field()
     precisions: str = field(

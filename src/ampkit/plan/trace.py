@@ -28,6 +28,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ampkit.core import Trainer
+from ampkit.core.step import forward_loss, lm_count
 from ampkit.data import Batch
 from ampkit.errors import UsageError
 from ampkit.models import LlamaLM
@@ -202,9 +203,17 @@ class _OneBatch:
 
 
 def _train_step(
-    model: nn.Module, policy: Precision, optimizer: torch.optim.Optimizer, tracker: StorageTracker, batch: Batch
+    model: nn.Module,
+    policy: Precision,
+    optimizer: torch.optim.Optimizer,
+    tracker: StorageTracker,
+    batch,
+    *,
+    loss_fn=forward_loss,
+    count_fn=lm_count,
 ) -> None:
-    """`ampkit.core.Trainer.train_step` itself, for one micro-batch, with the tracker's phase labels."""
+    """`ampkit.core.Trainer.train_step` itself, for one micro-batch, with the tracker's phase labels;
+    `loss_fn`/`count_fn` are the task's (the language model's by default)."""
     stream = _OneBatch(batch)
     trainer = Trainer(
         model=model,
@@ -216,6 +225,8 @@ def _train_step(
         grad_accum=1,
         clip_grad_norm=1.0,
         phases=_TrackerPhases(tracker),
+        loss_fn=loss_fn,
+        count_fn=count_fn,
     )
     trainer.train_step()
 

@@ -173,7 +173,9 @@ class SupervisedTask:
             model = self.model()
         if not isinstance(model, nn.Module):
             raise UsageError(f"task {self.name}: its model factory returned {type(model).__name__}, not an nn.Module")
-        return model.to(device)
+        # Built on the CPU (the same initial weights on every device), moved only when it must be:
+        # `.to()` of an already-placed model would copy (or, on fake tensors, fail to swap) for nothing.
+        return model if torch.device(device) == torch.device("cpu") else model.to(device)
 
     def train_stream(self, *, batch_size: int, seed: int) -> IndexStream:
         return IndexStream(*self.train, batch_size=batch_size, seed=seed)

@@ -1,0 +1,213 @@
+"""`ampkit plan --task ...`: the memory ledger of any task's training step, traced on fake tensors.
+
+The analytic ledger replays transformer shapes op by op, so it exists for the language model only; a
+task's model is instead run for real, one steady-state training step of `ampkit.core.Trainer`, on
+fake tensors (no storage: the model's size does not matter) with the storage tracker filing every
+allocation under a ledger line. The largest micro-batch that fits comes from two traces: a step's
+memory is affine in the micro-batch (weights, gradients and optimizer states fixed; activations
+linear), so totals at b and 2b give the slope. Units: bytes; GiB in text (1024**3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from ampkit.errors import UsageError
+from ampkit.plan.fit import Target, resolve_target
+from ampkit.plan.optim import build_optimizer
+from ampkit.plan.setting import GIB, Ledger, StepSetting, framework_reserve
+from ampkit.plan.trace import _tag_state, _train_step, _warm_up
+from ampkit.plan.tracker import StorageTracker
+from ampkit.precision import build_precision, get_spec
+from ampkit.tasks import optional
+from ampkit.tasks.base import Task
+
+TASK_PLAN_SCHEMA = "ampkit.plan-task/1"
+
+
+def _checkpoint_blocks(blocks: list[nn.Module], tracker: StorageTracker) -> None:
+    """Full activation checkpointing of the task's repeated blocks; recomputed tensors are activations."""
+
+    def wrap(forward):
+        def run(*args, **kwargs):
+            def inner(*a, **k):
+                with tracker.phase_as("activations"):
+                    return forward(*a, **k)
+
+            return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+
+        return run
+
+    for block in blocks:
+        block.forward = wrap(block.forward)
+
+
+def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[StorageTracker, float | None]:
+    """One steady-state training step of `task` on fake tensors: (the tracker, FLOPs per item)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if not traceable(setting.precision):
+        raise UsageError("cannot trace native fp8 on CPU; plan fp8-emulated, which traces the same recipe")
+    policy = build_precision(setting.precision, device_type="cpu")
+    tracker = StorageTracker()
+    fake = FakeTensorMode(allow_non_fake_inputs=True)  # bitsandbytes' lookup tables stay real constants
+    with fake, policy.init_context():
+        model = policy.convert_module(task.build_model(device=torch.device("cpu"), seed=0))
+    optimizer = build_optimizer(setting.optimizer, model)  # no tensors made: safe outside fake mode
+    with fake:
+        _warm_up(model, optimizer, keep_grads=setting.grad_accum > 1)
+        _tag_state(tracker, model, optimizer)
+        if setting.checkpointing == "full":
+            _checkpoint_blocks(optional.repeated_blocks(task, model), tracker)
+        fake_batch = optional.map_tensors(batch, fake.from_tensor)
+        for tensor in optional.tensors_of(fake_batch):
+            tracker.tag(tensor, "activations")
+        with policy.run_context(), tracker:
+            _train_step(model, policy, optimizer, tracker, fake_batch, loss_fn=task.loss, count_fn=task.count)
+        with FlopCounterMode(display=False) as counter:
+            loss, _ = task.loss(model, fake_batch)
+            loss.backward()
+    _, slots = task.count(batch)
+    return tracker, (counter.get_total_flops() / slots if slots else None)
+
+
+def task_ledger(task: Task, setting: StepSetting, *, batch: Any, context_bytes: int, fragmentation: float):
+    tracker, flops = trace_task_step(task, setting, batch=batch)
+    ledger = Ledger(
+        setting=setting,
+        engine="traced",
+        at_peak=dict(tracker.peak_lines),
+        largest=dict(tracker.largest),
+        peak_moment=tracker.peak_label or "step",
+        reserve=framework_reserve(tracker.peak_total, context_bytes=context_bytes, fragmentation=fragmentation),
+    )
+    return ledger, flops
+
+
+def _largest_batch(b: int, total_b: int, total_2b: int, capacity: int) -> int | None:
+    """The largest micro-batch whose step fits `capacity`, from totals at b and 2b (affine in b)."""
+    slope = (total_2b - total_b) / b
+    if slope <= 0:
+        return None
+    return max(0, int(b + (capacity - total_b) // slope))
+
+
+def _row(task: Task, setting: StepSetting, config, target: Target | None) -> dict[str, Any]:
+    kwargs = {"context_bytes": int(config.context_gib * GIB), "fragmentation": config.fragmentation}
+    b = setting.micro_batch
+    stream = task.train_stream(batch_size=b, seed=0)
+    ledger, flops = task_ledger(task, setting, batch=stream.next_batch(), **kwargs)
+    row: dict[str, Any] = {"setting": setting.to_dict(), "traced": ledger.to_dict(), "flops_per_item": flops}
+    if target is not None:
+        double = task.train_stream(batch_size=2 * b, seed=0).next_batch()
+        twice, _ = task_ledger(task, StepSetting(**{**setting.to_dict(), "micro_batch": 2 * b}), batch=double, **kwargs)
+        row["fit"] = {
+            "fits": ledger.total <= target.capacity_bytes,
+            "headroom_bytes": target.capacity_bytes - ledger.total,
+            "max_micro_batch": _largest_batch(b, ledger.total, twice.total, target.capacity_bytes),
+        }
+        peak = target.gpu.peak_flops(get_spec(setting.precision).matmul_key) if target.gpu else None
+        items = b * setting.grad_accum
+        row["compute"] = {
+            "flops_per_step": flops * items if flops else None,
+            "step_s_at_peak": flops * items / peak if flops and peak else None,
+        }
+    return row
+
+
+def build_task_plan(config, task: Task) -> dict[str, Any]:
+    """The plan of every precision x optimizer x checkpointing setting for `task` (traced only)."""
+    from ampkit.plan.planner import settings_of
+
+    target = resolve_target(config.gpu, config.gpu_mem)
+    settings = [s for s in settings_of(config) if traceable(s.precision)]
+    if not _has_blocks(task):  # checkpointing recomputes repeated blocks: nothing to recompute
+        settings = [s for s in settings if s.checkpointing == "none"]
+    return {
+        "schema": TASK_PLAN_SCHEMA,
+        "command": "plan",
+        "units": {"memory": "bytes; fields ending in _gib are GiB (1024**3 bytes)", "flops": "FLOPs"},
+        "config": {k: v for k, v in vars(config).items()},
+        "task": optional.describe(task),
+        "engine": "traced",
+        "analytic_note": "the analytic ledger replays transformer shapes only; this task is planned by tracing "
+        "one training step of its own model on fake tensors",
+        "target": target.to_dict() if target else None,
+        "rows": [_row(task, s, config, target) for s in settings],
+        "skipped": sorted({s.precision for s in settings_of(config) if not traceable(s.precision)}),
+    }
+
+
+def _has_blocks(task: Task) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return bool(optional.repeated_blocks(task, task.build_model(device=torch.device("cpu"), seed=0)))
+
+
+def traceable(precision: str) -> bool:
+    """Native fp8 needs an sm89+ GPU's kernels; fp8-emulated traces the same recipe on CPU."""
+    spec = get_spec(precision)
+    return spec.fp8 is None or spec.emulated
+
+
+TABLE_HEADERS = ["precision / optimizer", "ckpt", "params", "grads", "states", "activ", "temps", "total GiB", "fits"]
+
+
+def _gib(n: float | None) -> str:
+    return "-" if n is None else f"{n / GIB:.3f}"
+
+
+def task_plan_rows(summary: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for row in summary["rows"]:
+        s, lines = row["setting"], row["traced"]["lines_at_peak_bytes"]
+        fit = row.get("fit")
+        rows.append(
+            [
+                f"{s['precision']} / {s['optimizer']}",
+                s["checkpointing"],
+                *(
+                    _gib(lines[k])
+                    for k in ("parameters", "gradients", "optimizer_states", "activations", "temporaries")
+                ),
+                _gib(row["traced"]["total_bytes"]),
+                "-" if fit is None else ("yes" if fit["fits"] else "no") + f" (max batch {fit['max_micro_batch']})",
+            ]
+        )
+    return rows
+
+
+def task_plan_table(summary: dict[str, Any]):
+    from rich.table import Table
+
+    task, target = summary["task"], summary["target"]
+    where = f" · {target['name']}" if target else ""
+    table = Table(
+        title=f"ampkit plan · {task['name']} (traced){where} · micro-batch {summary['config']['micro_batch']}"
+    )
+    for header in TABLE_HEADERS:
+        table.add_column(header, justify="left" if header.startswith("precision") else "right")
+    for cells in task_plan_rows(summary):
+        table.add_row(*cells)
+    return table
+
+
+def write_task_plan_report(summary: dict[str, Any], run_dir) -> tuple:
+    from ampkit.report import Report
+
+    report = Report(title=f"ampkit plan: {summary['task']['name']} (traced)")
+    report.text(
+        summary["analytic_note"] + ". Memory in GiB (1024^3 bytes): each line is what is alive when the "
+        "step's tensor memory peaks, plus the framework reserve (CUDA context + fragmentation).",
+        kind="note",
+    )
+    report.table(TABLE_HEADERS, task_plan_rows(summary))
+    if summary["skipped"]:
+        report.text(f"Not traced: {', '.join(summary['skipped'])} (native fp8 runs on sm89+ GPUs only).")
+    return report.write(run_dir)
