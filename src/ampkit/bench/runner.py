@@ -26,12 +26,19 @@ from ampkit.bench.memory_check import check_model_fits
 from ampkit.bench.summary import build_summary
 from ampkit.data import DEFAULT_CORPUS_NAME
 from ampkit.data.hf_tokenizer import tokenizer_for_model
-from ampkit.errors import TrainingError, UsageError
+from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.models import ModelConfig
 from ampkit.models.flops import training_flops_per_token
 from ampkit.models.hf import HFModelInfo
-from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
+from ampkit.runs import (
+    SUMMARY_FILE,
+    create_run_dir,
+    make_dir,
+    summary_marks_write_failure,
+    write_failed,
+    write_json_atomic,
+)
 from ampkit.train.build import resolve_model_config
 
 WORKERS_DIR = "workers"
@@ -105,7 +112,11 @@ def worker_timeout_s(config: BenchConfig) -> float:
 
 def run_worker(job_path: Path, log_path: Path, *, on_event: Callable[[dict], None], timeout_s: float) -> str | None:
     """Run one worker process to completion; returns None, or why it died without a result."""
-    with open(log_path, "w", encoding="utf-8") as log:
+    try:
+        log = open(log_path, "w", encoding="utf-8")
+    except OSError as err:
+        raise write_failed(log_path, err) from None
+    with log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ampkit.bench.worker", str(job_path)], stdout=subprocess.PIPE, stderr=log, text=True
         )
@@ -178,6 +189,8 @@ def _refuse_without_reference(result: dict[str, Any]) -> None:
     message = f"{REFERENCE} (the reference) failed: {error}; see {result['files']['log']}"
     if result.get("error_kind") in ("oom", "usage") or "killed by signal 9" in error:
         raise UsageError(message)  # the user can fix it: smaller shapes, other data, an extra installed
+    if result.get("error_kind") == "write":  # disk full, read-only: the summary says so (exit 1)
+        raise WriteFailed(result["files"]["log"], error, message=message)
     raise TrainingError(message)
 
 
@@ -191,7 +204,19 @@ def run_bench(
     started, load_start = time.perf_counter(), host_load()
     plan = plan_bench(config)
     run_dir = create_run_dir(out, "bench")
-    (run_dir / WORKERS_DIR).mkdir()
+    with summary_marks_write_failure(run_dir, "bench", console):  # disk full: "status": "failed", exit 1
+        summary = _measure_all(
+            plan, run_dir, console, show_progress=show_progress, started=started, load_start=load_start
+        )
+        render_report(summary, run_dir)
+    return summary, run_dir
+
+
+def _measure_all(
+    plan: BenchPlan, run_dir: Path, console: Console, *, show_progress: bool, started: float, load_start: list | None
+) -> dict[str, Any]:
+    """Every precision's worker, then summary.json (returned)."""
+    make_dir(run_dir / WORKERS_DIR)
     write_json_atomic(run_dir / "config.json", plan.config.to_dict())
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)  # one line, never folded
@@ -219,8 +244,7 @@ def run_bench(
         host_load=load,
     )
     write_json_atomic(run_dir / SUMMARY_FILE, summary)
-    render_report(summary, run_dir)
-    return summary, run_dir
+    return summary
 
 
 class BenchProgress:

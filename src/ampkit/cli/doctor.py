@@ -21,7 +21,7 @@ from ampkit.config import add_command_flags, resolve_config
 from ampkit.diagnostics.doctor import DoctorConfig, run_doctor
 from ampkit.diagnostics.doctor_report import build_report, print_console
 from ampkit.errors import UsageError
-from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
+from ampkit.runs import SUMMARY_FILE, create_run_dir, release_run_dir, summary_marks_write_failure, write_json_atomic
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -43,11 +43,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = run_doctor(config, progress=lambda line: console.print(f"[dim]doctor:[/] {line}", highlight=False))
     except UsageError:
+        release_run_dir(run_dir)
         _remove_if_empty(run_dir)  # a bad --inject path is found once the model exists
         raise
     summary = result.summary
-    write_json_atomic(run_dir / SUMMARY_FILE, summary)
-    build_report(summary).write(run_dir)
+    with summary_marks_write_failure(run_dir, "doctor", console):  # disk full: "status": "failed", exit 1
+        write_json_atomic(run_dir / SUMMARY_FILE, summary)
+        build_report(summary).write(run_dir)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -24,9 +24,21 @@ from ampkit.distributed.checkpoint import all_finite, save_sharded
 from ampkit.errors import RunInterrupted, TrainingError, UsageError
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.precision import LossScaleCollapse
-from ampkit.runs import METRICS_FILE, SUMMARY_FILE, MetricsWriter, truncate_metrics_after, write_json_atomic
+from ampkit.runs import (
+    METRICS_FILE,
+    SUMMARY_FILE,
+    MetricsWriter,
+    truncate_metrics_after,
+    write_json_atomic,
+    write_summary_or_say,
+)
 from ampkit.train.build import RunObjects
-from ampkit.train.checkpoint import capture_rng_state, restore_rng_state, save_checkpoint
+from ampkit.train.checkpoint import (  # CheckpointWriteFailed lives next to save_checkpoint; re-exported here
+    CheckpointWriteFailed,
+    capture_rng_state,
+    restore_rng_state,
+    save_checkpoint,
+)
 from ampkit.train.guard import build_guard, checkpoint_is_finite
 from ampkit.train.loggers import LoggedMetrics, build_logger
 from ampkit.train.signals import StopRequests
@@ -66,10 +78,6 @@ def run_state(objs: RunObjects, state: Progress_) -> dict[str, Any]:
         "rng": capture_rng_state(),
         "progress": dataclasses.asdict(state),
     }
-
-
-class CheckpointWriteFailed(TrainingError):
-    """A checkpoint could not be written (disk full, read-only directory); the previous one stays."""
 
 
 def write_checkpoint(objs: RunObjects, run_dir: Path, state: Progress_) -> bool:
@@ -293,10 +301,13 @@ def run_training(
         objs, state, timings, eval_losses, wall_s=time.perf_counter() - started, status=status, error=error
     )
     summary.update(guard=guard.summary(), diagnostics=diagnostics.summary(), parallel=objs.parallel.describe())
-    if main:
-        write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    written = False
+    if main and error:  # a failing run's summary when there is room, else a line saying it is missing
+        written = write_summary_or_say(run_dir / SUMMARY_FILE, summary, console)
+    elif main:
+        write_json_atomic(run_dir / SUMMARY_FILE, summary)  # cannot be written: the run fails (WriteFailed)
     if error:
-        raise TrainingError(f"{error} (partial summary in {run_dir / SUMMARY_FILE})")
+        raise TrainingError(error + (f" (partial summary in {run_dir / SUMMARY_FILE})" if written else ""))
     if status == "stopped":
         name = signal.Signals(stops.signum).name
         raise RunInterrupted(
