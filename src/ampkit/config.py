@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import types
 import typing
@@ -75,6 +76,15 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"config file {path} is not UTF-8 text; pass a .toml file to --config") from None
 
 
+def check_finite(key: str, value: Any, source: str | None = None) -> Any:
+    """Refuse an inf or nan float setting (`--lr inf`, `lr = nan` in a TOML file): no setting means
+    either, and one reaching a run would train on NaN. `source` None means a command-line flag."""
+    if isinstance(value, float) and not math.isfinite(value):
+        where = _flag(key) if source is None else f"setting '{key}' in {source}"
+        raise UsageError(f"{where} must be a finite number, got {value}")
+    return value
+
+
 def _check_value(cls, key: str, value: Any, source: str) -> Any:
     types_ = _field_types(cls)
     if key not in types_:
@@ -87,7 +97,7 @@ def _check_value(cls, key: str, value: Any, source: str) -> Any:
         return float(value)
     if isinstance(value, bool) != (tp is bool) or not isinstance(value, tp):
         raise UsageError(f"setting '{key}' in {source} must be {tp.__name__}, got {value!r}")
-    return value
+    return check_finite(key, value, source)
 
 
 def resolve_config(
@@ -109,7 +119,7 @@ def resolve_config(
         for key in _field_types(cls):
             given = getattr(args, key, None)
             if given is not None:
-                values[key] = given
+                values[key] = check_finite(key, given)
     return cls(**values)
 
 
