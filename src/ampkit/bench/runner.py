@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ampkit.bench.config import REFERENCE, BenchConfig, resolve_for_device
-from ampkit.bench.memory_check import check_model_fits
+from ampkit.bench.memory_check import check_bench_fits
 from ampkit.bench.summary import build_summary
 from ampkit.data import DEFAULT_CORPUS_NAME
 from ampkit.data.hf_tokenizer import tokenizer_for_model
@@ -73,8 +74,7 @@ def plan_bench(config: BenchConfig) -> BenchPlan:
             f"--data {resolved.data} does not exist; pass a .txt/.md/.jsonl file or a folder, "
             "or leave --data out for the embedded corpus"
         )
-    label = f"{info.name} ({'GPU' if info.type == 'cuda' else 'host RAM'})"
-    check_model_fits(model_config, names, capacity_bytes=info.total_memory_bytes, device_label=label)
+    check_bench_fits(resolved, names, device=torch.device(info.type))  # the planner's ledger, before any worker
     return BenchPlan(
         config=resolved,
         info=info,

@@ -72,6 +72,7 @@ def train_config_for(config: BenchConfig, precision: str) -> TrainConfig:
         warmup_steps=LR_WARMUP_STEPS,
         seed=config.seed,
         eval_batches=1,
+        fit_check=False,  # the parent checked every precision before any worker started
     )
 
 

@@ -21,6 +21,8 @@ from ampkit.config import add_command_flags, resolve_config
 from ampkit.diagnostics.doctor import DoctorConfig, run_doctor
 from ampkit.diagnostics.doctor_report import build_report, print_console
 from ampkit.errors import UsageError
+from ampkit.hardware import pick_device
+from ampkit.plan.fit_check import fit_check_for
 from ampkit.runs import SUMMARY_FILE, create_run_dir, release_run_dir, summary_marks_write_failure, write_json_atomic
 
 
@@ -38,6 +40,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(DoctorConfig, args, toml_path=args.config)
+    fit_check_for(config, device=pick_device(config.device), command="doctor")  # before any model is built
     console = Console(stderr=True)
     run_dir = create_run_dir(args.out, "doctor")
     try:

@@ -24,6 +24,7 @@ from ampkit.errors import UsageError
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.models import ModelConfig, build_model, get_preset
 from ampkit.models.hf import HFModelInfo, build_hf_model, describe_hf_model, is_hf_model
+from ampkit.plan.fit_check import fit_check_for
 from ampkit.precision import Precision, build_precision, check_supported
 from ampkit.train import features
 from ampkit.train.config import TrainConfig
@@ -121,6 +122,7 @@ def apply_model_features(
 
 
 def build_run(config: TrainConfig) -> RunObjects:
+    fit_check_for(config, device=pick_device(config.device), command="train")  # before anything is built
     device, info, warnings = check_device(config)
     # Joins the torchrun job before any data or model work; a rank's device is cuda:LOCAL_RANK.
     parallel, device = init_run(parallel=config.parallel, device=device, reduce_dtype=config.reduce_dtype)

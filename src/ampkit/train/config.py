@@ -22,7 +22,8 @@ class TrainConfig:
     model: str = field(
         default="tiny",
         metadata={
-            "help": "model preset name, or hf:PATH (a local Hugging Face model folder: config.json, optional weights and tokenizer)"
+            "help": "model preset name, or hf:PATH (a local Hugging Face model folder: config.json, "
+            "optional weights and tokenizer)"
         },
     )
     data: str = field(
@@ -78,7 +79,8 @@ class TrainConfig:
     guard: bool = field(
         default=False,
         metadata={
-            "help": "NaN guard: on a non-finite loss, K skipped steps or a scale collapse, roll back to the last checkpoint, skip the batch, cut the LR"
+            "help": "NaN guard: on a non-finite loss, K skipped steps or a scale collapse, roll back to the "
+            "last checkpoint, skip the batch, cut the LR"
         },
     )
     guard_max_skips: int = field(
@@ -100,14 +102,16 @@ class TrainConfig:
     log: str = field(
         default="none",
         metadata={
-            "help": "also log the scalars to: none or tensorboard (RUN_DIR/tensorboard; pip install 'ampkit[tensorboard]')"
+            "help": "also log the scalars to: none or tensorboard "
+            "(RUN_DIR/tensorboard; pip install 'ampkit[tensorboard]')"
         },
     )
     # Data parallelism (docs/distributed.md; ampkit.distributed).
     parallel: str = field(
         default="none",
         metadata={
-            "help": "none, ddp (replicated weights) or fsdp (FSDP2: weights, grads and optimizer states sharded); run under torchrun or with --nproc"
+            "help": "none, ddp (replicated weights) or fsdp (FSDP2: weights, grads and optimizer states "
+            "sharded); run under torchrun or with --nproc"
         },
     )
     reduce_dtype: str = field(
@@ -119,6 +123,10 @@ class TrainConfig:
     nproc: int = field(
         default=0,
         metadata={"help": "start N processes on this node through torchrun's launcher (0 = this process only)"},
+    )
+    fit_check: bool = field(
+        default=True,
+        metadata={"help": "refuse, before building the model, a step the memory planner says cannot fit this device"},
     )
 
     def __post_init__(self):
@@ -177,5 +185,6 @@ RESUMABLE_OVERRIDES = frozenset(
         "detect_nonfinite",
         "grad_stats_every",
         "log",
+        "fit_check",
     }
 )  # speed, memory, logging only: same model
