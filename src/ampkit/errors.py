@@ -44,7 +44,8 @@ class WriteFailed(TrainingError):
 _TORCH_WRITER_MARKERS = ("inline_container", "PytorchStreamWriter", "iostream error", "unexpected pos")
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
+def exception_chain(exc: BaseException | None) -> list[BaseException]:
+    """`exc`, then what it was raised from or while handling, and so on (each once)."""
     seen: list[BaseException] = []
     while exc is not None and exc not in seen:
         seen.append(exc)
@@ -66,7 +67,7 @@ def write_error_reason(exc: BaseException) -> tuple[str, int | None] | None:
     in the chain of a RuntimeError (an OSError found there names the cause)."""
     if not isinstance(exc, (OSError, RuntimeError)):  # e.g. a TypeError while serializing: a bug, not the disk
         return None
-    chain = _chain(exc)
+    chain = exception_chain(exc)
     for err in chain:
         if isinstance(err, OSError):
             return errno_reason(err.errno, err.strerror or str(err) or type(err).__name__), err.errno

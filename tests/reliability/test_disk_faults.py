@@ -10,6 +10,7 @@ when there is room for it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -214,3 +215,28 @@ def test_plan_and_kv_on_a_size_limited_disk(tmp_path, command):
     assert proc.returncode == 1
     assert "File too large (EFBIG)" in _failure_line(proc)
     assert _summary(out)["status"] == "failed" and _leftovers(out) == []
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_that_cannot_be_written_fails_every_rank_alike(tmp_path):
+    """2 ranks (FSDP2 over gloo) under a 1 MiB file-size limit: DCP's writer fails inside its
+    collective save; every rank learns it at once and stops with the same error (no rank hangs), the
+    .tmp directory goes, and the previous sharded checkpoint stays the latest."""
+    from ampkit.distributed.checkpoint import list_sharded
+
+    out = tmp_path / "fsdp"
+    common = ["--parallel", "fsdp", "--nproc", "2"]
+    base = ampkit_process("train", *TINY_ARGS, "--steps", "2", "--checkpoint-every", "2", *common, "--out", str(out))
+    assert base.returncode == 0, base.stderr[-2000:]
+    proc = ampkit_process("train", "--resume", str(out), "--steps", "4", "--nproc", "2", file_size_limit=MIB)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    said = " ".join(proc.stderr.split())
+    # the rank that exits first makes the launcher stop the other, which may not get to print its line
+    assert re.search(r"run failed: rank [01]: sharded checkpoint write at step 4 failed on rank [01]", said), said
+    assert "File too large (EFBIG)" in said and "previous checkpoint (step 2)" in said
+    assert "distributed job failed: rank" in said  # the launcher's own line
+    assert [p.name for p in list_sharded(out)] == ["step-00000002.dcp"]
+    assert not list((out / "checkpoints").glob("*.tmp"))
+    if (out / "summary.json").is_file():  # rank 0 writes it, unless the launcher stopped it first
+        assert _summary(out)["status"] in ("failed", "completed") and _summary(out)["steps"] in (2, 4)

@@ -24,6 +24,12 @@ REFUSED_WITHIN_S = 3.0
 ESTIMATE_TOLERANCE = 0.25
 
 
+def _bare_torch_start_s() -> float:
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True, timeout=120)
+    return time.monotonic() - started
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -38,7 +44,9 @@ def test_a_batch_that_cannot_fit_is_refused_at_once(tmp_path, argv):
     proc = ampkit_process(*argv, "--out", str(tmp_path / "out"), cwd=tmp_path)
     took = time.monotonic() - started
     assert proc.returncode == 2, proc.stderr
-    assert took < REFUSED_WITHIN_S, took  # process start and imports included
+    # process start and imports included (~1.8 s here, the check itself ~1 ms); on a host so loaded
+    # that starting Python with torch alone takes over 1.5 s, the bound moves with it
+    assert took < max(REFUSED_WITHIN_S, _bare_torch_start_s() + 1.5), took
     line = proc.stderr.strip()
     assert len(line.splitlines()) == 1 and "Traceback" not in line
     assert "--batch-size 100000 cannot fit" in line and "available on this host (MemAvailable)" in line

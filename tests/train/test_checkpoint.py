@@ -11,8 +11,15 @@ from unittest import mock
 import pytest
 import torch
 
-from ampkit.errors import UsageError
-from ampkit.train.checkpoint import list_checkpoints, load_checkpoint, load_latest, manifest_path, save_checkpoint
+from ampkit.errors import UsageError, WriteFailed
+from ampkit.train.checkpoint import (
+    CheckpointWriteFailed,
+    list_checkpoints,
+    load_checkpoint,
+    load_latest,
+    manifest_path,
+    save_checkpoint,
+)
 from helpers import limit_file_size
 
 PAYLOAD = {"model": {"w": torch.arange(1000, dtype=torch.float32)}}
@@ -100,3 +107,10 @@ def test_keep_last_k(tmp_path):
         "step-00000005.json",
         "step-00000005.pt",
     ]
+
+
+def test_checkpoint_write_failed_is_a_write_failed_and_takes_a_bare_message():
+    err = CheckpointWriteFailed("checkpoint write at step 3 failed (disk full)")  # the call sites of before
+    assert isinstance(err, WriteFailed) and str(err) == "checkpoint write at step 3 failed (disk full)"
+    err = CheckpointWriteFailed("/run/checkpoints/step-00000003.pt", "No space left on device (ENOSPC)")
+    assert str(err) == "cannot write /run/checkpoints/step-00000003.pt: No space left on device (ENOSPC)"

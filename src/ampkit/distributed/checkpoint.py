@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from ampkit import __version__
-from ampkit.errors import UsageError, as_write_failed
+from ampkit.errors import UsageError, as_write_failed, exception_chain
 from ampkit.runs import atomic_write, file_sha256, fsync_dir
 
 CHECKPOINT_DIR = "checkpoints"
@@ -149,11 +149,8 @@ def _attempt(tmp: Path, rank: int, fn, *args) -> Any:
 
 
 def _failed_file(err: BaseException) -> str | None:
-    while err is not None:
-        if isinstance(err, OSError) and err.filename:
-            return str(err.filename)
-        err = err.__cause__ or err.__context__
-    return None
+    """The file an OSError in `err`'s chain names, if any."""
+    return next((str(e.filename) for e in exception_chain(err) if isinstance(e, OSError) and e.filename), None)
 
 
 def _agree(run, run_dir: Path, step: int, tmp: Path, outcomes: list[Any]) -> None:
@@ -167,7 +164,7 @@ def _agree(run, run_dir: Path, step: int, tmp: Path, outcomes: list[Any]) -> Non
     if run.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
     latest = list_sharded(run_dir)
-    previous = f"step {int(_NAME.match(latest[-1].name).group(1))}" if latest else "none yet"
+    previous = f"step {int(latest[-1].name[5:13])}" if latest else "none yet"  # step-00000010.dcp
     raise CheckpointWriteFailed(
         failure.path,
         failure.reason,

@@ -65,6 +65,12 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 class CheckpointWriteFailed(WriteFailed):
     """A checkpoint could not be written (disk full, read-only directory); the previous one stays."""
 
+    def __init__(self, path, reason: str | None = None, **kwargs):
+        if reason is None:  # CheckpointWriteFailed("message"), as callers wrote it before it was a WriteFailed
+            super().__init__("", "", message=str(path))
+        else:
+            super().__init__(path, reason, **kwargs)
+
 
 def _write_failed(run_dir: Path, step: int, err: WriteFailed) -> CheckpointWriteFailed:
     complete = list_checkpoints(run_dir)
