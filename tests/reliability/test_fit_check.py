@@ -77,7 +77,7 @@ def test_no_fit_check_is_a_flag_and_a_resumable_override(run_cli):
 
 
 _MEASURE = """
-import json, resource, sys
+import json, sys
 import ampkit.cli.train  # the modules `ampkit train` holds when it checks
 from ampkit.plan.fit_check import fit_check_for
 from ampkit.train import TrainConfig
@@ -88,7 +88,8 @@ estimate = fit_check_for(config, device=torch.device("cpu"), command="train")
 from ampkit.cli import main
 args = ["train", "--model", model, "--batch-size", str(batch), "--steps", "3", "--eval-batches", "1"]
 code = main([*args, "--device", "cpu", "--out", out, "--json"])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM: this process image's peak RSS (ru_maxrss would carry over the parent's peak across exec)
+peak = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 held = estimate.peak_bytes - estimate.needed_bytes
 print(json.dumps({"code": code, "estimate": estimate.peak_bytes, "held": held, "peak": peak}), file=sys.stderr)
 """
