@@ -51,7 +51,10 @@ def create_run_dir(out: str | Path | None, command: str) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UsageError(f"cannot create output directory {path}: {err.strerror}; choose a writable --out") from None
+        failure = write_failed(path, err)
+        raise WriteFailed(
+            path, failure.reason, errno_code=failure.errno_code, message=f"{failure}; choose a writable --out"
+        ) from None
     lock_run_dir(path, command=command)
     try:
         _refuse_if_not_empty(path)  # again, under the lock: another process may have written into it meanwhile
@@ -367,13 +370,24 @@ def lock_resumed_run(run_dir: str | Path, *, nproc: int | None = None) -> None:
     saved = run_dir / "config.json"
     if not saved.is_file():
         return
+    if nproc is None and "RANK" not in os.environ:
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+            nproc = int(json.loads(saved.read_text(encoding="utf-8")).get("nproc") or 0)
+    if _trains_as_rank_0(nproc):
+        lock_run_dir(run_dir, command="train --resume")
+
+
+def lock_fresh_out(out: str | Path, *, nproc: int | None = None) -> None:
+    """`ampkit train --out DIR` where DIR exists and is empty: lock it now, before the model is built
+    (`create_run_dir` takes the same lock again later, a no-op). Other folders are left to
+    `create_run_dir`: one that does not exist yet is made there, a non-empty one refused there."""
+    out = Path(out)
+    if out.is_dir() and not any(p.name != LOCK_FILE for p in out.iterdir()) and _trains_as_rank_0(nproc):
+        lock_run_dir(out, command="train")
+
+
+def _trains_as_rank_0(nproc: int | None) -> bool:
+    """Whether this process will train as rank 0: a one-process run, or rank 0 under torchrun; not
+    torchrun's launcher (`--nproc N`), which leaves the lock to its rank 0."""
     rank = os.environ.get("RANK")
-    if rank is not None and rank != "0":
-        return
-    if rank is None:
-        if nproc is None:
-            with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
-                nproc = int(json.loads(saved.read_text(encoding="utf-8")).get("nproc") or 0)
-        if nproc:
-            return
-    lock_run_dir(run_dir, command="train --resume")
+    return rank == "0" if rank is not None else not nproc

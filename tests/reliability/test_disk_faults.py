@@ -240,3 +240,13 @@ def test_a_sharded_checkpoint_that_cannot_be_written_fails_every_rank_alike(tmp_
     assert not list((out / "checkpoints").glob("*.tmp"))
     if (out / "summary.json").is_file():  # rank 0 writes it, unless the launcher stopped it first
         assert _summary(out)["status"] in ("failed", "completed") and _summary(out)["steps"] in (2, 4)
+
+
+def test_an_output_directory_that_cannot_be_created(tmp_path, read_only):
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    read_only(parent)
+    proc = ampkit_process("plan", "--model", "7b", "--gpu", "A100-80GB", "--out", str(parent / "run"))
+    assert proc.returncode == 1
+    line = _failure_line(proc)
+    assert f"cannot write {parent / 'run'}: Read-only file system (EROFS); choose a writable --out" in line

@@ -6,7 +6,8 @@ command being run is imported (torch, matplotlib and the training stack cost ~1-
 the others appear in `ampkit --help` through their one-line summaries below.
 User mistakes surface as `UsageError`: one line on stderr, exit code 2, no traceback.
 A run directory's lock (`ampkit.runs.lock_run_dir`) is held until the command returns; `train
---resume RUN_DIR` takes it before torch is imported, so a second process on it is refused at once.
+--resume RUN_DIR` (and `train --out DIR` into an existing empty folder) takes it before torch is
+imported, so a second process on it is refused at once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 
 from ampkit import __version__
 from ampkit.errors import RunInterrupted, TrainingError, UsageError
-from ampkit.runs import lock_resumed_run, release_run_dirs
+from ampkit.runs import lock_fresh_out, lock_resumed_run, release_run_dirs
 
 # Order is the order shown in `ampkit --help`.
 COMMANDS = {
@@ -72,18 +73,23 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
     return None
 
 
-def _lock_resumed_run(argv: list[str]) -> None:
-    """`train --resume RUN_DIR`: lock RUN_DIR now, before importing torch (~1 s)."""
-    if _selected_command(argv) != "train" or (run_dir := _flag_value(argv, "--resume")) is None:
+def _lock_early(argv: list[str]) -> None:
+    """`train --resume RUN_DIR` (or `--out DIR`, an existing empty folder): lock it now, before
+    importing torch (~1 s), so that a second process on it is refused at once."""
+    if _selected_command(argv) != "train":
         return
-    nproc = _flag_value(argv, "--nproc")
-    lock_resumed_run(run_dir, nproc=int(nproc) if nproc and nproc.isdigit() else None)
+    given = _flag_value(argv, "--nproc")
+    nproc = int(given) if given and given.isdigit() else None
+    if (run_dir := _flag_value(argv, "--resume")) is not None:
+        lock_resumed_run(run_dir, nproc=nproc)
+    elif (out := _flag_value(argv, "--out")) is not None:
+        lock_fresh_out(out, nproc=nproc)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv_ = sys.argv[1:] if argv is None else argv
     try:
-        _lock_resumed_run(argv_)
+        _lock_early(argv_)
     except (UsageError, TrainingError) as err:
         print(f"ampkit train: {'error' if isinstance(err, UsageError) else 'run failed'}: {err}", file=sys.stderr)
         return EXIT_USAGE if isinstance(err, UsageError) else EXIT_FAILED
