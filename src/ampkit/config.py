@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import types
 import typing
@@ -184,6 +185,15 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"config file {path} is not UTF-8 text; pass a .toml file to --config") from None
 
 
+def check_finite(key: str, value: Any, source: str | None = None) -> Any:
+    """Refuse an inf or nan float setting (`--lr inf`, `lr = nan` in a TOML file): no setting means
+    either, and one reaching a run would train on NaN. `source` None means a command-line flag."""
+    if isinstance(value, float) and not math.isfinite(value):
+        where = _flag(key) if source is None else f"setting '{key}' in {source}"
+        raise UsageError(f"{where} must be a finite number, got {value}")
+    return value
+
+
 def _check_value(tp: Any, key: str, value: Any, where: str) -> Any:
     if value is None:
         return value
@@ -195,7 +205,7 @@ def _check_value(tp: Any, key: str, value: Any, where: str) -> Any:
         return float(value)
     if isinstance(value, bool) != (tp is bool) or not isinstance(value, tp):
         raise UsageError(f"setting '{key}' in {where} must be {tp.__name__}, got {value!r}")
-    return value
+    return check_finite(key, value, where)
 
 
 def _known(layout: Layout) -> str:
@@ -280,7 +290,7 @@ def resolve_config(
     if toml_path is not None:
         values |= flat_settings(cls, load_toml(toml_path), source=str(toml_path))
     if args is not None:
-        values |= given_flags(cls, args)
+        values |= {key: check_finite(key, value) for key, value in given_flags(cls, args).items()}
     return _build(cls, layout, values)
 
 

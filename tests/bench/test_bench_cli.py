@@ -223,7 +223,7 @@ def test_worker_failures_become_one_line_with_a_kind():
         (["--precisions", "fp32,bf17"], "unknown precision 'bf17'"),
         (["--budget-s", "0"], "--budget-s must be a positive number"),
         (["--precisions", "tf32"], "tf32 needs an NVIDIA GPU"),
-        (["--model", "7b"], "model '7b' does not fit"),
+        (["--model", "7b"], "bench --model 7b --precision fp32 --batch-size 8 cannot fit"),
         (["--model", "nope"], "unknown model preset 'nope'"),
         (["--seq-len", "4096"], "exceeds model 'tiny' max_seq_len"),
     ],
@@ -234,11 +234,7 @@ def test_bad_input_is_refused_in_one_line(tmp_path, capsys, monkeypatch, argv, m
 
     monkeypatch.setattr(runner, "run_worker", no_worker)
     if "7b" in argv:  # make the host small enough that 7B cannot fit, whatever this machine has
-        monkeypatch.setattr(
-            runner,
-            "describe_device",
-            lambda device: __import__("dataclasses").replace(AVX2_CPU, total_memory_bytes=16 * 2**30),
-        )
+        monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: 16 * 2**30)
     code, stdout, err = run_cli(capsys, "bench", *argv, "--out", str(tmp_path / "run"))
     assert code == 2 and stdout == ""
     assert len(err.strip().splitlines()) == 1 and message in err

@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from ampkit.bench.config import BenchConfig, default_precisions, parse_precisions, resolve_for_device
-from ampkit.bench.memory_check import check_model_fits, estimate_training_bytes
+from ampkit.bench.memory_check import check_bench_fits
 from ampkit.errors import UsageError
 from ampkit.hardware import parse_cpuinfo
 from ampkit.hardware.device import describe_cpu
-from ampkit.models import get_preset
 
 AVX2_CPU = describe_cpu(parse_cpuinfo("model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma\n"))
 
@@ -81,16 +81,18 @@ def test_cuda_defaults_follow_the_card():
     assert resolved.model == "gpt2-124m" and resolved.seq_len == 512
 
 
-def test_memory_check_refuses_a_model_too_big_with_the_estimate():
-    seven_b = get_preset("7b")
-    need = estimate_training_bytes(seven_b, "fp32")
-    assert need == seven_b.num_parameters() * 4 * 4
-    with pytest.raises(UsageError, match=r"model '7b' does not fit: fp32 training needs at least [\d.]+ GiB"):
-        check_model_fits(seven_b, ["fp32", "bf16-mixed"], capacity_bytes=need - 1, device_label="test")
-    check_model_fits(get_preset("tiny"), ["fp32"], capacity_bytes=need, device_label="test")  # fits: no error
-    check_model_fits(seven_b, ["fp32"], capacity_bytes=0, device_label="unknown")  # unknown capacity: no check
+def test_memory_check_refuses_a_model_too_big_with_the_planner_estimate(monkeypatch):
+    monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: 8 * 1024**3)  # an 8 GiB host
+    config = BenchConfig(model="7b", seq_len=256, batch_size=8)
+    with pytest.raises(UsageError, match=r"bench --model 7b --precision fp32 .* cannot fit: .* 8.00 GiB"):
+        check_bench_fits(config, ["fp32", "bf16-mixed"], device=torch.device("cpu"))
+    tiny = dataclasses.replace(config, model="tiny")
+    estimates = check_bench_fits(tiny, ["fp32", "bf16-mixed"], device=torch.device("cpu"))  # fits: no error
+    assert len(estimates) == 2 and all(e.fits and e.max_micro_batch > 8 for e in estimates)
+    assert check_bench_fits(dataclasses.replace(config, fit_check=False), ["fp32"], device=torch.device("cpu")) == []
 
 
-def test_bf16_true_needs_half_the_state_bytes():
-    tiny = get_preset("tiny")
-    assert estimate_training_bytes(tiny, "bf16-true") * 2 == estimate_training_bytes(tiny, "fp32")
+def test_memory_check_skips_a_host_that_does_not_report_its_memory(monkeypatch):
+    monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: None)
+    config = BenchConfig(model="7b", seq_len=256, batch_size=8)
+    assert check_bench_fits(config, ["fp32"], device=torch.device("cpu")) == []

@@ -67,7 +67,11 @@ def test_a_minimal_conforming_summary_passes_and_a_retyped_field_fails():
         "unit": "tokens",
         "task": {"name": "tiny", "unit": "tokens"},
         "model": {
-            "preset": "tiny", "parameters": 1, "flops_per_item": 6.0, "flops_source": "analytic", "flops_formula": "6N"
+            "preset": "tiny",
+            "parameters": 1,
+            "flops_per_item": 6.0,
+            "flops_source": "analytic",
+            "flops_formula": "6N",
         },
         "data": {"corpus": "c", "seq_len": 8, "batch_size": 2},
         "reference": "fp32",

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +16,11 @@ import pytest
 from ampkit.distributed.checkpoint import MANIFEST, list_sharded
 
 DIE = {"AMPKIT_TEST_DIE_RANK": "1", "AMPKIT_TEST_DIE_STEP": "4"}
+
+
+def _with_inject(here) -> str:
+    """The injection folder first, and the PYTHONPATH the tests run with after it (a checkout's src/)."""
+    return os.pathsep.join(p for p in (str(here / "inject"), os.environ.get("PYTHONPATH", "")) if p)
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +31,7 @@ def story(tmp_path_factory, launch):
     )
     after_stop = SimpleNamespace(checkpoints=[p.name for p in list_sharded(out)], losses=launch.train_losses(out))
     crashed = launch.ampkit(
-        "train", "--resume", str(out), "--nproc", "2", env={"PYTHONPATH": str(launch.HERE / "inject"), **DIE}
+        "train", "--resume", str(out), "--nproc", "2", env={"PYTHONPATH": _with_inject(launch.HERE), **DIE}
     )
     partial = out / "checkpoints" / "step-00000004.dcp.tmp"
     after_crash = SimpleNamespace(

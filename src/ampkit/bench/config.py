@@ -76,6 +76,10 @@ class BenchConfig:
         default=0.05,
         metadata={"help": "tokens/s within this fraction of the fastest count as a tie; ties go to the simpler regime"},
     )
+    fit_check: bool = field(
+        default=True,
+        metadata={"help": "refuse up front a run whose step the memory planner says cannot fit this device"},
+    )
 
     def __post_init__(self):
         if not (self.budget_s > 0 and math.isfinite(self.budget_s)):

@@ -20,16 +20,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ampkit.bench.config import BenchConfig, resolve_for_device
-from ampkit.bench.memory_check import check_model_fits
+from ampkit.bench.memory_check import check_bench_fits
 from ampkit.bench.summary import build_summary
-from ampkit.errors import TrainingError, UsageError
+from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.precision import REFERENCE, get_spec
-from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
+from ampkit.runs import (
+    SUMMARY_FILE,
+    create_run_dir,
+    make_dir,
+    summary_marks_write_failure,
+    write_failed,
+    write_json_atomic,
+)
 from ampkit.tasks import optional
 from ampkit.tasks.lm import LanguageModelTask
 from ampkit.tasks.load import build_task
@@ -64,9 +72,8 @@ def plan_bench(config: BenchConfig, *, task_object=None) -> BenchPlan:
             "or leave --data out for the embedded corpus"
         )
     task = task_object if task_object is not None else build_task(resolved)
-    if isinstance(task, LanguageModelTask):
-        label = f"{info.name} ({'GPU' if info.type == 'cuda' else 'host RAM'})"
-        check_model_fits(task.model_config, names, capacity_bytes=info.total_memory_bytes, device_label=label)
+    if isinstance(task, LanguageModelTask):  # the planner's ledger, before any worker (language models)
+        check_bench_fits(resolved, names, device=torch.device(info.type))
     return BenchPlan(config=resolved, info=info, precisions=names, warnings=warnings, task=optional.describe(task))
 
 
@@ -117,7 +124,11 @@ def worker_timeout_s(config: BenchConfig) -> float:
 
 def run_worker(job_path: Path, log_path: Path, *, on_event: Callable[[dict], None], timeout_s: float) -> str | None:
     """Run one worker process to completion; returns None, or why it died without a result."""
-    with open(log_path, "w", encoding="utf-8") as log:
+    try:
+        log = open(log_path, "w", encoding="utf-8")
+    except OSError as err:
+        raise write_failed(log_path, err) from None
+    with log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ampkit.bench.worker", str(job_path)], stdout=subprocess.PIPE, stderr=log, text=True
         )
@@ -195,6 +206,8 @@ def _refuse_without_reference(result: dict[str, Any]) -> None:
     message = f"{REFERENCE} (the reference) failed: {error}; see {result['files']['log']}"
     if result.get("error_kind") in ("oom", "usage") or "killed by signal 9" in error:
         raise UsageError(message)  # the user can fix it: smaller shapes, other data, an extra installed
+    if result.get("error_kind") == "write":  # disk full, read-only: the summary says so (exit 1)
+        raise WriteFailed(result["files"]["log"], error, message=message)
     raise TrainingError(message)
 
 
@@ -214,7 +227,32 @@ def run_bench(
     started, load_start = time.perf_counter(), host_load()
     plan = plan_bench(config, task_object=task_object)
     run_dir = create_run_dir(out, "bench")
-    (run_dir / WORKERS_DIR).mkdir()
+    with summary_marks_write_failure(run_dir, "bench", console):  # disk full: "status": "failed", exit 1
+        summary = _measure_all(
+            plan,
+            run_dir,
+            console,
+            show_progress=show_progress,
+            started=started,
+            load_start=load_start,
+            task_object=task_object,
+        )
+        render_report(summary, run_dir)
+    return summary, run_dir
+
+
+def _measure_all(
+    plan: BenchPlan,
+    run_dir: Path,
+    console: Console,
+    *,
+    show_progress: bool,
+    started: float,
+    load_start: list | None,
+    task_object=None,
+) -> dict[str, Any]:
+    """Every precision's worker, then summary.json (returned)."""
+    make_dir(run_dir / WORKERS_DIR)
     if task_object is not None:
         plan = dataclasses.replace(plan, task_pickle=str(pickle_task(task_object, run_dir / WORKERS_DIR)))
     write_json_atomic(run_dir / "config.json", plan.config.to_dict())
@@ -241,8 +279,7 @@ def run_bench(
         host_load=load,
     )
     write_json_atomic(run_dir / SUMMARY_FILE, summary)
-    render_report(summary, run_dir)
-    return summary, run_dir
+    return summary
 
 
 class BenchProgress:

@@ -24,7 +24,7 @@ from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, worker_time
 from ampkit.bench.timing import summarize_steps
 from ampkit.errors import UsageError
 from ampkit.precision import REFERENCE, get_spec
-from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
+from ampkit.runs import SUMMARY_FILE, create_run_dir, make_dir, summary_marks_write_failure, write_json_atomic
 from ampkit.train.features import feature_set_unavailable, get_feature_sets
 
 SWEEP_SCHEMA_VERSION = 1
@@ -46,21 +46,22 @@ def run_sweep(
     if BASELINE not in [fs.name for fs in feature_sets]:
         feature_sets = [fs for fs in get_feature_sets(BASELINE)] + feature_sets
     run_dir = create_run_dir(out, "bench-sweep")
-    (run_dir / WORKERS_DIR).mkdir()
-    write_json_atomic(run_dir / "config.json", {**plan.config.to_dict(), "sweep": [fs.name for fs in feature_sets]})
-    device = torch.device(plan.info.type)
-    started, rows = time.perf_counter(), []
-    for fs in feature_sets:
-        why = feature_set_unavailable(fs, device=device)
-        if why:
-            rows.append({"variant": fs.name, "settings": fs.settings(), "status": "skipped", "error": why})
-            console.print(f"[yellow]{fs.name} skipped:[/] {why}", soft_wrap=True)
-            continue
-        console.print(f"measuring {fs.name} ({precision}) ...")
-        rows.append(_measure(fs, precision, plan, run_dir))
-    summary = _summary(plan, precision, rows, run_dir, wall_s=time.perf_counter() - started)
-    write_json_atomic(run_dir / SUMMARY_FILE, summary)
-    render_sweep_report(summary, run_dir)
+    with summary_marks_write_failure(run_dir, "bench-sweep", console):  # disk full: "status": "failed", exit 1
+        make_dir(run_dir / WORKERS_DIR)
+        write_json_atomic(run_dir / "config.json", {**plan.config.to_dict(), "sweep": [fs.name for fs in feature_sets]})
+        device = torch.device(plan.info.type)
+        started, rows = time.perf_counter(), []
+        for fs in feature_sets:
+            why = feature_set_unavailable(fs, device=device)
+            if why:
+                rows.append({"variant": fs.name, "settings": fs.settings(), "status": "skipped", "error": why})
+                console.print(f"[yellow]{fs.name} skipped:[/] {why}", soft_wrap=True)
+                continue
+            console.print(f"measuring {fs.name} ({precision}) ...")
+            rows.append(_measure(fs, precision, plan, run_dir))
+        summary = _summary(plan, precision, rows, run_dir, wall_s=time.perf_counter() - started)
+        write_json_atomic(run_dir / SUMMARY_FILE, summary)
+        render_sweep_report(summary, run_dir)
     return summary, run_dir
 
 

@@ -30,11 +30,11 @@ import torch
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import capture_fidelity, fixed_batch
 from ampkit.bench.timing import make_step_timer, synchronize
-from ampkit.errors import TrainingError, UsageError
+from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.hardware import matmul_size_for, measure_matmul_flops, measured_peak_flops, peak_flops
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.precision import get_spec
-from ampkit.runs import write_json_atomic
+from ampkit.runs import atomic_write, write_json_atomic
 from ampkit.tasks import optional
 from ampkit.tasks.flops import flops_per_item
 from ampkit.train import TrainConfig, build_run
@@ -77,6 +77,7 @@ def train_config_for(config: BenchConfig, precision: str) -> TrainConfig:
         warmup_steps=LR_WARMUP_STEPS,
         seed=config.seed,
         eval_batches=1,
+        fit_check=False,  # the parent checked every precision before any worker started
     )
 
 
@@ -209,7 +210,8 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
         emit.emit("phase", phase="fidelity")
         batch = fixed_batch(objs.val_batches).to(objs.device)
         capture = capture_fidelity(model=objs.model, policy=objs.policy, batch=batch, task=objs.task)
-        torch.save(capture, job["fidelity_path"])
+        with atomic_write(job["fidelity_path"]) as fh:  # a failure to write: WriteFailed, no partial file
+            torch.save(capture, fh)
         flops = flops_per_item(objs.task, objs.model, batch, batch_size=config.batch_size)  # after: no weight moved
         steps = measure_steps(objs, config, emit)
     memory = memory_reading(objs.device, rss_before)  # before the peak matmul: its buffers are not the run's
@@ -233,10 +235,13 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
 
 
 def describe_failure(err: BaseException) -> tuple[str, str]:
-    """(kind, one line saying what went wrong and what to change); kind is "oom", "usage" or "error"."""
+    """(kind, one line saying what went wrong and what to change); kind is "oom", "usage", "write"
+    (a file could not be written: disk full, read-only) or "error"."""
     text = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
     if isinstance(err, torch.OutOfMemoryError) or "can't allocate memory" in text:
         return "oom", f"out of memory ({text}); lower --batch-size or --seq-len, or pick a smaller --model"
+    if isinstance(err, WriteFailed):
+        return "write", text
     if isinstance(err, UsageError):
         return "usage", text
     if isinstance(err, TrainingError):
@@ -256,7 +261,11 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc(file=sys.stderr)  # the full story goes to the worker's log file
         kind, message = describe_failure(err)
         result = {"precision": job["precision"], "status": "failed", "error": message, "error_kind": kind}
-    write_json_atomic(job["result_path"], result)
+    try:
+        write_json_atomic(job["result_path"], result)
+    except WriteFailed as err:  # the parent finds no result and reports this line from the log
+        print(f"ampkit bench worker: {err}", file=sys.stderr)
+        return 1
     return 0 if result["status"] == "ok" else 1
 
 

@@ -5,6 +5,9 @@ Each command lives in its own module `ampkit.cli.<name>` exposing
 command being run is imported (torch, matplotlib and the training stack cost ~1-2 s to import);
 the others appear in `ampkit --help` through their one-line summaries below.
 User mistakes surface as `UsageError`: one line on stderr, exit code 2, no traceback.
+A run directory's lock (`ampkit.runs.lock_run_dir`) is held until the command returns; `train
+--resume RUN_DIR` (and `train --out DIR` into an existing empty folder) takes it before torch is
+imported, so a second process on it is refused at once.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 
 from ampkit import __version__
 from ampkit.errors import RunDiverged, RunInterrupted, TrainingError, UsageError
+from ampkit.runs import lock_fresh_out, lock_resumed_run, release_run_dirs
 
 # Order is the order shown in `ampkit --help`.
 COMMANDS = {
@@ -60,7 +64,42 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _lock_early(argv: list[str]) -> None:
+    """`train --resume RUN_DIR` (or `--out DIR`, an existing empty folder): lock it now, before
+    importing torch (~1 s), so that a second process on it is refused at once."""
+    if _selected_command(argv) != "train":
+        return
+    given = _flag_value(argv, "--nproc")
+    nproc = int(given) if given and given.isdigit() else None
+    if (run_dir := _flag_value(argv, "--resume")) is not None:
+        lock_resumed_run(run_dir, nproc=nproc)
+    elif (out := _flag_value(argv, "--out")) is not None:
+        lock_fresh_out(out, nproc=nproc)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv_ = sys.argv[1:] if argv is None else argv
+    try:
+        _lock_early(argv_)
+    except (UsageError, TrainingError) as err:
+        print(f"ampkit train: {'error' if isinstance(err, UsageError) else 'run failed'}: {err}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(err, UsageError) else EXIT_FAILED
+    try:
+        return _main(argv)
+    finally:
+        release_run_dirs()
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
@@ -70,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        if args.command == "train" and getattr(args, "resume", None):  # `--res DIR` (an abbreviation) too
+            lock_resumed_run(args.resume, nproc=args.nproc)
         return int(args._run(args) or 0)
     except UsageError as err:
         print(f"ampkit {args.command}: error: {err}", file=sys.stderr)

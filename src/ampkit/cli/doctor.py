@@ -22,7 +22,10 @@ from ampkit.config import add_command_flags, resolve_config
 from ampkit.diagnostics.doctor import DoctorConfig, run_doctor
 from ampkit.diagnostics.doctor_report import build_report, print_console
 from ampkit.errors import UsageError
-from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
+from ampkit.hardware import pick_device
+from ampkit.plan.fit_check import fit_check_for
+from ampkit.tasks.load import is_language_model
+from ampkit.runs import SUMMARY_FILE, create_run_dir, release_run_dir, summary_marks_write_failure, write_json_atomic
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -39,16 +42,20 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(DoctorConfig, args, toml_path=args.config)
+    if is_language_model(config.task):  # the planner's ledger plans language models
+        fit_check_for(config, device=pick_device(config.device), command="doctor")  # before any model is built
     console = Console(stderr=True)
     run_dir = create_run_dir(args.out, "doctor")
     try:
         result = run_doctor(config, progress=lambda line: console.print(f"[dim]doctor:[/] {line}", highlight=False))
     except UsageError:
+        release_run_dir(run_dir)
         _remove_if_empty(run_dir)  # a bad --inject path is found once the model exists
         raise
     summary = result.summary
-    write_json_atomic(run_dir / SUMMARY_FILE, summary)
-    build_report(summary).write(run_dir)
+    with summary_marks_write_failure(run_dir, "doctor", console):  # disk full: "status": "failed", exit 1
+        write_json_atomic(run_dir / SUMMARY_FILE, summary)
+        build_report(summary).write(run_dir)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -17,7 +17,7 @@ from ampkit.plan.config import KvConfig
 from ampkit.plan.describe import describe_model
 from ampkit.plan.planner import build_kv
 from ampkit.plan.render import kv_budget_lines, kv_table, write_kv_report
-from ampkit.runs import create_run_dir, write_json_atomic
+from ampkit.runs import create_run_dir, summary_marks_write_failure, write_json_atomic
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -35,13 +35,14 @@ def run(args: argparse.Namespace) -> int:
     desc = describe_model(config.model)
     summary = build_kv(config, desc=desc)
     run_dir = create_run_dir(args.out, "kv")
-    write_json_atomic(run_dir / "config.json", summary["config"])
-    write_json_atomic(run_dir / "summary.json", summary)
-    if args.json:
-        print(json.dumps(summary, indent=2), flush=True)
-    else:
-        _print(summary, run_dir)
-    write_kv_report(summary, run_dir)
+    with summary_marks_write_failure(run_dir, "kv"):  # disk full: "status": "failed", exit 1
+        write_json_atomic(run_dir / "config.json", summary["config"])
+        write_json_atomic(run_dir / "summary.json", summary)
+        if args.json:
+            print(json.dumps(summary, indent=2), flush=True)
+        else:
+            _print(summary, run_dir)
+        write_kv_report(summary, run_dir)
     return 0
 
 

@@ -28,7 +28,7 @@ from ampkit.plan.render import (
     recommendation_lines,
     write_plan_report,
 )
-from ampkit.runs import create_run_dir, write_json_atomic
+from ampkit.runs import create_run_dir, summary_marks_write_failure, write_json_atomic
 
 
 def wide_console() -> Console:
@@ -54,13 +54,14 @@ def run(args: argparse.Namespace) -> int:
     desc = describe_model(config.model)  # bad model or config.json: refused before the run dir exists
     summary = build_plan(config, desc=desc)
     run_dir = create_run_dir(args.out, "plan")
-    write_json_atomic(run_dir / "config.json", summary["config"])
-    write_json_atomic(run_dir / "summary.json", summary)
-    if args.json:
-        print(json.dumps(summary, indent=2), flush=True)
-    else:
-        _print(summary, config.trace, run_dir)
-    write_plan_report(summary, run_dir)  # after the answer is on screen: plotting takes a moment
+    with summary_marks_write_failure(run_dir, "plan"):  # disk full: "status": "failed", exit 1
+        write_json_atomic(run_dir / "config.json", summary["config"])
+        write_json_atomic(run_dir / "summary.json", summary)
+        if args.json:
+            print(json.dumps(summary, indent=2), flush=True)
+        else:
+            _print(summary, config.trace, run_dir)
+        write_plan_report(summary, run_dir)  # after the answer is on screen: plotting takes a moment
     return 0
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ampkit.cli import COMMANDS
 from ampkit.errors import UsageError
-from ampkit.runs import SUMMARY_FILE
+from ampkit.runs import SUMMARY_FILE, lock_run_dir
 
 # command -> (module, renderer function, validator function or None)
 RENDERERS: dict[str, tuple[str, str, str | None]] = {
@@ -54,6 +54,7 @@ def _resolve(ref: str):
 def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     summary = load_summary(run_dir)
+    lock_run_dir(run_dir, command="report")  # it writes into RUN_DIR: not while a run is writing there
     command = summary["command"]
     if command not in RENDERERS:
         known = ", ".join(RENDERERS)

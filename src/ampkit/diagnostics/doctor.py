@@ -108,6 +108,10 @@ class DoctorConfig:
     smoke_seq_len: int = field(default=32, metadata={"help": "smoke test: tokens per sample"})
     fidelity: bool = field(default=True, metadata={"help": "compare each block's output with fp32"})
     ring_size: int = field(default=32, metadata={"help": "locator: frames kept before the first non-finite"})
+    fit_check: bool = field(
+        default=True,
+        metadata={"help": "refuse, before building the model, a step the memory planner says cannot fit this device"},
+    )
 
     def __post_init__(self):
         object.__setattr__(self, "precision", canonical_name(self.precision))

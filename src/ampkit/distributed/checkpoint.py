@@ -10,12 +10,19 @@ manifest and renames the directory to its final name. Only a directory with the 
 a manifest counts. A rank that dies at any moment leaves a `.tmp` directory no resume reads (the
 next save removes it). Checksums are verified on load, each rank taking a share of the files.
 
+A write that fails on any rank (disk full, quota, read-only, I/O error; DCP's own
+CheckpointException carries each rank's cause) fails the save on every rank alike: the outcome of
+each step is shared (a gather, a broadcast), the `.tmp` directory is removed and every rank raises
+`CheckpointWriteFailed`, naming the rank, the file and the cause. No rank waits for one that gave up.
+
 Resume needs the same world size: DCP itself could reshard the model and optimizer to another
 one, but the per-rank sampler positions and the global batch would not carry over.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -27,8 +34,8 @@ import torch
 from torch import nn
 
 from ampkit import __version__
-from ampkit.errors import UsageError
-from ampkit.runs import file_sha256, fsync_dir
+from ampkit.errors import UsageError, as_write_failed, exception_chain
+from ampkit.runs import atomic_write, file_sha256, fsync_dir
 
 CHECKPOINT_DIR = "checkpoints"
 FORMAT = "ampkit-dcp-1"
@@ -54,10 +61,8 @@ def _rank_file(rank: int) -> str:
 
 
 def _write_rank_state(path: Path, state: dict[str, Any]) -> None:
-    with open(path, "wb") as fh:
+    with atomic_write(path) as fh:
         torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def _own_files(folder: Path, rank: int) -> list[Path]:
@@ -83,33 +88,94 @@ def save_sharded(
     """Every rank calls this at the same step (collectives inside). Returns the final path.
 
     `rank_state` is this rank's non-tensor-parallel state (sampler, RNG, scheduler, scaler, counters).
-    An OSError propagates; the previous checkpoint stays the latest.
+    A failed write on any rank raises `CheckpointWriteFailed` on every rank, after the `.tmp`
+    directory is removed; the previous checkpoint stays the latest.
     """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
     final = sharded_path(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
+    prepared = _attempt(tmp, run.rank, _prepare, tmp) if run.is_main else None
+    _agree(run, run_dir, step, tmp, [run.broadcast_object(prepared)])
+    outcomes = run.all_gather_object(_attempt(tmp, run.rank, _write_shards, run, model, optimizer, rank_state, tmp))
+    _agree(run, run_dir, step, tmp, outcomes)  # every rank is done writing past the gather
+    published = _attempt(tmp, 0, _publish, tmp, final, outcomes, step, run, identity) if run.is_main else None
+    _agree(run, run_dir, step, tmp, [run.broadcast_object(published)])
     if run.is_main:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        for stale in final.parent.glob("*.dcp.tmp"):  # left by a job that died mid-save
-            shutil.rmtree(stale)
-        tmp.mkdir()
-    run.barrier()
-    model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=tmp)
-    _write_rank_state(tmp / _rank_file(run.rank), {"format": FORMAT, "step": step, **rank_state})
-    files = run.all_gather_object(_describe(_own_files(tmp, run.rank)))  # every rank is done past here
-    if run.is_main:
-        _publish(tmp, final, files=files, step=step, world_size=run.world_size, mode=run.mode, identity=identity)
-        _prune(run_dir, keep=keep)
-    run.barrier()
+        with contextlib.suppress(OSError):  # the new checkpoint is complete: pruning is housekeeping
+            _prune(run_dir, keep=keep)
     return final
 
 
-def _publish(
-    tmp: Path, final: Path, *, files: list[dict], step: int, world_size: int, mode: str, identity: dict[str, Any]
-) -> None:
+def _prepare(tmp: Path) -> None:
+    """Rank 0, before any rank writes: a fresh `.tmp` directory (a job that died mid-save left debris)."""
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    for stale in tmp.parent.glob("*.dcp.tmp"):
+        shutil.rmtree(stale)
+    tmp.mkdir()
+
+
+def _write_shards(run, model, optimizer, rank_state: dict[str, Any], tmp: Path) -> dict[str, dict]:
+    """This rank's DCP shards and its rank state; returns their checksums for the manifest."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=tmp)
+    _write_rank_state(tmp / _rank_file(run.rank), {"format": FORMAT, **rank_state})
+    return _describe(_own_files(tmp, run.rank))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Failed:
+    """A failure to write, as one rank shares it with the others (picklable)."""
+
+    rank: int
+    path: str
+    reason: str
+
+
+def _attempt(tmp: Path, rank: int, fn, *args) -> Any:
+    """`fn(*args)`, a failure to write coming back as a `_Failed` instead of raised, so it can be
+    shared with the other ranks; any other error propagates."""
+    try:
+        return fn(*args)
+    except BaseException as err:  # DCP's CheckpointException derives from BaseException
+        causes = [exc for exc, _ in getattr(err, "failures", {}).values()]  # DCP: each rank's own error
+        for cause in (err, *causes):
+            failure = as_write_failed(tmp, cause)
+            if failure is not None:
+                return _Failed(rank=rank, path=_failed_file(cause) or failure.path, reason=failure.reason)
+        raise
+
+
+def _failed_file(err: BaseException) -> str | None:
+    """The file an OSError in `err`'s chain names, if any."""
+    return next((str(e.filename) for e in exception_chain(err) if isinstance(e, OSError) and e.filename), None)
+
+
+def _agree(run, run_dir: Path, step: int, tmp: Path, outcomes: list[Any]) -> None:
+    """Every rank raises the same `CheckpointWriteFailed` for the first failure any rank met; rank 0
+    removes the `.tmp` directory first (every rank is past its writes when outcomes are shared)."""
+    failure = next((o for o in outcomes if isinstance(o, _Failed)), None)
+    if failure is None:
+        return
+    from ampkit.train.checkpoint import CheckpointWriteFailed  # here: ampkit.train imports this module
+
+    if run.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    latest = list_sharded(run_dir)
+    previous = f"step {int(latest[-1].name[5:13])}" if latest else "none yet"  # step-00000010.dcp
+    raise CheckpointWriteFailed(
+        failure.path,
+        failure.reason,
+        message=(
+            f"sharded checkpoint write at step {step} failed on rank {failure.rank}: cannot write "
+            f"{failure.path}: {failure.reason}; the previous checkpoint ({previous}) stays the latest: "
+            f"free disk space or fix permissions, then ampkit train --resume {run_dir}"
+        ),
+    )
+
+
+def _publish(tmp: Path, final: Path, files: list[dict], step: int, run, identity: dict[str, Any]) -> None:
     """Rank 0: manifest last, then the rename that makes the checkpoint visible."""
     described = {name: info for per_rank in files for name, info in per_rank.items()}
     claimed = set(described) | {MANIFEST}
@@ -118,15 +184,13 @@ def _publish(
         "format": FORMAT,
         "ampkit_version": __version__,
         "step": step,
-        "world_size": world_size,
-        "parallel": mode,
+        "world_size": run.world_size,
+        "parallel": run.mode,
         "identity": identity,
         "files": described,
     }
-    with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
+    with atomic_write(tmp / MANIFEST) as fh:
+        fh.write(json.dumps(manifest, indent=2).encode("utf-8"))
     fsync_dir(tmp)
     if final.exists():  # the same step written again after a resume from an earlier checkpoint
         (final / MANIFEST).unlink(missing_ok=True)

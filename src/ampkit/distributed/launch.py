@@ -44,8 +44,9 @@ def worker_argv(
 def relaunch(*, nproc: int, module_argv: list[str]) -> int:
     """Run `python -m ampkit MODULE_ARGV` as `nproc` ranks on this node; returns the exit code.
 
-    A job whose every worker failed with a usage error returns 2 (each already printed why); any
-    other failure raises `TrainingError` naming the failed ranks. SIGTERM/SIGINT sent to this process
+    A job whose workers failed with a usage error (or rank 0 alone did, RUN_DIR being in use, and
+    the launcher stopped the others) returns 2 (each already printed why); any other failure raises
+    `TrainingError` naming the failed ranks. SIGTERM/SIGINT sent to this process
     are passed on to every worker by torchrun (each stops gracefully at the same step, after a
     checkpoint) and raise `RunInterrupted` here (exit code 128 + signal)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -60,7 +61,7 @@ def relaunch(*, nproc: int, module_argv: list[str]) -> int:
         torchrun(launcher_args)
     except ChildFailedError as err:
         codes = {failure.exitcode for failure in err.failures.values()}
-        if codes == {EXIT_USAGE}:
+        if EXIT_USAGE in codes and codes <= {EXIT_USAGE, -signal.SIGTERM}:  # the rest stopped by the launcher
             return EXIT_USAGE
         raise TrainingError(describe_failures(err.failures, nproc=nproc)) from None
     except SignalException as err:  # the launcher was signalled: torchrun forwarded it to every worker

@@ -21,6 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 from matplotlib.figure import Figure  # noqa: E402
 
+from ampkit.runs import write_bytes_atomic, write_text_atomic  # noqa: E402
+
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;
 margin:2em auto;padding:0 1em;color:#222}
@@ -109,16 +111,17 @@ class Report:
         return "\n".join(lines)
 
     def write(self, run_dir: str | Path, *, stem: str = "report") -> tuple[Path, Path]:
-        """Write `<stem>.html` (self-contained) and `<stem>.md` (+ its PNGs) into run_dir."""
+        """Write `<stem>.html` (self-contained) and `<stem>.md` (+ its PNGs) into run_dir, each file
+        atomically; a failure to write raises `ampkit.errors.WriteFailed` (the partial file removed)."""
         run_dir = Path(run_dir)
         names = []
         for i, block in enumerate(b for b in self.blocks if isinstance(b, _Figure)):
             name = f"{stem}-fig{i + 1}.png"
-            (run_dir / name).write_bytes(block.png)
+            write_bytes_atomic(run_dir / name, block.png)
             names.append(name)
         html_path, md_path = run_dir / f"{stem}.html", run_dir / f"{stem}.md"
-        html_path.write_text(self.to_html(), encoding="utf-8")
-        md_path.write_text(self.to_markdown(names), encoding="utf-8")
+        write_text_atomic(html_path, self.to_html())
+        write_text_atomic(md_path, self.to_markdown(names))
         return html_path, md_path
 
 

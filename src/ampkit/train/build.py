@@ -25,11 +25,12 @@ from ampkit.distributed.wrap import wrap_model
 from ampkit.errors import UsageError
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.models.init import materialize
+from ampkit.plan.fit_check import fit_check_for
 from ampkit.precision import Precision, build_precision, check_supported
 from ampkit.tasks import Task, optional
 from ampkit.tasks.check import check_first_batch
 from ampkit.tasks.lm import LanguageModelTask
-from ampkit.tasks.load import build_task
+from ampkit.tasks.load import build_task, is_language_model
 from ampkit.train import features
 from ampkit.train.checkpointer import FileCheckpointer, ShardedCheckpointer, build_checkpointer
 from ampkit.train.config import TrainConfig
@@ -164,6 +165,8 @@ def build_run_data(config: TrainConfig, *, task: Task, parallel) -> tuple[object
 def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
     """Every object of a training run, in data-flow order. `task`: a task object (the Python API);
     by default the one `config.task` names."""
+    if task is None and is_language_model(config.task):  # the planner's ledger plans language models
+        fit_check_for(config, device=pick_device(config.device), command="train")  # before anything is built
     device, info, warnings = check_device(config)
     # Joins the torchrun job before any data or model work; a rank's device is cuda:LOCAL_RANK.
     parallel, device = init_run(parallel=config.parallel, device=device, reduce_dtype=config.reduce_dtype)

@@ -6,13 +6,14 @@ to a temporary name, is fsync'ed and renamed into place (atomic on POSIX); then 
 of the payload, size, ampkit version, model/precision identity, step) is written the same way. A
 checkpoint counts as complete only when its manifest exists, so a kill at any moment leaves at most
 an ignored temporary file. Loading verifies the checksum: a truncated or bit-flipped file is refused
-with the reason, never loaded.
+with the reason, never loaded. A write that fails (disk full, quota, file too large, read-only, I/O
+error, whatever torch or the OS raises for it) removes what it wrote and raises
+`CheckpointWriteFailed`; the previous checkpoint stays the latest.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 from pathlib import Path
@@ -21,8 +22,8 @@ from typing import Any
 import torch
 
 from ampkit import __version__
-from ampkit.errors import UsageError
-from ampkit.runs import file_sha256, fsync_dir
+from ampkit.errors import UsageError, WriteFailed
+from ampkit.runs import atomic_write, file_sha256, fsync_dir, make_dir, remove_quietly, write_failed
 
 CHECKPOINT_DIR = "checkpoints"
 FORMAT_VERSION = 1
@@ -61,13 +62,29 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _write_atomic(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        write(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+class CheckpointWriteFailed(WriteFailed):
+    """A checkpoint could not be written (disk full, read-only directory); the previous one stays."""
+
+    def __init__(self, path, reason: str | None = None, **kwargs):
+        if reason is None:  # CheckpointWriteFailed("message"), as callers wrote it before it was a WriteFailed
+            super().__init__("", "", message=str(path))
+        else:
+            super().__init__(path, reason, **kwargs)
+
+
+def _write_failed(run_dir: Path, step: int, err: WriteFailed) -> CheckpointWriteFailed:
+    complete = list_checkpoints(run_dir)
+    previous = f"step {int(complete[-1].stem.split('-')[1])}" if complete else "none yet"
+    return CheckpointWriteFailed(
+        err.path,
+        err.reason,
+        errno_code=err.errno_code,
+        message=(
+            f"checkpoint write at step {step} failed: cannot write {err.path}: {err.reason}; the previous "
+            f"checkpoint ({previous}) stays the latest: free disk space or fix permissions, then "
+            f"ampkit train --resume {run_dir}"
+        ),
+    )
 
 
 def save_checkpoint(
@@ -76,14 +93,19 @@ def save_checkpoint(
     """Write `payload` atomically as the checkpoint for `step`, then its manifest; keep the newest `keep`.
 
     `identity` (e.g. model preset and precision) goes into the manifest and is checked on load.
-    An OSError (disk full, read-only directory) propagates after removing the partial file; the
-    previous checkpoint stays the latest.
+    A failed write raises `CheckpointWriteFailed` after removing what it wrote (the payload when its
+    manifest could not follow); the previous checkpoint stays the latest.
     """
     path = checkpoint_path(run_dir, step)
-    path.parent.mkdir(parents=True, exist_ok=True)
     full = {"format": FORMAT_VERSION, "ampkit_version": __version__, "step": step, **payload}
+    published = False  # once the payload is in place, a failure removes it and its manifest
     try:
-        _write_atomic(path, lambda fh: torch.save(full, fh))
+        make_dir(path.parent)
+        for stale in [*path.parent.glob("step-*.pt.tmp"), *path.parent.glob("step-*.json.tmp")]:
+            remove_quietly(stale)  # a write killed midway (one process per run directory: not a live one)
+        with atomic_write(path) as fh:
+            torch.save(full, fh)
+        published = True
         manifest = {
             "format": FORMAT_VERSION,
             "ampkit_version": __version__,
@@ -92,18 +114,19 @@ def save_checkpoint(
             "bytes": path.stat().st_size,
             "identity": identity or {},
         }
-        _write_atomic(manifest_path(path), lambda fh: fh.write(json.dumps(manifest, indent=2).encode()))
-    except BaseException:
-        for leftover in (
-            path.with_name(path.name + ".tmp"),
-            manifest_path(path).with_name(manifest_path(path).name + ".tmp"),
-        ):
-            leftover.unlink(missing_ok=True)
-        if not manifest_path(path).is_file():
-            path.unlink(missing_ok=True)
+        with atomic_write(manifest_path(path)) as fh:
+            fh.write(json.dumps(manifest, indent=2).encode())
+        fsync_dir(path.parent)
+    except BaseException as err:
+        if published or not manifest_path(path).is_file():  # never a manifest that does not match
+            remove_quietly(manifest_path(path))
+            remove_quietly(path)
+        if isinstance(err, WriteFailed):
+            raise _write_failed(run_dir, step, err) from err
+        if isinstance(err, OSError):  # fsync_dir, the checksum read back
+            raise _write_failed(run_dir, step, write_failed(path, err)) from err
         raise
-    fsync_dir(path.parent)
-    for old in list_checkpoints(run_dir)[:-keep]:
+    for old in list_checkpoints(run_dir)[:-keep]:  # the new checkpoint is complete and durable
         manifest_path(old).unlink(missing_ok=True)  # manifest first: a half-deleted checkpoint is incomplete
         old.unlink(missing_ok=True)
     return path

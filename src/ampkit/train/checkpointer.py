@@ -22,9 +22,10 @@ import torch
 from torch import nn
 
 from ampkit.distributed import checkpoint as sharded
-from ampkit.errors import TrainingError, UsageError
+from ampkit.errors import UsageError
 from ampkit.tasks import optional
 from ampkit.train import checkpoint as single
+from ampkit.train.checkpoint import CheckpointWriteFailed  # noqa: F401 (raised by the writers; re-exported)
 
 
 @dataclasses.dataclass
@@ -36,10 +37,6 @@ class RunProgress:
     skipped: int = 0
     first_loss: float | None = None
     last_loss: float | None = None
-
-
-class CheckpointWriteFailed(TrainingError):
-    """A checkpoint could not be written (disk full, read-only directory); the previous one stays."""
 
 
 def run_identity(config) -> dict[str, Any]:
@@ -87,13 +84,6 @@ def run_state(objs, progress: RunProgress) -> dict[str, Any]:
     }
 
 
-def _write_failed(step: int, err: OSError) -> CheckpointWriteFailed:
-    return CheckpointWriteFailed(
-        f"checkpoint write at step {step} failed ({err.strerror or err}); the previous checkpoint stays "
-        "the latest: free disk space or fix permissions, then --resume"
-    )
-
-
 class _Checkpointer:
     """What both kinds share: saving only finite state, restoring the non-weight parts."""
 
@@ -105,10 +95,7 @@ class _Checkpointer:
         holds a non-finite value. A failed write raises `CheckpointWriteFailed`."""
         if not self._finite(objs):
             return False
-        try:
-            self._write(objs, Path(run_dir), progress)
-        except OSError as err:
-            raise _write_failed(progress.step, err) from None
+        self._write(objs, Path(run_dir), progress)  # a failed write: CheckpointWriteFailed, the previous stays
         return True
 
     def resume(self, objs, run_dir: Path) -> RunProgress:

@@ -109,6 +109,10 @@ class TrainConfig:
         default=0,
         metadata={"help": "start N processes on this node through torchrun's launcher (0 = this process only)"},
     )
+    fit_check: bool = field(
+        default=True,
+        metadata={"help": "refuse, before building the model, a step the memory planner says cannot fit this device"},
+    )
 
     def __post_init__(self):
         object.__setattr__(self, "precision", canonical_name(self.precision))
@@ -151,6 +155,7 @@ RESUMABLE_OVERRIDES = frozenset(
         "detect_nonfinite",
         "grad_stats_every",
         "log",
+        "fit_check",
     }
 )  # speed, memory, logging only: same model
 

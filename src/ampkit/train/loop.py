@@ -27,7 +27,14 @@ from ampkit.diagnostics.train_hooks import build_train_diagnostics
 from ampkit.errors import RunDiverged, RunInterrupted, TrainingError
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.precision import LossScaleCollapse
-from ampkit.runs import METRICS_FILE, SUMMARY_FILE, MetricsWriter, truncate_metrics_after, write_json_atomic
+from ampkit.runs import (
+    METRICS_FILE,
+    SUMMARY_FILE,
+    MetricsWriter,
+    truncate_metrics_after,
+    write_json_atomic,
+    write_summary_or_say,
+)
 from ampkit.tasks import optional
 from ampkit.train.build import RunObjects
 from ampkit.train.checkpointer import CheckpointWriteFailed, RunProgress, run_identity  # noqa: F401 (re-exported)
@@ -211,9 +218,12 @@ class _Run:
         summary.update(
             guard=self.guard.summary(), diagnostics=diagnostics.summary(), parallel=self.objs.parallel.describe()
         )
-        if self.main:
-            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
-        self._raise_outcome()
+        written = False
+        if self.main and self.error:  # a failing run's summary when there is room, else a line saying so
+            written = write_summary_or_say(self.run_dir / SUMMARY_FILE, summary, self.console)
+        elif self.main:
+            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)  # cannot be written: the run fails (WriteFailed)
+        self._raise_outcome(summary_written=written)
         return summary
 
     def _prepare_run_dir(self) -> None:
@@ -320,9 +330,10 @@ class _Run:
         except TrainingError as err:
             self.status, self.error = RunStatus.FAILED, str(err)
 
-    def _raise_outcome(self) -> None:
+    def _raise_outcome(self, *, summary_written: bool) -> None:
         if self.error:
-            raise type_for(self.status)(f"{self.error} (partial summary in {self.run_dir / SUMMARY_FILE})")
+            where = f" (partial summary in {self.run_dir / SUMMARY_FILE})" if summary_written else ""
+            raise type_for(self.status)(self.error + where)
         if self.status is RunStatus.STOPPED and self.signum is not None:
             name = signal.Signals(self.signum).name
             raise RunInterrupted(

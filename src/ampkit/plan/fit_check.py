@@ -1,0 +1,220 @@
+"""Refuse a run that cannot fit, before building it (`train`, `bench`, `doctor`; `--no-fit-check` skips it).
+
+The planner's analytic ledger gives the training step's peak in microseconds, with no model built;
+it is compared with what the device can still give this process:
+- CUDA: the device's free memory (`torch.cuda.mem_get_info`, which also creates this process's CUDA
+  context, so the context is already counted as used); the step needs the ledger's tensor peak plus
+  allocator fragmentation plus the workspaces and kernels loaded later (`CUDA_WORKSPACE_BYTES`).
+- CPU: the host's available memory (MemAvailable in /proc/meminfo, or the cgroup's limit less its
+  usage where that is lower). The ledger counts tensors only; on CPU the process also grows by what
+  is not a tensor of the step (oneDNN scratch, autograd bookkeeping, the tokenized corpus, freed
+  blocks the allocator keeps), measured here as `CPU_FIXED_BYTES` plus `CPU_DYNAMIC_FACTOR` times the
+  step's activations and temporaries (parameters and optimizer states are exact). The estimate of
+  the process's peak adds the memory it already holds (interpreter, torch). docs/reliability.md has
+  the measurements behind these constants (tiny and small defaults within 25% of the real peak RSS).
+Above the capacity: `UsageError` (exit 2) with the estimate, the capacity and the largest
+micro-batch that fits. Units: bytes; messages in GiB (1024**3).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ampkit.data.hf_tokenizer import tokenizer_for_model
+from ampkit.errors import UsageError
+from ampkit.models.hf import is_hf_model
+from ampkit.plan.describe import ModelDescription, describe_model
+from ampkit.plan.fit import largest
+from ampkit.plan.ledger import analytic_ledger
+from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, StepSetting
+
+CPU_FIXED_BYTES = 100 * 1024**2
+"""What a CPU run's process grows by beyond the step's tensors, whatever its size (measured ~100 MiB)."""
+CPU_DYNAMIC_FACTOR = 1.35
+"""Measured peak RSS growth per byte of the ledger's activations and temporaries on CPU (allocator
+blocks kept after frees, oneDNN reorders); parameters and optimizer states count once."""
+CUDA_WORKSPACE_BYTES = CUDA_CONTEXT_BYTES // 2
+"""cuBLAS/cuDNN workspaces and kernels loaded after the context exists (the context itself is
+already used memory once `mem_get_info` has run)."""
+_STATIC_LINES = ("parameters", "optimizer_states", "master_weights")
+TRAIN_OPTIMIZERS = {"adamw": "adamw", "adamw-8bit": "adamw-8bit", "sgd": "sgd-momentum"}  # train's SGD: momentum 0.9
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitEstimate:
+    """A step's estimated peak against what this device can still give it."""
+
+    peak_bytes: int
+    """the estimated peak: the process's resident memory (CPU), or this process's device memory (CUDA)"""
+    needed_bytes: int
+    """what of it must still come from `capacity_bytes` (CPU: the peak less what the process holds)"""
+    capacity_bytes: int
+    capacity_label: str
+    max_micro_batch: int
+    """the largest micro-batch that fits, all else equal (0: not even 1)"""
+
+    @property
+    def fits(self) -> bool:
+        return self.needed_bytes <= self.capacity_bytes
+
+
+def current_rss_bytes() -> int:
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def host_available_bytes() -> int | None:
+    """MemAvailable (/proc/meminfo), or the cgroup v2 limit less its usage when that is lower; None if unknown."""
+    found = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)  # kB in the file means KiB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def _capacity(device: torch.device) -> tuple[int, str] | None:
+    if device.type == "cuda":
+        index = device.index if device.index is not None else int(os.environ.get("LOCAL_RANK", "0"))
+        free, _ = torch.cuda.mem_get_info(index)
+        return free, f"free on cuda:{index} ({torch.cuda.get_device_name(index)})"
+    available = host_available_bytes()
+    return None if available is None else (available, "available on this host (MemAvailable)")
+
+
+def estimate_fit(desc: ModelDescription, setting: StepSetting, device: torch.device) -> FitEstimate | None:
+    """The step's peak against the device's capacity; None when the capacity is unknown."""
+    found = _capacity(device)
+    if found is None:
+        return None
+    capacity, label = found
+    if device.type == "cuda":
+        context, fragmentation, held = CUDA_WORKSPACE_BYTES, FRAGMENTATION, 0
+    else:  # every rank of this node needs its share of the host
+        capacity //= max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        context, fragmentation, held = CPU_FIXED_BYTES, CPU_DYNAMIC_FACTOR - 1, current_rss_bytes()
+    ledger = analytic_ledger(desc, setting, context_bytes=0, fragmentation=0)
+    static = sum(ledger.at_peak[line] for line in _STATIC_LINES)
+    if device.type == "cuda":
+        needed = int(ledger.tensor_peak * (1 + fragmentation)) + context
+    else:
+        needed = static + int(CPU_DYNAMIC_FACTOR * (ledger.tensor_peak - static)) + context
+    best = largest(desc, setting, capacity, field="micro_batch", context_bytes=context, fragmentation=fragmentation)
+    return FitEstimate(
+        peak_bytes=held + needed,
+        needed_bytes=needed,
+        capacity_bytes=capacity,
+        capacity_label=label,
+        max_micro_batch=best,
+    )
+
+
+def check_fit(
+    *,
+    model: str,
+    precision: str,
+    batch_size: int,
+    seq_len: int,
+    device: torch.device,
+    optimizer: str = "adamw",
+    grad_accum: int = 1,
+    checkpointing: str = "none",
+    parallel: str = "none",
+    world_size: int = 1,
+    vocab_size: int | None = None,
+    command: str = "train",
+) -> FitEstimate | None:
+    """Refuse (UsageError) a run whose step cannot fit on `device`; returns the estimate (None: not
+    checked: a model the planner cannot describe, or a capacity this host does not report)."""
+    desc = _describe(model, vocab_size)
+    if desc is None or 0 < _longest(desc) < seq_len:
+        return None  # the build refuses a sequence longer than the model's with its own message
+    setting = StepSetting(
+        precision=precision,
+        optimizer=TRAIN_OPTIMIZERS.get(optimizer, optimizer),
+        checkpointing="full" if checkpointing == "full" else "none",  # every-N: bounded by none
+        micro_batch=batch_size,
+        seq_len=seq_len,
+        grad_accum=grad_accum,
+        world_size=max(1, world_size),
+        parallel=parallel,
+    )
+    estimate = estimate_fit(desc, setting, device)
+    if estimate is None or estimate.fits:
+        return estimate
+    raise UsageError(
+        _refusal(estimate, model=model, precision=setting.precision, batch_size=batch_size, command=command)
+    )
+
+
+def _describe(model: str, vocab_size: int | None) -> ModelDescription | None:
+    try:
+        return describe_model(model, vocab_size=vocab_size)
+    except UsageError:  # an hf: architecture the planner does not describe: not checked
+        return None
+
+
+def _longest(desc: ModelDescription) -> int:
+    """The longest sequence the model takes (0: no limit known)."""
+    if desc.max_positions:
+        return desc.max_positions
+    return desc.model_config.max_seq_len if desc.model_config is not None else 0
+
+
+def _refusal(estimate: FitEstimate, *, model: str, precision: str, batch_size: int, command: str) -> str:
+    gib = lambda n: f"{n / GIB:.2f} GiB"  # noqa: E731
+    held = estimate.peak_bytes - estimate.needed_bytes
+    peak = f"an estimated {gib(estimate.needed_bytes)}" + (
+        f" (beyond the {gib(held)} this process holds)" if held else ""
+    )
+    if estimate.max_micro_batch >= 1:
+        fix = f"the largest micro-batch that fits is --batch-size {estimate.max_micro_batch}"
+    else:
+        fix = "not even --batch-size 1 fits: shorten --seq-len or pick a smaller --model"
+    return (
+        f"{command} --model {model} --precision {precision} --batch-size {batch_size} cannot fit: its step needs "
+        f"{peak} but only {gib(estimate.capacity_bytes)} is {estimate.capacity_label}; {fix} "
+        "(or --grad-accum for the same tokens per step; --no-fit-check skips this check)"
+    )
+
+
+def fit_check_for(config, *, device: torch.device, command: str) -> FitEstimate | None:
+    """`check_fit` for a train-like config (TrainConfig, DoctorConfig: model, precision, batch_size,
+    seq_len, and optionally optimizer, grad_accum, activation_checkpointing, parallel, nproc)."""
+    if not getattr(config, "fit_check", True):
+        return None
+    parallel = getattr(config, "parallel", "none")
+    world = int(os.environ.get("WORLD_SIZE", "0")) or getattr(config, "nproc", 0) or 1
+    return check_fit(
+        model=config.model,
+        precision=config.precision,
+        batch_size=config.batch_size,
+        seq_len=config.seq_len,
+        device=device,
+        optimizer=getattr(config, "optimizer", "adamw"),
+        grad_accum=getattr(config, "grad_accum", 1),
+        checkpointing=getattr(config, "activation_checkpointing", "none"),
+        parallel=parallel,
+        world_size=world if parallel != "none" else 1,
+        vocab_size=_vocab_size(config.model),
+        command=command,
+    )
+
+
+def _vocab_size(model: str) -> int | None:
+    """Presets train on the tokenizer's vocabulary (bytes: 256); an hf: model keeps its own."""
+    return None if is_hf_model(model) else tokenizer_for_model(model).vocab_size
