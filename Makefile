@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   installs what is needed, then runs the main job (ampkit bench) on the embedded default
-#   make test   installs what is needed, then runs the test suite
+#   make test   installs what is needed, then runs ruff (lint + format check), mypy and the test suite
 # The virtual environment lives in .venv; a stamp file makes re-runs fast (no pip call at all
 # when pyproject.toml has not changed).
 PYTHON ?= python3
@@ -13,18 +13,23 @@ STAMP  := $(VENV)/.installed
 # pull a multi-GB CUDA build.
 TORCH  := torch==2.13.0
 DEPS   := rich==15.0.0 matplotlib==3.11.2 numpy==2.4.6 pytest==9.2.0 hypothesis==6.155.2 bitsandbytes==0.50.0 torchao==0.18.0 transformers==5.23.0 tokenizers==0.23.3 tensorboard==2.21.0
+LINT   := ruff==0.17.6 mypy==2.4.1
 
 .PHONY: install test demo bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check "$(TORCH)" $(DEPS)
+	$(PIP) install -q --disable-pip-version-check "$(TORCH)" $(DEPS) $(LINT)
 	$(PIP) install -q --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# Lint, format and types first (seconds), then the suite.
 test: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m ruff format --check src tests benchmarks examples
+	$(PY) -m mypy
 	$(PY) -m pytest tests
 
 demo: $(STAMP)

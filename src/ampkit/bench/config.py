@@ -10,6 +10,7 @@ import dataclasses
 import importlib.util
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from ampkit.errors import UsageError
 from ampkit.options import (
@@ -31,8 +32,8 @@ REFERENCE = "fp32"
 # Device-dependent defaults. CPU: the tiny preset on byte-level sequences of 256 (most batches of 8
 # paragraphs are padded to the full 256, so step shapes are steady). CUDA: a GPT-2-small shape,
 # large enough that kernel launches do not dominate the step.
-CPU_DEFAULTS = {"model": "tiny", "seq_len": 256, "batch_size": 8}
-CUDA_DEFAULTS = {"model": "gpt2-124m", "seq_len": 512, "batch_size": 16}
+CPU_DEFAULTS: dict[str, Any] = {"model": "tiny", "seq_len": 256, "batch_size": 8}
+CUDA_DEFAULTS: dict[str, Any] = {"model": "gpt2-124m", "seq_len": 512, "batch_size": 16}
 
 # The precisions a plain `ampkit bench` compares, in run order (fp32 first: the reference).
 CPU_PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
@@ -152,11 +153,12 @@ def resolve_for_device(config: BenchConfig, info) -> tuple[BenchConfig, list[str
     warnings: list[str] = []
     for name in names:
         warnings.extend(check_supported(name, info))
+    model = str(defaults["model"]) if config.model == "auto" and not config.task else config.model  # a task: its own
     resolved = dataclasses.replace(
         config,
         precisions=",".join(names),
-        model=defaults["model"] if config.model == "auto" and not config.task else config.model,  # a task: its own
-        seq_len=config.seq_len or defaults["seq_len"],
-        batch_size=config.batch_size or defaults["batch_size"],
+        model=model,
+        seq_len=config.seq_len or int(defaults["seq_len"]),
+        batch_size=config.batch_size or int(defaults["batch_size"]),
     )
     return resolved, names, warnings

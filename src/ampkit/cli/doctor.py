@@ -24,8 +24,8 @@ from ampkit.diagnostics.doctor_report import build_report, print_console
 from ampkit.errors import UsageError
 from ampkit.hardware import pick_device
 from ampkit.plan.fit_check import fit_check_for
-from ampkit.tasks.load import is_language_model
 from ampkit.runs import SUMMARY_FILE, create_run_dir, release_run_dir, summary_marks_write_failure, write_json_atomic
+from ampkit.tasks.load import is_language_model
 
 
 def register(sub) -> argparse.ArgumentParser:

@@ -84,7 +84,7 @@ class RepeatBatch:
 class _AccuracyLoss:
     """The task's forward-and-loss, also keeping each forward's accuracy (a loss-only task: None)."""
 
-    def __init__(self, task):
+    def __init__(self, task) -> None:
         self.task = task
         self.loss: torch.Tensor | None = None
         self.accuracy: torch.Tensor | None = None
@@ -137,6 +137,7 @@ class _Smoke:
         passes (the update that follows changes nothing the result reports)."""
         self.begin(step)
         result = self.trainer.train_step()  # may raise LossScaleCollapse
+        assert self.measure.loss is not None  # set by the step's forward
         measured = [self.measure.loss, result.grad_norm.float()]
         if self.measure.accuracy is not None:
             measured.append(self.measure.accuracy)

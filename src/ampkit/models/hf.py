@@ -190,10 +190,11 @@ def _distinct_parameters(params) -> list[nn.Parameter]:
 
 def info_from_model(spec: str, model: nn.Module, *, pretrained: bool) -> HFModelInfo:
     """Describe a built transformers model (real or on the meta device: shapes suffice)."""
-    cfg = model.config
+    cfg: Any = model.config  # transformers' PretrainedConfig (an attribute, not a submodule)
     params = _distinct_parameters(model.parameters())
     lookup = _distinct_parameters(p for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters())
-    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    hf: Any = model  # transformers' PreTrainedModel: its methods are not nn.Module's
+    head, embed = hf.get_output_embeddings(), hf.get_input_embeddings()
     tied = head is not None and embed is not None and head.weight is embed.weight
     max_len = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 2048
     return HFModelInfo(
@@ -246,7 +247,8 @@ class HFCausalLM(nn.Module):
         super().__init__()
         self.hf = model
         self.config = info  # ampkit's description (name, counts); transformers' own is self.hf.config
-        model.config.use_cache = False  # training: no cache objects built per forward
+        hf_config: Any = model.config  # transformers' PretrainedConfig
+        hf_config.use_cache = False  # training: no cache objects built per forward
 
     @property
     def supports_attn_mask(self) -> bool:

@@ -15,6 +15,7 @@ not shrink with the world size. Values are drawn on the CPU so they are the same
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,10 +37,10 @@ def _is_dtensor(tensor: torch.Tensor) -> bool:
     return hasattr(tensor, "device_mesh") and hasattr(tensor, "placements")
 
 
-def _local_part(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+def _local_part(full: torch.Tensor, param: Any) -> torch.Tensor:
     """This rank's part of `full` (the whole parameter) under DTensor `param`'s placements: `torch.chunk`
     along each sharded dim, which is how FSDP2 and DTensor split (the last ranks may get fewer rows, or
-    none)."""
+    none). `param` is a DTensor (duck-typed: DTensor is imported only where torch.distributed is used)."""
     part = full
     for mesh_dim, placement in enumerate(param.placements):
         if placement.is_shard():
@@ -52,7 +53,7 @@ def _local_part(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     return part
 
 
-def _local(param: torch.Tensor) -> torch.Tensor:
+def _local(param: Any) -> torch.Tensor:
     """The tensor that holds this rank's values (a DTensor's local shard, else the parameter itself)."""
     return param.to_local() if _is_dtensor(param) else param
 
@@ -93,5 +94,6 @@ def materialize(model: nn.Module, *, device: str | torch.device, seed: int) -> n
     if not all(on_meta):
         raise RuntimeError("materialize: the model is partly on the meta device; to_empty would wipe the real part")
     model.to_empty(device=device)
-    model.init_weights(seed=seed)
+    init_weights: Any = getattr(model, "init_weights")  # the precondition: the model defines it
+    init_weights(seed=seed)
     return model

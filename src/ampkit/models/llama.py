@@ -180,4 +180,5 @@ def build_model(cfg: ModelConfig, *, device: str | torch.device = "cpu", seed: i
     RNG."""
     with torch.device("meta"):
         model = LlamaLM(cfg)
-    return materialize(model, device=device, seed=draw_seed() if seed is None else seed)
+    materialize(model, device=device, seed=draw_seed() if seed is None else seed)  # in place
+    return model

@@ -112,16 +112,19 @@ def build_run_model(
     model = policy.convert_module(new_model(task, device=device, seed=config.seed, policy=policy))
     blocks = optional.repeated_blocks(task, model)
     model, report = apply_model_features(model, config, blocks=blocks)
-    wrap = dict(run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype, blocks=blocks)
     fsdp = parallel.mode == "fsdp"
+
+    def wrap(model: nn.Module) -> nn.Module:
+        return wrap_model(model, run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype, blocks=blocks)
+
     if fsdp:
-        model = wrap_model(model, **wrap)
+        model = wrap(model)
     model = materialize(model, device=device, seed=config.seed)
     if config.features.compile:
         example = optional.example_batch(task, batch_size=config.batch_size, seed=config.seed)
         report.compile_s = features.warm_up_compiled(model, task=task, policy=policy, batch=example, device=device)
     if not fsdp:
-        model = wrap_model(model, **wrap)
+        model = wrap(model)
     return model, report
 
 
