@@ -81,13 +81,16 @@ def train(
     else:
         resolved, run_dir = _config(TrainConfig, spec, config, settings), None
     objs = build_run(resolved, task=obj)
+    clean = False
     try:
         run_dir = run_dir or create_run_dir(None if out is None else str(out), "train")
-        return run_training(
+        summary = run_training(
             objs, run_dir, resume=resume is not None, console=Console(stderr=True), show_progress=show_progress
         )
+        clean = True
+        return summary
     finally:
-        objs.parallel.close()
+        objs.parallel.close(clean=clean)
 
 
 def doctor(

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ampkit.cli import build_parser
+from ampkit.core.step import lm_count
 from ampkit.data import BatchSampler, make_units
 from ampkit.distributed.checkpoint import MANIFEST, _check_manifest, list_sharded, sharded_path
 from ampkit.distributed.context import LocalRun, init_run, launch_env, rank_error
@@ -82,7 +83,7 @@ def _stream(batch_size=2):
 def test_ranks_deal_out_one_stream_and_count_every_rank():
     stream = _stream()
     reference = [stream.next_batch() for _ in range(8)]
-    ranks = [RankShardedSampler(_stream(), rank=r, world_size=2) for r in (0, 1)]
+    ranks = [RankShardedSampler(_stream(), rank=r, world_size=2, count=lm_count) for r in (0, 1)]
     dealt = [ranks[i % 2].next_batch() for i in range(8)]  # rank 0 gets 0, 2, 4 ...; rank 1 gets 1, 3, 5 ...
     for got, want in zip(dealt, reference):
         assert torch.equal(got.input_ids, want.input_ids)
@@ -92,14 +93,14 @@ def test_ranks_deal_out_one_stream_and_count_every_rank():
 
 
 def test_rank_sampler_resumes_only_at_its_world_size():
-    first = RankShardedSampler(_stream(), rank=1, world_size=2)
+    first = RankShardedSampler(_stream(), rank=1, world_size=2, count=lm_count)
     first.next_batch()
     state = first.state_dict()
-    again = RankShardedSampler(_stream(), rank=1, world_size=2)
+    again = RankShardedSampler(_stream(), rank=1, world_size=2, count=lm_count)
     again.load_state_dict(state)
     assert torch.equal(again.next_batch().input_ids, first.next_batch().input_ids)
     with pytest.raises(UsageError, match="same number of processes"):
-        RankShardedSampler(_stream(), rank=0, world_size=4).load_state_dict(state)
+        RankShardedSampler(_stream(), rank=0, world_size=4, count=lm_count).load_state_dict(state)
 
 
 def test_worker_argv_drops_nproc_and_keeps_every_given_flag():

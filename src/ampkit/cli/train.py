@@ -66,15 +66,18 @@ def run(args: argparse.Namespace) -> int:
         }
         return relaunch(nproc=config.nproc, module_argv=["train", *worker_argv(args, TrainConfig, options=options)])
     objs = build_run(config)  # device check first (and joining the torchrun job), then data and model
+    clean = False
     try:
-        return _train(objs, args, run_dir=run_dir, console=console)
+        code = _train(objs, args, run_dir=run_dir, console=console)
+        clean = True
+        return code
     except (UsageError, TrainingError, RuntimeError) as err:
         named = rank_error(err, rank=objs.parallel.rank) if objs.parallel.distributed else err
         if named is err:  # one process, or not a user or peer problem: as it is (a traceback if unexpected)
             raise
         raise named from None
     finally:
-        objs.parallel.close()
+        objs.parallel.close(clean=clean)
 
 
 def _train(objs, args: argparse.Namespace, *, run_dir: Path | None, console: Console) -> int:

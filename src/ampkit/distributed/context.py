@@ -101,7 +101,7 @@ class LocalRun:
         """The summary's "parallel" section."""
         return {"mode": self.mode, "world_size": self.world_size}
 
-    def close(self) -> None:
+    def close(self, *, clean: bool = True) -> None:
         """Tear down the process group (nothing to do here)."""
 
 
@@ -175,11 +175,19 @@ class ProcessGroupRun(LocalRun):
             "reduce_dtype": self.reduce_dtype,
         }
 
-    def close(self) -> None:
+    def close(self, *, clean: bool = True) -> None:
+        """Tear the group down. After a run that ended normally (`clean`) every rank first meets at a
+        barrier: a rank that destroyed the group while a peer still had a collective in flight would
+        abort that peer ("terminate called without an active exception" from gloo). After an error
+        there is no barrier: the failing rank leaves, and the launcher stops its peers."""
         import torch.distributed as dist
 
         if dist.is_initialized():
-            dist.destroy_process_group()
+            try:
+                if clean:
+                    dist.barrier()
+            finally:
+                dist.destroy_process_group()
 
 
 def init_run(*, parallel: str, device: torch.device, reduce_dtype: str = "fp32") -> tuple[LocalRun, torch.device]:

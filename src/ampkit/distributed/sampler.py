@@ -14,28 +14,33 @@ knows every rank's token count without a collective (the loss weights need them)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ampkit.errors import UsageError
 
 
 class RankShardedSampler:
-    """Wraps a `BatchSampler`: `next_batch()` returns this rank's batch of the next round of W."""
+    """Wraps a task's batch stream: `next_batch()` returns this rank's batch of the next round of W;
+    `count` is the task's `count(batch) -> (items, slots)` (host ints)."""
 
-    def __init__(self, inner, *, rank: int, world_size: int):
+    def __init__(self, inner, *, rank: int, world_size: int, count: Callable[[Any], tuple[int, int]]):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
-        self.inner, self.rank, self.world_size = inner, rank, world_size
-        self._tokens = self._slots = 0  # every rank's batches drawn since take_step_counts()
+        self.inner, self.rank, self.world_size, self.count = inner, rank, world_size, count
+        self._tokens = self._slots = 0  # every rank's items and slots drawn since take_step_counts()
 
     def next_batch(self):
         drawn = [self.inner.next_batch() for _ in range(self.world_size)]
-        self._tokens += sum(b.n_tokens for b in drawn)
-        self._slots += sum(b.n_padded for b in drawn)
+        for batch in drawn:
+            items, slots = self.count(batch)
+            self._tokens += items
+            self._slots += slots
         return drawn[self.rank]
 
     def take_step_counts(self) -> tuple[int, int]:
-        """(real target tokens, target slots) of every rank's batches since the last call; resets."""
+        """(items, slots: real target tokens and all slots for a language model) of every rank's
+        batches since the last call; resets."""
         counts = (self._tokens, self._slots)
         self._tokens = self._slots = 0
         return counts

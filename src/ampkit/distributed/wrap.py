@@ -118,3 +118,14 @@ def wrap_model(model: nn.Module, *, run, spec, reduce_dtype: str, blocks: list[n
     # Gradient accumulation: all-reduce once, in the last micro-batch's backward (`no_sync` before).
     run.grad_sync = lambda last: contextlib.nullcontext() if last else ddp.no_sync()
     return ddp
+
+
+def reshard(model: nn.Module) -> None:
+    """Put FSDP2's parameters back in their sharded state. A forward with no backward (the first-batch
+    check of a user's task) leaves the root module unsharded; an optimizer built then would hold the
+    unsharded tensors, which FSDP2 frees at the next reshard. A no-op for a model FSDP2 did not wrap."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()

@@ -21,7 +21,7 @@ from ampkit.core import Trainer, build_optimizer, build_scheduler
 from ampkit.core.optim import check_optimizer_available
 from ampkit.distributed.context import LocalRun, init_run
 from ampkit.distributed.sampler import RankShardedSampler
-from ampkit.distributed.wrap import wrap_model
+from ampkit.distributed.wrap import reshard, wrap_model
 from ampkit.errors import UsageError
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.models.init import materialize
@@ -159,7 +159,7 @@ def build_run_data(config: TrainConfig, *, task: Task, parallel) -> tuple[object
             "task held-out data"
         )
     if parallel.distributed:  # rank r takes batches r, r+W, ... of the one seeded stream (global batch: W x)
-        sharded = RankShardedSampler(sampler, rank=parallel.rank, world_size=parallel.world_size)
+        sharded = RankShardedSampler(sampler, rank=parallel.rank, world_size=parallel.world_size, count=task.count)
         parallel.sampler = sharded
         return sharded, val_batches
     return sampler, val_batches
@@ -182,6 +182,7 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
     model, feature_report = build_run_model(task, config, policy=policy, device=device, parallel=parallel)
     if not isinstance(task, LanguageModelTask):  # a user's task: its first batch must make sense before training
         check_first_batch(task, model, val_batches[0], device=device, policy=policy)
+        reshard(model)  # FSDP2: back to sharded parameters before the optimizer takes them
     optimizer = build_optimizer(model, name=config.features.optimizer, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = build_scheduler(
         optimizer, warmup_steps=config.warmup_steps, total_steps=config.steps, min_lr_ratio=config.min_lr_ratio
