@@ -67,10 +67,12 @@ def train(
     out: str | Path | None = None,
     config: str | Path | None = None,
     resume: str | Path | None = None,
+    stop_after: int = 0,
     show_progress: bool = False,
     **settings: Any,
 ) -> dict[str, Any]:
-    """`ampkit train` on `task` (or `resume=RUN_DIR` with the same task); returns the summary."""
+    """`ampkit train` on `task` (or `resume=RUN_DIR` with the same task); returns the summary.
+    `stop_after` > 0 stops this call with a checkpoint after that many steps (`--stop-after`)."""
     from ampkit.train.build import build_run
     from ampkit.train.config import TrainConfig, resume_config
     from ampkit.train.loop import run_training
@@ -85,7 +87,12 @@ def train(
     try:
         run_dir = run_dir or create_run_dir(None if out is None else str(out), "train")
         summary = run_training(
-            objs, run_dir, resume=resume is not None, console=Console(stderr=True), show_progress=show_progress
+            objs,
+            run_dir,
+            resume=resume is not None,
+            console=Console(stderr=True),
+            show_progress=show_progress,
+            stop_after=stop_after,
         )
         clean = True
         return summary

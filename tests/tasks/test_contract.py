@@ -9,7 +9,8 @@ from torch.nn import functional as F
 
 from ampkit.errors import UsageError
 from ampkit.precision import build_precision
-from ampkit.tasks import IndexStream, SupervisedTask, Task, TensorBatch, optional
+from ampkit.tasks import optional
+from ampkit.tasks.base import IndexStream, SupervisedTask, Task, TensorBatch
 from ampkit.tasks.check import check_batch_device, check_counts, check_first_batch, check_loss
 
 

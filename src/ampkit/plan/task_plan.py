@@ -25,6 +25,7 @@ from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import build_precision, get_spec
 from ampkit.tasks import optional
 from ampkit.tasks.base import Task
+from ampkit.tasks.flops import flop_counter
 
 TASK_PLAN_SCHEMA = "ampkit.plan-task/1"
 
@@ -49,7 +50,6 @@ def _checkpoint_blocks(blocks: list[nn.Module], tracker: StorageTracker) -> None
 def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[StorageTracker, float | None]:
     """One steady-state training step of `task` on fake tensors: (the tracker, FLOPs per item)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils.flop_counter import FlopCounterMode
 
     if not traceable(setting.precision):
         raise UsageError("cannot trace native fp8 on CPU; plan fp8-emulated, which traces the same recipe")
@@ -69,7 +69,7 @@ def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[St
             tracker.tag(tensor, "activations")
         with policy.run_context(), tracker:
             _train_step(model, policy, optimizer, tracker, fake_batch, loss_fn=task.loss, count_fn=task.count)
-        with FlopCounterMode(display=False) as counter:
+        with flop_counter() as counter:
             loss, _ = task.loss(model, fake_batch)
             loss.backward()
     _, slots = task.count(batch)

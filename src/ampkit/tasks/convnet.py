@@ -12,6 +12,7 @@ the fp32 running statistics, so the statistics themselves are computed in fp32.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, cast
@@ -141,14 +142,20 @@ def _architecture(
             if value is not None:
                 raise UsageError(f"{name} applies to arch='resnet-small' only (resnet18 is torchvision's fixed shape)")
         models = load_torchvision().models
-        return (lambda: models.resnet18(num_classes=classes)), _resnet18_blocks
+        return functools.partial(models.resnet18, num_classes=classes), _resnet18_blocks
     widths = tuple(widths) if widths is not None else (16, 32, 64)
     if not 1 <= len(widths) <= 4:
         raise UsageError(f"widths must list 1 to 4 stage widths, got {widths!r}")
     for width in widths:
         check_int("widths", width, minimum=1)
     depth = check_int("blocks_per_stage", 1 if blocks_per_stage is None else blocks_per_stage, minimum=1)
-    return (lambda: SmallResNet(widths=widths, blocks_per_stage=depth, classes=classes)), _small_blocks
+    return functools.partial(SmallResNet, widths=widths, blocks_per_stage=depth, classes=classes), _small_blocks
+
+
+def _build(factory: Callable[[], nn.Module], channels_last: bool) -> nn.Module:
+    built = factory()
+    # Module.to accepts memory_format (it parses its arguments like Tensor.to); its typed overloads omit it.
+    return built.to(memory_format=torch.channels_last) if channels_last else built  # type: ignore[call-overload]
 
 
 def _nhwc(images: torch.Tensor) -> torch.Tensor:
@@ -198,10 +205,7 @@ def make_convnet_task(
     if channels_last:
         train, held = (_nhwc(train[0]), train[1]), (_nhwc(held[0]), held[1])
 
-    def model() -> nn.Module:
-        built = factory()
-        # Module.to accepts memory_format (it parses its arguments like Tensor.to); its typed overloads omit it.
-        return built.to(memory_format=torch.channels_last) if channels_last else built  # type: ignore[call-overload]
+    model = functools.partial(_build, factory, channels_last)  # picklable: bench's workers rebuild it
 
     info = {"parameters": count_parameters(factory), "arch": arch, "channels_last": channels_last, **data.sizes}
     return SupervisedTask(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import cast
 
 import torch
@@ -93,15 +94,15 @@ def make_encoder_task(
         seed=data_seed,
     )
 
-    def model() -> nn.Module:
-        return EncoderClassifier(
-            vocab_size=vocab_size,
-            max_len=seq_len,
-            classes=data.classes,
-            d_model=d_model,
-            n_heads=n_heads,
-            n_layers=n_layers,
-        )
+    model = functools.partial(  # picklable: bench's workers rebuild it
+        EncoderClassifier,
+        vocab_size=vocab_size,
+        max_len=seq_len,
+        classes=data.classes,
+        d_model=d_model,
+        n_heads=n_heads,
+        n_layers=n_layers,
+    )
 
     info = {"parameters": count_parameters(model), "seq_len": seq_len, "vocab_size": vocab_size, **data.sizes}
     return SupervisedTask(

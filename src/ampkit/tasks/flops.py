@@ -15,10 +15,29 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from ampkit.tasks import optional
 from ampkit.tasks.base import Task
+
+
+def _cpu_flash_forward(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _cpu_flash_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+def flop_counter() -> FlopCounterMode:
+    """FlopCounterMode, also counting the CPU flash-attention kernels SDPA takes on CPU (torch's table
+    has the CUDA ones only): the full Q K^T and A V products, forward and backward."""
+    aten = torch.ops.aten
+    mapping = {
+        aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_forward,  # the op packet, as the table keys
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward,
+    }
+    return FlopCounterMode(display=False, custom_mapping=mapping)
 
 
 @dataclass(frozen=True)
@@ -39,7 +58,7 @@ def measure_training_flops(task: Task, model: nn.Module, batch: Any) -> tuple[in
     was_training = model.training
     model.eval()
     try:
-        with FlopCounterMode(display=False) as counter:
+        with flop_counter() as counter:
             loss, _ = task.loss(model, batch)
             loss.backward()
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -44,8 +46,7 @@ def make_mlp_task(
         features=features, classes=classes, train_size=train_size, held_size=held_size, noise=noise, seed=data_seed
     )
 
-    def model() -> nn.Module:
-        return TinyMLP(features, hidden, classes)
+    model = functools.partial(TinyMLP, features, hidden, classes)  # picklable: bench's workers rebuild it
 
     info = {"parameters": count_parameters(model), "features": features, "data_noise": noise, **data.sizes}
     return SupervisedTask(
