@@ -58,6 +58,11 @@ BENCHMARKS = [
         "20 SIGKILLs, resumed; bitwise equal to an uninterrupted run",
     ),
     (
+        "task_overhead",
+        ["benchmarks/task_overhead.py", "--baseline-rev", "a1cc4f4"],
+        "default LM bench fp32 tokens/s before the task contract (a1cc4f4) vs now, interleaved (target within 3%)",
+    ),
+    (
         "gpu_check_dry_run",
         ["benchmarks/gpu_check.py", "--dry-run", "--out", "benchmarks/results/gpu_check_dry_run.json"],
         "the GPU check's code paths, on CPU",
