@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ampkit.bench.inference import InferenceSettings
 from ampkit.errors import UsageError
 from ampkit.options import (
     batch_size_field,
@@ -80,6 +81,9 @@ class BenchConfig:
     fit_check: bool = field(
         default=True,
         metadata={"help": "refuse up front a run whose step the memory planner says cannot fit this device"},
+    )
+    serving: InferenceSettings = field(
+        default_factory=InferenceSettings, metadata={"help": "bench --inference: prefill, decode and the KV cache"}
     )
 
     def __post_init__(self):

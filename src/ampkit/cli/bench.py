@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from ampkit.bench.render import console_table, recommendation_text  # matplotlib loads with the report
 
     config = resolve_config(BenchConfig, args, toml_path=args.config)
+    if config.serving.inference:
+        return _run_inference(config, args)
     if args.sweep is not None:
         return _run_sweep(config, args)
     summary, run_dir = run_bench(config, out=args.out, console=Console(stderr=True), show_progress=not args.json)
@@ -73,4 +75,21 @@ def _run_sweep(config: BenchConfig, args: argparse.Namespace) -> int:
     out = Console(width=None if sys.stdout.isatty() else WIDE_COLUMNS)
     out.print(sweep_table(summary))
     out.print(f"fastest: {summary['fastest']}; run directory: {run_dir} (report.html, report.md, summary.json)")
+    return 0
+
+
+def _run_inference(config: BenchConfig, args: argparse.Namespace) -> int:
+    from ampkit.bench.inference_render import console_table
+    from ampkit.bench.inference_run import run_inference_bench
+
+    summary, run_dir = run_inference_bench(
+        config, out=args.out, console=Console(stderr=True), show_progress=not args.json
+    )
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    out = Console(width=None if sys.stdout.isatty() else WIDE_COLUMNS)
+    out.print(console_table(summary))
+    out.print(f"[bold green]Recommendation: {summary['recommendation']['reason']}[/]", highlight=False, soft_wrap=True)
+    out.print(f"run directory: {run_dir} (report.html, report.md, summary.json)")
     return 0

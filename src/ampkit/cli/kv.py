@@ -32,6 +32,8 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(KvConfig, args, toml_path=args.config)
+    if config.from_bench:
+        return _run_measured(config, args)
     desc = describe_model(config.model)
     summary = build_kv(config, desc=desc)
     run_dir = create_run_dir(args.out, "kv")
@@ -57,3 +59,21 @@ def _print(summary: dict, run_dir) -> None:
             "weights (--weight-dtype) or a smaller --batched-tokens"
         )
     console.print(f"run directory: {run_dir} (summary.json, report.html)")
+
+
+def _run_measured(config: KvConfig, args: argparse.Namespace) -> int:
+    """`--from-bench RUN_DIR`: the budget from an inference bench's measured bytes and activations."""
+    from ampkit.plan.kv_measured import measured_budget, measured_table, read_bench
+
+    assert config.from_bench is not None  # the caller checked
+    summary = measured_budget(config, read_bench(config.from_bench))
+    run_dir = create_run_dir(args.out, "kv")
+    with summary_marks_write_failure(run_dir, "kv"):
+        write_json_atomic(run_dir / "summary.json", summary)
+        if args.json:
+            print(json.dumps(summary, indent=2), flush=True)
+        else:
+            console = wide_console()
+            console.print(measured_table(summary))
+            console.print(f"run directory: {run_dir} (summary.json)")
+    return 0

@@ -279,6 +279,45 @@ class HFCausalLM(nn.Module):
             kwargs["attention_mask"] = attn_mask
         return self.hf(input_ids=input_ids, use_cache=False, **kwargs).logits
 
+    supports_kv_cache = True
+
+    def new_cache(self, *, batch_size: int, max_len: int, dtype: torch.dtype) -> HFCache:
+        """transformers' own cache (`DynamicCache`), which stores keys and values in the model's dtype:
+        another KV dtype is refused (`ampkit bench --inference --kv-dtypes weights` measures it)."""
+        model_dtype = next(self.hf.parameters()).dtype
+        if dtype != model_dtype:
+            raise UsageError(
+                f"transformers' cache keeps keys and values in the model's dtype ({str(model_dtype)[6:]}); "
+                f"a {str(dtype)[6:]} KV cache for {self.config.name} is not available: use --kv-dtypes weights"
+            )
+        from transformers import DynamicCache
+
+        hf_config: Any = self.hf.config  # transformers' PretrainedConfig
+        return HFCache(DynamicCache(config=hf_config), batch_size=batch_size, max_len=max_len, dtype=dtype)
+
+    def forward_cached(self, input_ids: torch.Tensor, cache: HFCache) -> torch.Tensor:
+        """Logits of `input_ids` continuing the cached tokens (transformers' own cached forward)."""
+        out = self.hf(input_ids=input_ids, past_key_values=cache.cache, use_cache=True)
+        cache.length += input_ids.shape[1]
+        return out.logits
+
+
+class HFCache:
+    """A transformers cache, with the counts `ampkit bench --inference` reads (bytes per token measured
+    from the key and value tensors it holds)."""
+
+    def __init__(self, cache, *, batch_size: int, max_len: int, dtype: torch.dtype):
+        self.cache, self.batch_size, self.max_len, self.dtype, self.length = cache, batch_size, max_len, dtype, 0
+
+    @property
+    def nbytes(self) -> int:
+        layers = getattr(self.cache, "layers", [])
+        tensors = [t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))]
+        return sum(t.nbytes for t in tensors if isinstance(t, torch.Tensor))
+
+    def bytes_per_token(self) -> int:
+        return self.nbytes // max(1, self.batch_size * self.length)
+
 
 def check_causal(spec: str, model: HFCausalLM) -> None:
     """Refuse a model whose output at a position depends on later tokens (e.g. BERT's LM head without

@@ -14,6 +14,7 @@ from torch import nn
 
 from ampkit.models.config import ModelConfig
 from ampkit.models.init import draw_seed, init_normal_, init_ones_, materialize
+from ampkit.models.kv_cache import KVCache
 
 IGNORE_INDEX = -100
 
@@ -81,6 +82,26 @@ class Attention(nn.Module):
         y = self.attn(q, k, v, attn_mask)  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
+    def forward_cached(self, x, cos, sin, cache: KVCache, layer: int, start: int) -> torch.Tensor:
+        """Inference with a KV cache: the T new tokens at positions start .. start + T - 1 attend to
+        every cached token and, causally, to each other (prefill: T > 1; decode: T = 1)."""
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        cache.write(layer, k, v, start)
+        keys, values = cache.read(layer, start + T, q.dtype)  # (B, nkv, start + T, hd)
+        # New token t (position start + t) may attend to keys 0 .. start + t. A single decode token
+        # attends to everything cached: no mask (SDPA's is_causal would align the square top-left).
+        mask = None
+        if T > 1:
+            mask = (
+                torch.arange(start + T, device=x.device)[None, :] <= (start + torch.arange(T, device=x.device))[:, None]
+            )
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=keys.shape[1] != q.shape[1])
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+
 
 class SwiGLU(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -103,6 +124,10 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, attn_mask=None):
         x = x + self.attn(self.attn_norm(x), cos, sin, attn_mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+    def forward_cached(self, x, cos, sin, cache: KVCache, layer: int, start: int):
+        x = x + self.attn.forward_cached(self.attn_norm(x), cos, sin, cache, layer, start)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -161,6 +186,29 @@ class LlamaLM(nn.Module):
         x = self.embed(input_ids)
         for block in self.blocks:
             x = block(x, cos, sin, attn_mask)
+        return self.lm_head(self.norm(x))
+
+    supports_kv_cache = True
+
+    def new_cache(self, *, batch_size: int, max_len: int, dtype: torch.dtype) -> KVCache:
+        """An empty KV cache for `batch_size` sequences of up to `max_len` tokens, stored in `dtype`."""
+        return KVCache(
+            self.config, batch_size=batch_size, max_len=max_len, dtype=dtype, device=self.embed.weight.device
+        )
+
+    def forward_cached(self, input_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits (B, T, vocab) of `input_ids` (B, T) continuing the `cache.length` cached tokens; the
+        new tokens' keys and values join the cache. The training `forward` never touches a cache."""
+        start, T = cache.length, input_ids.shape[1]
+        if start + T > self.config.max_seq_len:
+            raise ValueError(f"{start + T} tokens exceed the model's {self.config.max_seq_len} positions")
+        positions = torch.arange(start, start + T, device=input_ids.device)
+        cos, sin = rope_angles(positions, self.config.head_dim, self.config.rope_theta)
+        x = self.embed(input_ids)
+        for layer, block in enumerate(self.blocks):
+            assert isinstance(block, Block)  # the ModuleList holds Blocks (typed for mypy)
+            x = block.forward_cached(x, cos, sin, cache, layer, start)
+        cache.length = start + T
         return self.lm_head(self.norm(x))
 
 

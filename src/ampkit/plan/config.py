@@ -117,6 +117,10 @@ class KvConfig:
         default=None, metadata={"help": "activation reserve in GiB (default: estimated from --batched-tokens)"}
     )
     overhead_gib: float = field(default=0.5, metadata={"help": "non-torch memory (CUDA context, NCCL), GiB"})
+    from_bench: str | None = field(
+        default=None,
+        metadata={"help": "an 'ampkit bench --inference' run directory: budget from its measured bytes per token"},
+    )
 
     def __post_init__(self):
         _positive(self, ("context_len", "batched_tokens"))

@@ -1,0 +1,98 @@
+"""The serving bench's console table and report (HTML with plots, Markdown), from summary.json alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+MIB = 1024**2
+HEADERS = ["weights", "KV", "prefill tok/s", "decode tok/s", "TTFT ms", "KV B/token", "agreement", "logits cos"]
+
+
+def rows(summary: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for r in summary["configurations"]:
+        kv_ok = "" if r["kv_bytes_per_token"] == r["kv_bytes_per_token_formula"] else " (formula differs)"
+        out.append(
+            [
+                r["weights"],
+                r["kv_dtype"],
+                f"{r['prefill_tokens_per_s']:,.0f}",
+                f"{r['decode_tokens_per_s']:,.0f}" if r["decode_tokens_per_s"] else "-",
+                f"{r['ttft_ms']:.1f}",
+                f"{r['kv_bytes_per_token']:,}{kv_ok}",
+                f"{r['greedy_agreement']:.0%}",
+                f"{r['logits_cosine']:.4f}",
+            ]
+        )
+    return out
+
+
+def memory_rows(summary: dict[str, Any]) -> list[list[str]]:
+    return [
+        [
+            r["weights"],
+            r["kv_dtype"],
+            f"{r['weights_bytes'] / MIB:.2f}",
+            f"{r['kv_cache_bytes'] / MIB:.2f}",
+            f"{r['activation_peak_bytes'] / MIB:.2f}",
+        ]
+        for r in summary["configurations"]
+    ]
+
+
+def console_table(summary: dict[str, Any]):
+    from rich.table import Table
+
+    m, s = summary["model"], summary["config"]["serving"]
+    table = Table(
+        title=f"ampkit bench --inference · {m['name']} · batch {s['infer_batch']} · prompt "
+        f"{s['prompt_len']} + {s['gen_tokens']} generated"
+    )
+    for header in HEADERS:
+        table.add_column(header, justify="left" if header in ("weights", "KV") else "right")
+    for cells in rows(summary):
+        table.add_row(*cells)
+    return table
+
+
+def _figure(summary: dict[str, Any]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs = summary["configurations"]
+    labels = [f"{r['weights']}\n{r['kv_dtype']} KV" for r in configs]
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 3.8))
+    ax_t.bar(labels, [r["decode_tokens_per_s"] or 0 for r in configs], color="#4c72b0")
+    ax_t.set_title("decode tokens/s (higher is better)")
+    ax_t.tick_params(axis="x", labelsize=7)
+    ax_m.bar(labels, [r["kv_bytes_per_token"] for r in configs], color="#dd8452")
+    ax_m.set_title("KV-cache bytes per token (lower serves more context)")
+    ax_m.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def render_inference_report(summary: dict[str, Any], run_dir: str | Path) -> tuple[Path, Path]:
+    from ampkit.report import Report
+
+    rec = summary["recommendation"]
+    report = Report(title=f"ampkit bench --inference: {summary['model']['name']}")
+    report.text(
+        f"Measured {summary['created_utc']} with ampkit {summary['ampkit_version']}, torch "
+        f"{summary['torch_version']}, on {summary['device']['name']}. Fidelity is against fp32 weights with an fp32 "
+        "KV cache: the share of identical greedy tokens, and the logits' cosine at the reference's own tokens. "
+        "KV bytes per token are measured from the cache tensors; ampkit kv's formula is 2 x layers x kv_heads x "
+        "head_dim x bytes.",
+        kind="note",
+    )
+    report.heading("Recommendation")
+    report.text(rec["reason"])
+    report.heading("Throughput and fidelity")
+    report.figure(_figure(summary), "decode tokens/s and KV-cache bytes per token, per configuration")
+    report.table(HEADERS, rows(summary))
+    report.heading("Memory (MiB, 1024^2 bytes)")
+    report.table(["weights", "KV", "weights MiB", "KV cache MiB", "activation peak MiB"], memory_rows(summary))
+    return report.write(run_dir)

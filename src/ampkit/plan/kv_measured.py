@@ -1,0 +1,102 @@
+"""`ampkit kv --from-bench RUN_DIR`: the KV-cache budget from what `ampkit bench --inference` measured.
+
+Per measured configuration (weights x KV dtype): the pool is the target's memory x utilization less
+the measured weights, the measured activation peak of a prefill (scaled from the bench's prefill to
+`--batched-tokens` tokens: activations grow with the tokens a forward batches) and the non-torch
+overhead; tokens = pool / the measured KV bytes per token. Units: bytes (GiB shown, 1024**3).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ampkit.errors import UsageError
+from ampkit.plan.fit import resolve_target
+from ampkit.plan.kv import kv_pool_bytes
+from ampkit.plan.setting import GIB
+
+BENCH_SCHEMA = "ampkit.bench-inference/1"
+
+
+def read_bench(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / "summary.json"
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UsageError(
+            f"--from-bench {run_dir}: no readable summary.json; pass an 'ampkit bench --inference' run"
+        ) from None
+    if summary.get("schema") != BENCH_SCHEMA:
+        raise UsageError(
+            f"--from-bench {run_dir}: not an 'ampkit bench --inference' run (schema {summary.get('schema')!r})"
+        )
+    return summary
+
+
+def measured_budget(config, bench: dict[str, Any]) -> dict[str, Any]:
+    """The summary of `ampkit kv --from-bench` (schema "ampkit.kv-measured/1")."""
+    target = resolve_target(config.gpu, config.gpu_mem)
+    assert target is not None, "KvConfig defaults --gpu when neither --gpu nor --gpu-mem is given"
+    serving = bench["config"]["serving"]
+    measured_tokens = serving["infer_batch"] * serving["prompt_len"]
+    overhead = int(config.overhead_gib * GIB)
+    rows = []
+    for c in bench["configurations"]:
+        activations = int(c["activation_peak_bytes"] * config.batched_tokens / measured_tokens)
+        pool = kv_pool_bytes(
+            capacity=target.capacity_bytes,
+            utilization=config.utilization,
+            weights=c["weights_bytes"],
+            activation_reserve=activations,
+            overhead=overhead,
+        )
+        tokens = max(0, pool) // c["kv_bytes_per_token"]
+        rows.append(
+            {
+                "weights": c["weights"],
+                "kv_dtype": c["kv_dtype"],
+                "weights_bytes": c["weights_bytes"],
+                "activation_reserve_bytes": activations,
+                "kv_bytes_per_token": c["kv_bytes_per_token"],
+                "pool_bytes": pool,
+                "max_tokens": int(tokens),
+                "max_requests": int(tokens // config.context_len),
+                "decode_tokens_per_s": c["decode_tokens_per_s"],
+                "greedy_agreement": c["greedy_agreement"],
+            }
+        )
+    return {
+        "schema": "ampkit.kv-measured/1",
+        "command": "kv",
+        "from_bench": str(config.from_bench),
+        "model": bench["model"],
+        "target": target.to_dict(),
+        "context_len": config.context_len,
+        "batched_tokens": config.batched_tokens,
+        "utilization": config.utilization,
+        "measured": rows,
+    }
+
+
+def measured_table(summary: dict[str, Any]):
+    from rich.table import Table
+
+    table = Table(
+        title=f"ampkit kv --from-bench · {summary['model']['name']} on {summary['target']['name']} · "
+        f"{summary['context_len']}-token requests"
+    )
+    for header in ("weights", "KV", "KV B/token", "pool GiB", "max tokens", "requests", "agreement"):
+        table.add_column(header, justify="left" if header in ("weights", "KV") else "right")
+    for r in summary["measured"]:
+        table.add_row(
+            r["weights"],
+            r["kv_dtype"],
+            f"{r['kv_bytes_per_token']:,}",
+            f"{r['pool_bytes'] / GIB:.2f}",
+            f"{r['max_tokens']:,}",
+            f"{r['max_requests']:,}",
+            f"{r['greedy_agreement']:.0%}",
+        )
+    return table
