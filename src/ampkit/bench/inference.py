@@ -101,6 +101,18 @@ def kv_names(settings: InferenceSettings) -> list[str]:
     ]
 
 
+def check_kv_dtypes(kvs: list[str], device: torch.device) -> None:
+    """Refuse a KV dtype the device cannot store or convert (a one-line error naming the fix)."""
+    for kv in kvs:
+        if kv == "weights":
+            continue
+        try:
+            torch.zeros(2, device=device).to(KV_DTYPES[kv]).to(torch.float32)
+        except (RuntimeError, TypeError) as err:
+            first = (str(err).splitlines() or [""])[0][:120]
+            raise UsageError(f"--kv-dtypes {kv}: this device cannot store it ({first}); choose fp16 or bf16") from None
+
+
 def kv_dtype_for(kv: str, weights: str) -> str:
     """The KV dtype a configuration stores: "weights" -> the weights' compute dtype (int8: fp32)."""
     if kv != "weights":
