@@ -82,13 +82,29 @@ def _names(text: str, known: dict, flag: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def weight_names(settings: InferenceSettings, info: DeviceInfo) -> list[str]:
-    """The weight precisions to measure: as asked (tf32 without TF32 refused with the fix), else every
-    one the device runs (fp32 always first: the reference)."""
+def int8_unavailable(device: torch.device) -> str | None:
+    """Why torchao's int8 weight-only path does not run here (None: it does): one tiny Linear tried."""
+    try:
+        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+        probe = nn.Sequential(nn.Linear(32, 32)).to(device)
+        quantize_(probe, Int8WeightOnlyConfig())
+        probe(torch.zeros(1, 32, device=device))
+    except Exception as err:  # noqa: BLE001 - any failure means "not on this device"
+        return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:120]}"
+    return None
+
+
+def weight_names(settings: InferenceSettings, info: DeviceInfo, device: torch.device | None = None) -> list[str]:
+    """The weight precisions to measure: as asked (tf32 without TF32, or int8 where torchao's path does
+    not run, refused with the reason), else every one the device runs (fp32 first: the reference)."""
     asked = _names(settings.weights, WEIGHTS, "--weights")
     if "tf32" in asked and not info.has_tf32:
         raise UsageError("--weights tf32 needs an NVIDIA GPU with compute capability >= 8.0; drop it here")
-    names = asked or [n for n in WEIGHTS if n != "tf32" or info.has_tf32]
+    int8_why = int8_unavailable(device or torch.device(info.type)) if not asked or "int8" in asked else None
+    if "int8" in asked and int8_why:
+        raise UsageError(f"--weights int8: torchao's int8 weight-only path does not run here ({int8_why}); drop it")
+    names = asked or [n for n in WEIGHTS if (n != "tf32" or info.has_tf32) and (n != "int8" or not int8_why)]
     return ["fp32", *[n for n in names if n != "fp32"]]
 
 

@@ -72,7 +72,7 @@ def measure_all(task, config, device: torch.device, console: Console, show_progr
     settings = config.serving
     info = describe_device(device)
     infer.check_kv_dtypes(infer.kv_names(settings), device)
-    pairs = infer.configurations(infer.weight_names(settings, info), infer.kv_names(settings))
+    pairs = infer.configurations(infer.weight_names(settings, info, device), infer.kv_names(settings))
     model = task.build_model(device=device, seed=config.seed).eval()
     batch = prompts(task, batch=settings.infer_batch, length=settings.prompt_len, seed=config.seed, device=device)
     results: list[dict] = []
