@@ -86,3 +86,24 @@ def test_skipped_step_does_not_advance_the_schedule():
     assert not result.stepped
     assert trainer.scheduler.last_epoch == 0
     assert trainer.policy.loss_scale() == 32768.0
+
+
+def test_with_hysteresis_an_overflow_keeps_the_order_skips_the_step_and_holds_the_scale():
+    from ampkit.precision import ScalerConfig
+
+    model = build_model(CFG, seed=0)
+    policy = build_precision("fp16-mixed", device_type="cpu", scaler=ScalerConfig(hysteresis=2))
+    trainer, _ = _trainer(model, policy)
+    calls = mock.Mock()
+    scaler = policy.scaler
+    for name in ("scale", "unscale_", "step", "update"):
+        calls.attach_mock(mock.patch.object(scaler, name, wraps=getattr(scaler, name)).start(), name)
+    overflowing = lambda logits, targets: causal_lm_loss(logits, targets) * float("inf")  # noqa: E731
+    try:
+        with mock.patch.object(loop, "causal_lm_loss", side_effect=overflowing):
+            result = trainer.train_step()
+    finally:
+        mock.patch.stopall()
+    assert [c[0] for c in calls.mock_calls if "." not in c[0]] == ["scale", "unscale_", "step", "update"]
+    assert not result.stepped and trainer.scheduler.last_epoch == 0
+    assert policy.loss_scale() == 65536.0 and scaler.overflows_in_row == 1  # held: the first of 2

@@ -96,16 +96,20 @@ def int8_unavailable(device: torch.device) -> str | None:
 
 
 def weight_names(settings: InferenceSettings, info: DeviceInfo, device: torch.device | None = None) -> list[str]:
-    """The weight precisions to measure: as asked (tf32 without TF32, or int8 where torchao's path does
-    not run, refused with the reason), else every one the device runs (fp32 first: the reference)."""
+    """The weight precisions to measure: as asked (TF32 without Ampere+, or int8 where torchao's path
+    does not run, refused with the reason), else every one the device runs; the reference first."""
     asked = _names(settings.weights, WEIGHTS, "--weights")
-    if "tf32" in asked and not info.has_tf32:
-        raise UsageError("--weights tf32 needs an NVIDIA GPU with compute capability >= 8.0; drop it here")
-    int8_why = int8_unavailable(device or torch.device(info.type)) if not asked or "int8" in asked else None
-    if "int8" in asked and int8_why:
-        raise UsageError(f"--weights int8: torchao's int8 weight-only path does not run here ({int8_why}); drop it")
-    names = asked or [n for n in WEIGHTS if (n != "tf32" or info.has_tf32) and (n != "int8" or not int8_why)]
-    return ["fp32", *[n for n in names if n != "fp32"]]
+    wants_int8 = not asked or any(WEIGHTS[n][2] for n in asked)
+    int8_why = int8_unavailable(device or torch.device(info.type)) if wants_int8 else None
+    for name in asked:
+        _, tf32, int8 = WEIGHTS[name]
+        if tf32 and not info.has_tf32:
+            raise UsageError(f"--weights {name} needs an NVIDIA GPU with compute capability >= 8.0; drop it here")
+        if int8 and int8_why:
+            raise UsageError(f"--weights {name}: torchao's int8 weight-only path does not run here ({int8_why})")
+    runs = [n for n, (_, tf32, int8) in WEIGHTS.items() if (not tf32 or info.has_tf32) and (not int8 or not int8_why)]
+    reference = REFERENCE[0]
+    return [reference, *[n for n in asked or runs if n != reference]]
 
 
 def kv_names(settings: InferenceSettings) -> list[str]:

@@ -17,7 +17,8 @@ EARLY_STEPS = 50
 class ScaleEvent:
     step: int
     kind: str
-    """"growth", "backoff" or "collapse" (the scale fell below min_scale)"""
+    """"growth", "backoff", "held" (an overflow the scaler's hysteresis absorbed: skipped, scale kept) or
+    "collapse" (the scale fell below min_scale)"""
     before: float
     after: float
 
@@ -55,6 +56,8 @@ class ScaleTrajectory:
             self.events.append(ScaleEvent(step=step, kind="growth", before=before, after=scale))
         elif scale < before:
             self.events.append(ScaleEvent(step=step, kind="backoff", before=before, after=scale))
+        elif not stepped:
+            self.events.append(ScaleEvent(step=step, kind="held", before=before, after=scale))
 
     def record_collapse(self, step: int, scale: float | None) -> None:
         """The scale fell below min_scale at `step` (the policy raised LossScaleCollapse)."""
@@ -81,6 +84,7 @@ class ScaleTrajectory:
             "early_skipped": sum(early),
             "growths": sum(e.kind == "growth" for e in self.events),
             "backoffs": sum(e.kind == "backoff" for e in self.events),
+            "held": sum(e.kind == "held" for e in self.events),
             "collapsed_at": self.collapsed_at,
             "events": [e.to_dict() for e in self.events[:50]],
         }

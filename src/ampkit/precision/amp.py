@@ -10,6 +10,7 @@ import torch
 
 from ampkit.errors import TrainingError, UsageError
 from ampkit.precision.base import Precision, default_dtype
+from ampkit.precision.scaler import HysteresisGradScaler
 from ampkit.precision.table import PrecisionSpec
 
 
@@ -24,6 +25,13 @@ class ScalerConfig:
     backoff_factor: float = field(default=0.5, metadata={"help": "scale multiplier when a step overflows"})
     growth_interval: int = field(default=2000, metadata={"help": "clean steps between scale growths"})
     min_scale: float = field(default=1.0, metadata={"help": "floor: a scale below it stops the run (0 disables)"})
+    min_scale_policy: str = field(
+        default="stop", metadata={"help": "at the floor: stop (the run ends, diverged) or clamp (hold min_scale)"}
+    )
+    hysteresis: int = field(
+        default=1,
+        metadata={"help": "back off only after K overflowing steps in a row (DeepSpeed's hysteresis; 1 = torch's)"},
+    )
 
     def __post_init__(self):
         if self.init_scale <= 0:
@@ -36,6 +44,13 @@ class ScalerConfig:
             raise UsageError(f"--growth-interval must be >= 1, got {self.growth_interval}")
         if self.min_scale < 0:
             raise UsageError(f"--min-scale must be >= 0, got {self.min_scale}")
+        if self.min_scale_policy not in MIN_SCALE_POLICIES:
+            raise UsageError(f"unknown --min-scale-policy {self.min_scale_policy!r}; choose stop or clamp")
+        if self.hysteresis < 1:
+            raise UsageError(f"--hysteresis must be >= 1, got {self.hysteresis}")
+
+
+MIN_SCALE_POLICIES = ("stop", "clamp")
 
 
 class LossScaleCollapse(TrainingError):
@@ -50,8 +65,9 @@ class AutocastPrecision(Precision):
         super().__init__(spec, device_type=device_type)
         self.scaler_config = scaler or ScalerConfig()
         cfg = self.scaler_config
-        self.scaler = torch.amp.GradScaler(
+        self.scaler = HysteresisGradScaler(
             device_type,
+            hysteresis=cfg.hysteresis,
             init_scale=cfg.init_scale,
             growth_factor=cfg.growth_factor,
             backoff_factor=cfg.backoff_factor,
@@ -73,13 +89,16 @@ class AutocastPrecision(Precision):
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
         self.scaler.step(optimizer)  # skips optimizer.step() when unscale found inf/nan (a sync point)
-        self.scaler.update()
+        self.scaler.update()  # backs off after `hysteresis` overflows in a row
         if self._scale is None:
             return True
-        old_scale, self._scale = self._scale, self.scaler.get_scale()  # .item(): sync point
-        # The scaler backs off iff it found inf/nan, and that is exactly when it skipped the step.
-        stepped = self._scale >= old_scale
+        self._scale = self.scaler.get_scale()  # .item(): sync point
+        stepped = not self.scaler.last_skipped  # the scaler skipped exactly the steps that found inf/nan
         if self._scale < self.scaler_config.min_scale:
+            if self.scaler_config.min_scale_policy == "clamp":  # hold the floor and keep training
+                self.scaler.update(new_scale=float(self.scaler_config.min_scale))
+                self._scale = float(self.scaler_config.min_scale)
+                return stepped
             raise LossScaleCollapse(
                 f"loss scale fell to {self._scale:g}, below min_scale {self.scaler_config.min_scale:g}: "
                 "gradients overflow on every step; run 'ampkit doctor' to find the layer, "
