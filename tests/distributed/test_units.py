@@ -30,7 +30,6 @@ from ampkit.train import TrainConfig
         ({"nproc": -1}, "--nproc must be >= 0"),
         ({"parallel": "ddp", "guard": True, "checkpoint_every": 5}, "single process"),
         ({"parallel": "fsdp", "grad_stats_every": 5}, "single process"),
-        ({"parallel": "fsdp", "precision": "fp8-emulated"}, "--parallel ddp"),
     ],
 )
 def test_settings_refused_with_the_fix(settings, fragment):

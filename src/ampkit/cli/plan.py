@@ -74,6 +74,12 @@ def _print(summary: dict, traced: bool, run_dir) -> None:
         console.print(agreement_table(summary))
     for line in recommendation_lines(summary["recommendation"], summary["target"]):
         console.print(line)
+    if summary.get("fp8"):
+        from ampkit.plan.fp8_plan import fp8_line
+
+        console.print(fp8_line(summary["fp8"]), soft_wrap=True)
+        if summary["fp8"].get("warning"):
+            console.print(f"[yellow]warning:[/] {summary['fp8']['warning']}", soft_wrap=True)
     console.print(f"run directory: {run_dir} (summary.json, report.html)")
 
 

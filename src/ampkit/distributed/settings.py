@@ -39,15 +39,3 @@ def check_parallel_settings(config) -> None:
                 f"{what} runs in a single process only; drop it with --parallel {config.parallel}, "
                 "or diagnose with 'ampkit doctor' / a --parallel none run"
             )
-    if config.parallel == "fsdp" and _is_fp8(config.precision):
-        raise UsageError(
-            "fp8 under --parallel fsdp is not supported by ampkit yet; use --parallel ddp with fp8, "
-            "or bf16-mixed with fsdp"
-        )
-
-
-def _is_fp8(precision: str) -> bool:
-    """Whether `precision` swaps Linear layers for float8 ones (native or emulated)."""
-    from ampkit.precision import get_spec  # imported here: this module stays free of torch at import time
-
-    return get_spec(precision).fp8 is not None

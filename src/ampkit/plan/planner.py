@@ -164,7 +164,17 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
         "target": target.to_dict() if target else None,
         "rows": rows,
         "recommendation": recommendation(desc, config, target),
+        "fp8": _fp8_block(desc, config, target),
     }
+
+
+def _fp8_block(desc: ModelDescription, config: PlanConfig, target: Target | None) -> dict[str, Any] | None:
+    """Per Linear, whether fp8 pays on the target GPU (only when fp8 is among the precisions)."""
+    from ampkit.plan.fp8_plan import fp8_plan
+
+    if "fp8" not in config.precision_list() or target is None:
+        return None
+    return fp8_plan(desc, micro_batch=config.micro_batch, seq_len=config.seq_len, gpu=target.gpu)
 
 
 def _config_dict(config) -> dict[str, Any]:

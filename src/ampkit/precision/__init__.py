@@ -5,7 +5,7 @@ from __future__ import annotations
 from ampkit.errors import UsageError
 from ampkit.precision.amp import AutocastPrecision, LossScaleCollapse, ScalerConfig, TruePrecision
 from ampkit.precision.base import Precision
-from ampkit.precision.fp8 import Fp8Precision
+from ampkit.precision.fp8 import Fp8Options, Fp8Precision
 from ampkit.precision.table import (
     ALIASES,
     REFERENCE,
@@ -21,6 +21,7 @@ __all__ = [
     "ALIASES",
     "AutocastPrecision",
     "Fp8Mode",
+    "Fp8Options",
     "Fp8Precision",
     "LossScaleCollapse",
     "Precision",
@@ -73,11 +74,13 @@ def check_supported(name: str, info) -> list[str]:
     ]
 
 
-def build_precision(name: str, *, device_type: str, scaler: ScalerConfig | None = None) -> Precision:
-    """The policy object for a precision name or alias."""
+def build_precision(
+    name: str, *, device_type: str, scaler: ScalerConfig | None = None, fp8: Fp8Options | None = None
+) -> Precision:
+    """The policy object for a precision name or alias; `fp8`: the fp8 recipe and roofline filter."""
     spec = get_spec(name)
     if spec.fp8:
-        return Fp8Precision(spec, device_type=device_type, scaler=scaler)
+        return Fp8Precision(spec, device_type=device_type, scaler=scaler, fp8=fp8)
     if spec.autocast:
         return AutocastPrecision(spec, device_type=device_type, scaler=scaler)
     if spec.low_precision_weights:

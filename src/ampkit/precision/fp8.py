@@ -9,13 +9,16 @@ conversion with torchao's emulation (fp8 rounding in software, no speedup): for 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
+from dataclasses import dataclass
 
 from torch import nn
 
 from ampkit.errors import UsageError
 from ampkit.precision.amp import AutocastPrecision
+from ampkit.precision.fp8_roofline import Roofline, predicted_speedup
 from ampkit.precision.table import Fp8Mode
 
 MIN_FEATURES = 16
@@ -49,13 +52,45 @@ def fp8_module_filter(module: nn.Module, fqn: str, *, min_features: int = MIN_FE
     return all(d % 16 == 0 and d >= min_features for d in dims)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Fp8Options:
+    """How a run converts its Linears: torchao's recipe, and (on a GPU the table knows) the roofline
+    that keeps in bf16 every Linear predicted not to gain (`ampkit.precision.fp8_roofline`)."""
+
+    recipe: str = "tensorwise"
+    tokens: int = 0
+    """rows each Linear is fed per micro-batch (batch x sequence for a language model); 0: unknown"""
+    roofline: Roofline | None = None
+    """the device's peaks and bandwidth; None (CPU, emulation, an unknown GPU): no roofline filter"""
+    fsdp_all_gather: bool = False
+    """under FSDP2, all-gather the weights in float8 (torchao's enable_fsdp_float8_all_gather)"""
+
+    def pays(self, module: nn.Module) -> bool:
+        """Whether converting this Linear is predicted to gain (always, without a roofline)."""
+        if self.roofline is None or not self.tokens or not isinstance(module, nn.Linear):
+            return True
+        k, n = module.in_features, module.out_features
+        return predicted_speedup(self.tokens, k, n, self.roofline, recipe=self.recipe) >= 1.0
+
+
 class Fp8Precision(AutocastPrecision):
     """bf16-mixed plus float8 matmuls in the converted Linear layers (fp32 master weights)."""
 
+    def __init__(self, spec, *, device_type: str, scaler=None, fp8: Fp8Options | None = None):
+        super().__init__(spec, device_type=device_type, scaler=scaler)
+        self.options = fp8 or Fp8Options()
+
     def convert_module(self, module: nn.Module) -> nn.Module:
         float8 = _load_torchao_float8()
-        config = float8.Float8LinearConfig(emulate=self.spec.fp8 is Fp8Mode.EMULATED)
-        float8.convert_to_float8_training(module, config=config, module_filter_fn=fp8_module_filter)
+        config = dataclasses.replace(
+            float8.Float8LinearConfig.from_recipe_name(self.options.recipe),
+            emulate=self.spec.fp8 is Fp8Mode.EMULATED,
+            enable_fsdp_float8_all_gather=self.options.fsdp_all_gather,
+        )
+        options = self.options
+        float8.convert_to_float8_training(
+            module, config=config, module_filter_fn=lambda m, fqn: fp8_module_filter(m, fqn) and options.pays(m)
+        )
         return module
 
 

@@ -24,9 +24,11 @@ from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.distributed.wrap import reshard, wrap_model
 from ampkit.errors import UsageError
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
+from ampkit.hardware.gpus import GPUS
 from ampkit.models.init import materialize
 from ampkit.plan.fit_check import fit_check_for
-from ampkit.precision import Precision, build_precision, check_supported
+from ampkit.precision import Fp8Options, Precision, build_precision, check_supported
+from ampkit.precision.fp8_roofline import Roofline
 from ampkit.tasks import Task, optional
 from ampkit.tasks.check import check_first_batch
 from ampkit.tasks.lm import LanguageModelTask
@@ -141,6 +143,17 @@ def apply_model_features(
     return model, features.FeatureReport(features=switches, checkpointed_blocks=chosen, compile_s=None)
 
 
+def fp8_options(config: TrainConfig, info: DeviceInfo, task: Task, parallel) -> Fp8Options:
+    """The fp8 recipe, and the roofline filter on a GPU the table knows (each Linear fed batch x
+    sequence rows for a language model, batch rows otherwise); FSDP2 all-gathers fp8 weights."""
+    gpu = GPUS.get(info.gpu_model) if info.gpu_model else None
+    roofline = Roofline.from_gpu(gpu) if gpu is not None and info.has_fp8 else None
+    tokens = config.batch_size * (config.seq_len if isinstance(task, LanguageModelTask) else 1)
+    return Fp8Options(
+        recipe=config.fp8_recipe, tokens=tokens, roofline=roofline, fsdp_all_gather=parallel.mode == "fsdp"
+    )
+
+
 def check_run_settings(config: TrainConfig, *, device: torch.device) -> None:
     """What can be refused before any data or model work (UsageError with the fix)."""
     if config.features.compile:
@@ -178,7 +191,9 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
     sampler, val_batches = build_run_data(config, task=task, parallel=parallel)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
-    policy = build_precision(config.precision, device_type=device.type, scaler=config.scaler)
+    policy = build_precision(
+        config.precision, device_type=device.type, scaler=config.scaler, fp8=fp8_options(config, info, task, parallel)
+    )
     model, feature_report = build_run_model(task, config, policy=policy, device=device, parallel=parallel)
     if not isinstance(task, LanguageModelTask):  # a user's task: its first batch must make sense before training
         check_first_batch(task, model, val_batches[0], device=device, policy=policy)

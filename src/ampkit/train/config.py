@@ -29,6 +29,7 @@ from ampkit.options import (
     task_field,
 )
 from ampkit.precision import ScalerConfig, canonical_name, precision_names_help
+from ampkit.precision.fp8_roofline import RECIPES as FP8_RECIPES
 from ampkit.train.features import Features
 from ampkit.train.guard import check_guard_settings
 from ampkit.train.loggers import check_log_kind
@@ -89,6 +90,10 @@ class TrainConfig:
         default=0, metadata={"help": "per-layer gradient statistics every N steps, logged to metrics.jsonl (0 = off)"}
     )
     inject: str = inject_field()
+    fp8_recipe: str = field(
+        default="tensorwise",
+        metadata={"help": "fp8 only: torchao's recipe, tensorwise, rowwise or rowwise_with_gw_hp (dW in bf16)"},
+    )
     # Loggers beside metrics.jsonl, which is always written (ampkit.train.loggers).
     log: str = field(
         default="none",
@@ -131,6 +136,8 @@ class TrainConfig:
         check_guard_settings(self)
         check_parallel_settings(self)
         check_log_kind(self.log)
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise UsageError(f"unknown --fp8-recipe {self.fp8_recipe!r}; choose one of: {', '.join(FP8_RECIPES)}")
 
 
 # Settings that may change when resuming; everything else must match the checkpoint. A section's
