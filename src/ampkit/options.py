@@ -17,7 +17,7 @@ from dataclasses import field
 
 from ampkit.distributed.settings import PARALLEL_MODES
 
-OPTIMIZERS = ("adamw", "adamw-8bit", "sgd")
+OPTIMIZERS = ("adamw", "adamw-8bit", "adamw-sr", "adamw-kahan", "sgd")
 """What `ampkit train --optimizer` builds (`ampkit.train.features`); `ampkit plan` adds sgd-momentum."""
 CHECKPOINTING_MODES = ("none", "full")
 """Activation checkpointing modes every command knows; `ampkit train` also takes every-N."""

@@ -7,6 +7,9 @@ State per parameter tensor of n elements, with the parameter stored in `param_by
 - `adamw-8bit`: bitsandbytes AdamW8bit: for tensors of >= 4,096 elements two uint8 states (2 B/param)
   plus an fp32 absmax per 256-element block per state (~0.03 B/param) and two shared 256-entry fp32
   quantization maps; smaller tensors keep two fp32 states (8 B/param), as bitsandbytes does.
+- `adamw-sr`: torchao's AdamW with bf16 stochastic rounding: adamw's states (in the weights' dtype).
+- `adamw-kahan`: torch-optimi's AdamW with Kahan summation: adamw's two moments plus a compensation
+  buffer, all in the weights' dtype (no per-tensor step tensor).
 - `sgd`: torch SGD without momentum: no state.
 - `sgd-momentum`: torch SGD with momentum 0.9: one buffer in the parameter's dtype.
 """
@@ -41,8 +44,10 @@ def optimizer_state_bytes(name: str, tensor_sizes: list[int], *, param_bytes: in
     """Bytes of optimizer state for parameter tensors of `tensor_sizes` elements."""
     name = check_optimizer(name)
     n = sum(tensor_sizes)
-    if name == "adamw":
+    if name in ("adamw", "adamw-sr"):  # torchao's SR AdamW: the same states, in the weights' dtype
         return 2 * param_bytes * n + 4 * len(tensor_sizes)
+    if name == "adamw-kahan":  # torch-optimi: two moments and a Kahan compensation, all in the weights' dtype
+        return 3 * param_bytes * n
     if name == "sgd":
         return 0
     if name == "sgd-momentum":
