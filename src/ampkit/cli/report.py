@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ampkit.cli import COMMANDS
 from ampkit.errors import UsageError
-from ampkit.runs import SUMMARY_FILE, lock_run_dir
+from ampkit.runs import SUMMARY_FILE, lock_run_dir, read_json
 
 # command -> (module, renderer function, validator function or None)
 RENDERERS: dict[str, tuple[str, str, str | None]] = {
@@ -37,10 +37,7 @@ def load_summary(run_dir: Path) -> dict:
     path = run_dir / SUMMARY_FILE
     if not path.is_file():
         raise UsageError(f"{run_dir} holds no {SUMMARY_FILE}; pass a run directory written by an ampkit command")
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UsageError(f"{path} is not valid JSON ({err}); re-run the command that wrote it") from None
+    summary = read_json(path, remedy="re-run the command that wrote it")
     if not isinstance(summary, dict) or "command" not in summary:
         raise UsageError(f"{path} has no 'command' field; it was not written by ampkit")
     return summary
