@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ampkit.diagnostics.gradstats import LongTail, ScaleRange
 from ampkit.diagnostics.layer_fidelity import FidelityResult
 from ampkit.diagnostics.locator import ROOT, Finding
 from ampkit.diagnostics.smoke import SmokeResult
+from ampkit.records import Record
 
 UNDERFLOW_DOMINATES = 0.01
 """Over 1% of the gradient elements flushing to zero at the run's loss scale is a real loss of signal."""
@@ -52,7 +53,7 @@ class Evidence:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Advice:
+class Advice(Record):
     rule: str
     severity: str
     """"fix" (do this), "warn" (worth a look) or "info"."""
@@ -60,9 +61,6 @@ class Advice:
     evidence: list[str]
     fix: str
     """a flag, a code snippet, or a sentence"""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def attribute_path(path: str) -> str:
