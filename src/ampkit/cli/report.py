@@ -11,7 +11,7 @@ import importlib
 import json
 from pathlib import Path
 
-from ampkit.cli import COMMANDS
+from ampkit.cli import add_command
 from ampkit.errors import UsageError
 from ampkit.runs import SUMMARY_FILE, lock_run_dir, read_json
 
@@ -23,11 +23,7 @@ RENDERERS: dict[str, tuple[str, str, str | None]] = {
 
 
 def register(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser(
-        "report",
-        help=COMMANDS["report"],
-        description="Re-render report.html and report.md of RUN_DIR from its summary.json.",
-    )
+    parser = add_command(sub, "report", "Re-render report.html and report.md of RUN_DIR from its summary.json.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding summary.json")
     parser.add_argument("--json", action="store_true", help="also print summary.json to stdout")
     return parser
