@@ -139,24 +139,12 @@ def _section_settings(section_cls, section: str, defaults: Any) -> Iterator[Sett
 def _add_flag(parser, setting: Setting) -> None:
     if setting.type is dict:  # an open table of keyword arguments: config files and the Python API only
         return
-    help_text = f"{setting.help} (default: {setting.default})"
-    if setting.type is bool:
-        parser.add_argument(
-            _flag(setting.name),
-            dest=setting.name,
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help=help_text,
-        )
+    if setting.type is bool:  # --flag / --no-flag
+        kind: dict[str, Any] = {"action": argparse.BooleanOptionalAction}
     else:
-        parser.add_argument(
-            _flag(setting.name),
-            dest=setting.name,
-            type=setting.type,
-            default=None,
-            help=help_text,
-            metavar=setting.name.upper(),
-        )
+        kind = {"type": setting.type, "metavar": setting.name.upper()}
+    help_text = f"{setting.help} (default: {setting.default})"
+    parser.add_argument(_flag(setting.name), dest=setting.name, default=None, help=help_text, **kind)
 
 
 def add_config_flags(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...] = ()) -> None:

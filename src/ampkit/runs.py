@@ -237,6 +237,14 @@ def truncate_metrics_after(path: str | Path, step: int) -> None:
     write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
+def read_json(path: Path, *, remedy: str) -> Any:
+    """A JSON file a command was pointed at; not JSON (or not UTF-8) is a `UsageError` ending in `remedy`."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UsageError(f"{path} is not valid JSON ({err}); {remedy}") from None
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]

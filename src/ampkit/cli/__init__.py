@@ -36,6 +36,22 @@ EXIT_USAGE = 2
 EXIT_FAILED = 1
 
 
+def add_command(subparsers, name: str, description: str) -> argparse.ArgumentParser:
+    """Command `name`'s parser: its one-line summary from COMMANDS for `ampkit --help`, `description`
+    for its own --help."""
+    return subparsers.add_parser(name, help=COMMANDS[name], description=description)
+
+
+def add_run_command(subparsers, name: str, config_cls, description: str, **flag_options) -> argparse.ArgumentParser:
+    """A run-writing command's parser: `add_command`'s, with a flag per `config_cls` field and
+    --config, --out and --json (`ampkit.config.add_command_flags`, which takes `flag_options`)."""
+    from ampkit.config import add_command_flags
+
+    parser = add_command(subparsers, name, description)
+    add_command_flags(parser, config_cls, command=name, **flag_options)
+    return parser
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line (problem + where to look), exit code 2."""
 

@@ -13,22 +13,22 @@ import sys
 from rich.console import Console
 
 from ampkit.bench import BenchConfig, run_bench
-from ampkit.cli import COMMANDS
-from ampkit.config import add_command_flags, resolve_config
+from ampkit.cli import add_run_command
+from ampkit.config import resolve_config
 
 WIDE_COLUMNS = 200
 
 
 def register(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser(
+    parser = add_run_command(
+        sub,
         "bench",
-        help=COMMANDS["bench"],
-        description="Measure every precision this device supports on the same model, data "
-        "and seed: tokens/s, step time, MFU, peak memory, fidelity against fp32, "
-        "stability; then recommend one. No arguments: the tiny model on the "
+        BenchConfig,
+        "Measure every precision this device supports on the same model, data and seed: tokens/s, step time, MFU, "
+        "peak memory, fidelity against fp32, stability; then recommend one. No arguments: the tiny model on the "
         "embedded corpus.",
+        json_help="print summary.json to stdout (no progress bars)",
     )
-    add_command_flags(parser, BenchConfig, command="bench", json_help="print summary.json to stdout (no progress bars)")
     parser.add_argument(
         "--sweep",
         nargs="?",

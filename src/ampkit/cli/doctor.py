@@ -17,8 +17,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ampkit.cli import COMMANDS
-from ampkit.config import add_command_flags, resolve_config
+from ampkit.cli import add_run_command
+from ampkit.config import resolve_config
 from ampkit.diagnostics.doctor import DoctorConfig, run_doctor
 from ampkit.diagnostics.doctor_report import build_report, print_console
 from ampkit.errors import UsageError
@@ -29,14 +29,14 @@ from ampkit.tasks.load import is_language_model
 
 
 def register(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser(
+    parser = add_run_command(
+        sub,
         "doctor",
-        help=COMMANDS["doctor"],
-        description="Numerics diagnosis: first non-finite module (forward and backward), "
-        "gradient underflow/overflow forecast, loss-scale trajectory, smoke "
-        "overfit test, per-layer fidelity against fp32, advice.",
+        DoctorConfig,
+        "Numerics diagnosis: first non-finite module (forward and backward), gradient underflow/overflow "
+        "forecast, loss-scale trajectory, smoke overfit test, per-layer fidelity against fp32, advice.",
+        json_help="print summary.json to stdout",
     )
-    add_command_flags(parser, DoctorConfig, command="doctor", json_help="print summary.json to stdout")
     return parser
 
 

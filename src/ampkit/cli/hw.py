@@ -17,7 +17,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from ampkit.cli import COMMANDS
+from ampkit.cli import add_command
 from ampkit.config import add_config_flags, resolve_config
 from ampkit.hardware import (
     DeviceInfo,
@@ -44,10 +44,8 @@ class HwConfig:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "hw",
-        help=COMMANDS["hw"],
-        description="Describe this device and measure matmul throughput per dtype (fp32, tf32, bf16, fp16).",
+    parser = add_command(
+        subparsers, "hw", "Describe this device and measure matmul throughput per dtype (fp32, tf32, bf16, fp16)."
     )
     add_config_flags(parser, HwConfig)
     parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")

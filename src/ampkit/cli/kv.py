@@ -8,26 +8,23 @@ length. Writes summary.json (schema "ampkit.kv/1") and report.html into the run 
 from __future__ import annotations
 
 import argparse
-import json
 
-from ampkit.cli import COMMANDS
-from ampkit.cli.plan import wide_console
-from ampkit.config import add_command_flags, resolve_config
+from ampkit.cli import add_run_command
+from ampkit.cli.plan import wide_console, write_planned_run
+from ampkit.config import resolve_config
 from ampkit.plan.config import KvConfig
 from ampkit.plan.describe import describe_model
 from ampkit.plan.planner import build_kv
 from ampkit.plan.render import kv_budget_lines, kv_table, write_kv_report
-from ampkit.runs import create_run_dir, summary_marks_write_failure, write_json_atomic
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
+    return add_run_command(
+        subparsers,
         "kv",
-        help=COMMANDS["kv"],
-        description="How many tokens and requests a GPU's KV cache holds, per KV dtype (GiB = 1024^3 B).",
+        KvConfig,
+        "How many tokens and requests a GPU's KV cache holds, per KV dtype (GiB = 1024^3 B).",
     )
-    add_command_flags(parser, KvConfig, command="kv")
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,16 +33,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_measured(config, args)
     desc = describe_model(config.model)
     summary = build_kv(config, desc=desc)
-    run_dir = create_run_dir(args.out, "kv")
-    with summary_marks_write_failure(run_dir, "kv"):  # disk full: "status": "failed", exit 1
-        write_json_atomic(run_dir / "config.json", summary["config"])
-        write_json_atomic(run_dir / "summary.json", summary)
-        if args.json:
-            print(json.dumps(summary, indent=2), flush=True)
-        else:
-            _print(summary, run_dir)
-        write_kv_report(summary, run_dir)
-    return 0
+    return write_planned_run(args, "kv", summary, show=_print, write_report=write_kv_report)
 
 
 def _print(summary: dict, run_dir) -> None:

@@ -11,12 +11,15 @@ Writes summary.json (schema "ampkit.plan/1") and report.html into the run direct
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+from collections.abc import Callable
+from pathlib import Path
 
 from rich.console import Console
 
-from ampkit.cli import COMMANDS
-from ampkit.config import add_command_flags, resolve_config
+from ampkit.cli import add_run_command
+from ampkit.config import resolve_config
 from ampkit.plan.config import PlanConfig
 from ampkit.plan.describe import describe_model
 from ampkit.plan.planner import build_plan
@@ -38,13 +41,9 @@ def wide_console() -> Console:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "plan",
-        help=COMMANDS["plan"],
-        description="Plan a training step's memory (GiB = 1024^3 B) and compute without the GPU.",
+    return add_run_command(
+        subparsers, "plan", PlanConfig, "Plan a training step's memory (GiB = 1024^3 B) and compute without the GPU."
     )
-    add_command_flags(parser, PlanConfig, command="plan")
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,19 +52,33 @@ def run(args: argparse.Namespace) -> int:
         return _run_task(config, args)
     desc = describe_model(config.model)  # bad model or config.json: refused before the run dir exists
     summary = build_plan(config, desc=desc)
-    run_dir = create_run_dir(args.out, "plan")
-    with summary_marks_write_failure(run_dir, "plan"):  # disk full: "status": "failed", exit 1
+    show = functools.partial(_print, traced=config.trace)
+    return write_planned_run(args, "plan", summary, show=show, write_report=write_plan_report)
+
+
+def write_planned_run(
+    args: argparse.Namespace,
+    command: str,
+    summary: dict,
+    *,
+    show: Callable[[dict, Path], None],
+    write_report: Callable[[dict, Path], object],
+) -> int:
+    """`plan`'s and `kv`'s run directory (config.json, summary.json, report.html) and answer: the
+    summary as JSON with --json, else `show(summary, run_dir)`."""
+    run_dir = create_run_dir(args.out, command)
+    with summary_marks_write_failure(run_dir, command):  # disk full: "status": "failed", exit 1
         write_json_atomic(run_dir / "config.json", summary["config"])
         write_json_atomic(run_dir / "summary.json", summary)
         if args.json:
             print(json.dumps(summary, indent=2), flush=True)
         else:
-            _print(summary, config.trace, run_dir)
-        write_plan_report(summary, run_dir)  # after the answer is on screen: plotting takes a moment
+            show(summary, run_dir)
+        write_report(summary, run_dir)  # after the answer is on screen: plotting takes a moment
     return 0
 
 
-def _print(summary: dict, traced: bool, run_dir) -> None:
+def _print(summary: dict, run_dir, *, traced: bool) -> None:
     console = wide_console()
     console.print(model_table(summary["model"]))
     console.print(ledger_table(summary))

@@ -11,9 +11,9 @@ import importlib
 import json
 from pathlib import Path
 
-from ampkit.cli import COMMANDS
+from ampkit.cli import add_command
 from ampkit.errors import UsageError
-from ampkit.runs import SUMMARY_FILE, lock_run_dir
+from ampkit.runs import SUMMARY_FILE, lock_run_dir, read_json
 
 # command -> (module, renderer function, validator function or None)
 RENDERERS: dict[str, tuple[str, str, str | None]] = {
@@ -23,11 +23,7 @@ RENDERERS: dict[str, tuple[str, str, str | None]] = {
 
 
 def register(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser(
-        "report",
-        help=COMMANDS["report"],
-        description="Re-render report.html and report.md of RUN_DIR from its summary.json.",
-    )
+    parser = add_command(sub, "report", "Re-render report.html and report.md of RUN_DIR from its summary.json.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding summary.json")
     parser.add_argument("--json", action="store_true", help="also print summary.json to stdout")
     return parser
@@ -37,10 +33,7 @@ def load_summary(run_dir: Path) -> dict:
     path = run_dir / SUMMARY_FILE
     if not path.is_file():
         raise UsageError(f"{run_dir} holds no {SUMMARY_FILE}; pass a run directory written by an ampkit command")
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UsageError(f"{path} is not valid JSON ({err}); re-run the command that wrote it") from None
+    summary = read_json(path, remedy="re-run the command that wrote it")
     if not isinstance(summary, dict) or "command" not in summary:
         raise UsageError(f"{path} has no 'command' field; it was not written by ampkit")
     return summary

@@ -9,7 +9,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ampkit.config import add_command_flags, config_to_toml, given_flags, resolve_config
+from ampkit.cli import add_run_command
+from ampkit.config import config_to_toml, given_flags, resolve_config
 from ampkit.distributed.context import launch_env, rank_error, shared_run_dir
 from ampkit.distributed.launch import relaunch, worker_argv
 from ampkit.errors import TrainingError, UsageError
@@ -19,12 +20,13 @@ from ampkit.train.config import resume_config
 
 
 def register(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser(
+    parser = add_run_command(
+        sub,
         "train",
-        help="train a model under a chosen precision",
-        description="Train with a chosen precision; checkpoints, resumes, logs tokens/s.",
+        TrainConfig,
+        "Train with a chosen precision; checkpoints, resumes, logs tokens/s.",
+        json_help="print summary.json to stdout (no progress bar)",
     )
-    add_command_flags(parser, TrainConfig, command="train", json_help="print summary.json to stdout (no progress bar)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     parser.add_argument(
         "--stop-after",

@@ -7,6 +7,14 @@ none of them (only `precision`, `models`, `data` and `distributed.context`'s do-
 
 from ampkit.core.optim import build_optimizer
 from ampkit.core.schedule import build_scheduler
-from ampkit.core.step import StepResult, Trainer, clip_gradients, forward_loss
+from ampkit.core.step import StepResult, Trainer, build_trainer, clip_gradients, forward_loss
 
-__all__ = ["StepResult", "Trainer", "build_optimizer", "build_scheduler", "clip_gradients", "forward_loss"]
+__all__ = [
+    "StepResult",
+    "Trainer",
+    "build_optimizer",
+    "build_scheduler",
+    "build_trainer",
+    "clip_gradients",
+    "forward_loss",
+]

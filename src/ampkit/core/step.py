@@ -24,6 +24,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from ampkit.core.optim import build_optimizer
+from ampkit.core.schedule import build_scheduler
 from ampkit.distributed.context import LocalRun
 from ampkit.models import causal_lm_loss
 
@@ -195,3 +197,37 @@ class Trainer:
             count += items
         self.model.train()
         return total.item() / count if count else math.nan
+
+
+def build_trainer(
+    model: nn.Module,
+    policy: StepPolicy,
+    sampler,
+    *,
+    device: torch.device,
+    optimizer: str,
+    lr: float,
+    weight_decay: float,
+    warmup_steps: int,
+    total_steps: int,
+    min_lr_ratio: float,
+    clip_grad_norm: float,
+    grad_accum: int = 1,
+    **step_options: Any,
+) -> Trainer:
+    """The optimizer `optimizer` over `model` (`build_optimizer`), its warmup-then-cosine schedule
+    (`build_scheduler`) and the Trainer that steps them; `step_options` (parallel, loss_fn, count_fn,
+    gate, phases) go to `Trainer` as they are. Its `optimizer` and `scheduler` are the built ones."""
+    built = build_optimizer(model, name=optimizer, lr=lr, weight_decay=weight_decay)
+    scheduler = build_scheduler(built, warmup_steps=warmup_steps, total_steps=total_steps, min_lr_ratio=min_lr_ratio)
+    return Trainer(
+        model=model,
+        policy=policy,
+        optimizer=built,
+        scheduler=scheduler,
+        sampler=sampler,
+        device=device,
+        grad_accum=grad_accum,
+        clip_grad_norm=clip_grad_norm,
+        **step_options,
+    )

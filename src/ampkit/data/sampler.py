@@ -286,31 +286,13 @@ def build_data(
     return TrainData(train=train, val_batches=val_batches, dedup=stats)
 
 
-def build_samplers(
-    corpus: Corpus,
-    tokenizer: Tokenizer,
-    *,
-    seq_len: int,
-    batch_size: int,
-    seed: int,
-    val_fraction: float = 0.05,
-    max_val_batches: int = 16,
-    strategy: str = "pad",
-) -> tuple[BatchSampler, list[Batch]]:
+def build_samplers(corpus: Corpus, tokenizer: Tokenizer, **options: Any) -> tuple[BatchSampler, list[Batch]]:
     """Train sampler and a fixed list of held-out batches, split by paragraph (seeded), no dedup.
 
-    `build_data` with `dedup="none"`, for callers that need only the two streams.
+    `build_data` with `dedup="none"` (`options`: its seq_len, batch_size, seed, val_fraction,
+    max_val_batches and strategy), for callers that need only the two streams.
     """
-    data = build_data(
-        corpus,
-        tokenizer,
-        seq_len=seq_len,
-        batch_size=batch_size,
-        seed=seed,
-        val_fraction=val_fraction,
-        max_val_batches=max_val_batches,
-        strategy=strategy,
-    )
+    data = build_data(corpus, tokenizer, dedup="none", **options)
     return data.train, data.val_batches
 
 

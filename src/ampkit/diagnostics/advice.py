@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ampkit.diagnostics.gradstats import LongTail, ScaleRange
 from ampkit.diagnostics.layer_fidelity import FidelityResult
 from ampkit.diagnostics.locator import ROOT, Finding
 from ampkit.diagnostics.smoke import SmokeResult
+from ampkit.records import Record
 
 UNDERFLOW_DOMINATES = 0.01
 """Over 1% of the gradient elements flushing to zero at the run's loss scale is a real loss of signal."""
@@ -52,7 +53,7 @@ class Evidence:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Advice:
+class Advice(Record):
     rule: str
     severity: str
     """"fix" (do this), "warn" (worth a look) or "info"."""
@@ -60,9 +61,6 @@ class Advice:
     evidence: list[str]
     fix: str
     """a flag, a code snippet, or a sentence"""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def attribute_path(path: str) -> str:
@@ -100,8 +98,7 @@ def rule_keep_fp32(ev: Evidence) -> Advice | None:
     evidence = [f"step {f.step}, {f.phase}: {f.explanation}"]
     if ev.smoke_fp32 is not None and ev.smoke_fp32.passed:
         evidence.append(f"fp32 runs the same model cleanly (smoke test passed in {ev.smoke_fp32.steps_needed} steps)")
-    if ev.injected:
-        evidence.append(f"a fault was injected ({ev.injected}): this finding may be that fault")
+    evidence += _injected(ev, ": this finding may be that fault")
     return Advice(
         rule="keep_module_fp32",
         severity="fix",
@@ -115,14 +112,11 @@ def rule_not_precision(ev: Evidence) -> Advice | None:
     f = ev.nonfinite
     if f is None or ev.compute_dtype != "float32":
         return None
-    evidence = [f"step {f.step}, {f.phase}: {f.explanation}"]
-    if ev.injected:
-        evidence.append(f"a fault was injected ({ev.injected})")
     return Advice(
         rule="not_a_precision_problem",
         severity="fix",
         title=f"{f.module} goes non-finite in fp32 too: not a precision problem",
-        evidence=evidence,
+        evidence=[f"step {f.step}, {f.phase}: {f.explanation}", *_injected(ev)],
         fix="check that module's math and its inputs (data, learning rate); train with --guard so a "
         "bad step rolls back instead of killing the run",
     )
@@ -286,6 +280,11 @@ def rule_smoke(ev: Evidence) -> Advice | None:
         evidence=[low.diagnosis] + ([ref.diagnosis] if ref else []),
         fix="follow the fixes above; re-run doctor to confirm the smoke test passes",
     )
+
+
+def _injected(ev: Evidence, caveat: str = "") -> list[str]:
+    """The fault `--inject` placed, as a line of evidence (none without one)."""
+    return [f"a fault was injected ({ev.injected}){caveat}"] if ev.injected else []
 
 
 def _range_evidence(ev: Evidence) -> list[str]:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ampkit import __version__
-from ampkit.core import Trainer, build_optimizer, build_scheduler
+from ampkit.core import build_trainer
 from ampkit.diagnostics.advice import Advice, Evidence, advise
 from ampkit.diagnostics.fixes import keep_in_fp32
 from ampkit.diagnostics.gradstats import (
@@ -222,17 +222,17 @@ def diagnostic_run(setup: _Setup) -> RunRecord:
     cfg, record = setup.config, RunRecord()
     policy = setup.policy()
     model = policy.convert_module(setup.fresh_model())
-    sampler = setup.fresh_sampler()
-    optimizer = build_optimizer(model, name="adamw", lr=cfg.lr, weight_decay=DIAGNOSTIC_WEIGHT_DECAY)
-    scheduler = build_scheduler(optimizer, warmup_steps=min(5, cfg.steps), total_steps=cfg.steps, min_lr_ratio=0.1)
-    trainer = Trainer(
-        model=model,
-        policy=policy,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        sampler=sampler,
+    trainer = build_trainer(
+        model,
+        policy,
+        setup.fresh_sampler(),
         device=setup.device,
-        grad_accum=1,
+        optimizer="adamw",
+        lr=cfg.lr,
+        weight_decay=DIAGNOSTIC_WEIGHT_DECAY,
+        warmup_steps=min(5, cfg.steps),
+        total_steps=cfg.steps,
+        min_lr_ratio=0.1,
         clip_grad_norm=cfg.clip_grad_norm,
         loss_fn=setup.task.loss,
         count_fn=setup.task.count,

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from ampkit.diagnostics.fp16 import FP16_FLUSH_AT, FP16_MAX, FP16_MIN_NORMAL
+from ampkit.records import Record
 
 LONG_TAIL_RATIO = 100.0
 """A layer whose gradient norm is >= 100x the median layer's (two orders of magnitude) is flagged."""
@@ -245,7 +246,7 @@ class GradientStatistics:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ScaleRange:
+class ScaleRange(Record):
     """Loss scales that keep a gradient snapshot representable in fp16."""
 
     low: float
@@ -258,9 +259,6 @@ class ScaleRange:
     max_abs: float
     representable: bool
     """False when low > high: no single scale fits; fp16 cannot hold these gradients (use bf16)"""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def loss_scale_range(
@@ -313,14 +311,11 @@ def flush_fraction(grad: torch.Tensor, scale: float) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LongTail:
+class LongTail(Record):
     layer: str
     norm: float
     median: float
     ratio: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def long_tail(layer_norms: dict[str, float], *, ratio: float = LONG_TAIL_RATIO) -> LongTail | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,6 +18,7 @@ from torch import nn
 
 from ampkit.core import forward_loss
 from ampkit.precision import REFERENCE, Precision, build_precision
+from ampkit.records import Record
 
 GOOD_COSINE = 0.99
 """At or above: the precision keeps the layer's signal (the seeds' threshold for logits)."""
@@ -26,13 +27,10 @@ BAD_COSINE = 0.9
 
 
 @dataclass(frozen=True, kw_only=True)
-class LayerFidelity:
+class LayerFidelity(Record):
     name: str
     cosine: float
     rel_error: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)

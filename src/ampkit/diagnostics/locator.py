@@ -20,13 +20,14 @@ import warnings
 import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
 from ampkit.diagnostics.fp16 import FP16_FLUSH_AT, FP16_NEAR_MAX
+from ampkit.records import Record
 
 ROOT = "(model)"
 """Display path of the root module (its dotted path is the empty string)."""
@@ -37,7 +38,7 @@ _NO_INPUT_GRAD_WARNING = "Full backward hook is firing when gradients are comput
 
 
 @dataclass(frozen=True, kw_only=True)
-class TensorStats:
+class TensorStats(Record):
     """|x| statistics of the floating-point tensors at one site of one call (ints are skipped)."""
 
     numel: int
@@ -56,9 +57,6 @@ class TensorStats:
     @property
     def nonfinite(self) -> int:
         return self.n_nan + self.n_inf
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)

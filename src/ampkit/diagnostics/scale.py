@@ -6,24 +6,23 @@ rebuilt from a `train` run's metrics.jsonl (`from_metrics`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from ampkit.records import Record
 
 EARLY_STEPS = 50
 """Skips within the first steps are "early overflow": the initial scale is too high."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class ScaleEvent:
+class ScaleEvent(Record):
     step: int
     kind: str
     """"growth", "backoff", "held" (an overflow the scaler's hysteresis absorbed: skipped, scale kept) or
     "collapse" (the scale fell below min_scale)"""
     before: float
     after: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

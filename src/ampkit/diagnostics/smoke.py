@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit.core import Trainer, build_optimizer, build_scheduler
+from ampkit.core import build_trainer
 from ampkit.core.step import StepIfFinite
 from ampkit.data import Batch
 from ampkit.diagnostics.locator import Finding, NonFiniteLocator
@@ -104,19 +104,20 @@ class _Smoke:
         self.model, self.policy, self.batch, self.config, self.observers = model, policy, batch, config, observers
         self.task, self.first_loss = task, math.nan
         self.measure = _AccuracyLoss(task)
-        optimizer = build_optimizer(model, name="adamw", lr=config.lr, weight_decay=0.0)
         # Cosine decay to 10%: the last few tokens are memorized only once the steps get small.
-        scheduler = build_scheduler(optimizer, warmup_steps=0, total_steps=config.max_steps, min_lr_ratio=0.1)
         # The gate keeps non-finite gradients out of the weights when no loss scaler would, so a
         # failure can be replayed on the weights that produced it.
-        self.trainer = Trainer(
-            model=model,
-            policy=policy,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            sampler=RepeatBatch(batch),
+        self.trainer = build_trainer(
+            model,
+            policy,
+            RepeatBatch(batch),
             device=next(model.parameters()).device,
-            grad_accum=1,
+            optimizer="adamw",
+            lr=config.lr,
+            weight_decay=0.0,
+            warmup_steps=0,
+            total_steps=config.max_steps,
+            min_lr_ratio=0.1,
             clip_grad_norm=config.clip_grad_norm,
             loss_fn=self.measure,
             count_fn=task.count,

@@ -34,20 +34,19 @@ class NoDiagnostics:
 class TrainDiagnostics:
     """The enabled diagnostics of one run (any of locator, gradient statistics, fault injector)."""
 
-    def __init__(
-        self, *, model, policy, detect_nonfinite: bool, grad_stats_every: int, inject: str, micro_batches: int
-    ):
-        self.locator = NonFiniteLocator(model).attach() if detect_nonfinite else None
+    def __init__(self, model, policy, config):
+        """Attach to `model` what the run's `config` (a TrainConfig) turns on."""
+        self.locator = NonFiniteLocator(model).attach() if config.detect_nonfinite else None
         self.stats = (
             GradientStatistics(
-                model, every=grad_stats_every, micro_batches=micro_batches, scale_fn=policy.loss_scale
+                model, every=config.grad_stats_every, micro_batches=config.grad_accum, scale_fn=policy.loss_scale
             ).attach()
-            if grad_stats_every
+            if config.grad_stats_every
             else None
         )
         # The injector counts training forward passes itself (data position), so a guard rollback
         # does not replay the fault: it behaves like a bad batch that the rollback skips.
-        self.injector = FaultInjector(model, inject).attach() if inject else None
+        self.injector = FaultInjector(model, config.inject).attach() if config.inject else None
         self._reported = False
 
     def begin_step(self, step: int) -> None:
@@ -85,11 +84,4 @@ def build_train_diagnostics(objs, config) -> TrainDiagnostics | NoDiagnostics:
     """The diagnostics `config` asks for, attached to `objs.model`; `NoDiagnostics` when none."""
     if not (config.detect_nonfinite or config.grad_stats_every or config.inject):
         return NoDiagnostics()
-    return TrainDiagnostics(
-        model=objs.model,
-        policy=objs.policy,
-        detect_nonfinite=config.detect_nonfinite,
-        grad_stats_every=config.grad_stats_every,
-        inject=config.inject,
-        micro_batches=config.grad_accum,
-    )
+    return TrainDiagnostics(objs.model, objs.policy, config)

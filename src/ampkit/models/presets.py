@@ -7,51 +7,46 @@ instantiated on CPU in tests (a 7B model in fp32 is 28 GB of weights).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from ampkit.errors import UsageError
 from ampkit.models.config import ModelConfig
 
+_COLUMNS = (
+    "name",
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "max_seq_len",
+    "tie_embeddings",
+)
+"""The `ModelConfig` fields of a `PRESETS` row, in order (n_kv_heads None: as many as n_heads)."""
+
+
+def _preset(*row: Any, **more: Any) -> ModelConfig:
+    """One row of `PRESETS`: its columns, then any other field by name (rope_theta)."""
+    return ModelConfig(**dict(zip(_COLUMNS, row, strict=True)), **more)
+
+
 PRESETS: dict[str, ModelConfig] = {
-    # ~0.9M parameters: tests and the CPU demo (byte vocabulary).
-    "tiny": ModelConfig(
-        name="tiny", d_model=128, n_layers=4, n_heads=4, d_ff=384, max_seq_len=1024, tie_embeddings=True
-    ),
-    # ~25M parameters: the measured CPU loop of docs/performance.md (d=512, 8 layers).
-    "small": ModelConfig(
-        name="small", d_model=512, n_layers=8, n_heads=8, d_ff=1536, max_seq_len=1024, tie_embeddings=True
-    ),
-    # GPT-2 small's shape (12 x 768, 50257 vocabulary, tied head) in our Llama-style blocks.
-    "gpt2-124m": ModelConfig(
-        name="gpt2-124m",
-        vocab_size=50257,
-        d_model=768,
-        n_layers=12,
-        n_heads=12,
-        d_ff=2048,
-        max_seq_len=2048,
-        tie_embeddings=True,
-    ),
-    # Llama-3.2-1B's shape.
-    "1b": ModelConfig(
-        name="1b",
-        vocab_size=128256,
-        d_model=2048,
-        n_layers=16,
-        n_heads=32,
-        n_kv_heads=8,
-        d_ff=8192,
-        max_seq_len=4096,
-        tie_embeddings=True,
-        rope_theta=500000.0,
-    ),
-    # Llama-2 shapes.
-    "7b": ModelConfig(name="7b", vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, d_ff=11008, max_seq_len=4096),
-    "13b": ModelConfig(
-        name="13b", vocab_size=32000, d_model=5120, n_layers=40, n_heads=40, d_ff=13824, max_seq_len=4096
-    ),
-    "70b": ModelConfig(
-        name="70b", vocab_size=32000, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, d_ff=28672, max_seq_len=4096
-    ),
+    p.name: p
+    for p in (
+        # ~0.9M parameters: tests and the CPU demo (byte vocabulary).
+        _preset("tiny", 256, 128, 4, 4, None, 384, 1024, True),
+        # ~25M parameters: the measured CPU loop of docs/performance.md (d=512, 8 layers).
+        _preset("small", 256, 512, 8, 8, None, 1536, 1024, True),
+        # GPT-2 small's shape (12 x 768, 50257 vocabulary, tied head) in our Llama-style blocks.
+        _preset("gpt2-124m", 50257, 768, 12, 12, None, 2048, 2048, True),
+        # Llama-3.2-1B's shape.
+        _preset("1b", 128256, 2048, 16, 32, 8, 8192, 4096, True, rope_theta=500000.0),
+        # Llama-2 shapes.
+        _preset("7b", 32000, 4096, 32, 32, None, 11008, 4096, False),
+        _preset("13b", 32000, 5120, 40, 40, None, 13824, 4096, False),
+        _preset("70b", 32000, 8192, 80, 64, 8, 28672, 4096, False),
+    )
 }
 
 

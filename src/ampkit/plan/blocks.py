@@ -110,18 +110,7 @@ def llama_backward(st: StepReplay, k: int) -> None:
     st.alloc_tmp("g.rope", 2 * F * q + (F * q if c != F else 0))
     st.free("g.rope")
     st.moment(k, "qkv")
-    for proj in ("q", "k", "v"):  # autograd adds each input gradient as it arrives
-        st.block_linear(
-            k,
-            proj,
-            g_out=f"g.{proj}",
-            in_bytes=c * d,
-            cast_back=x.auto,
-            frees=(a(f"a.in_{proj}"),),
-            out=f"g.y_{proj}",
-            sum_into="g.y",
-        )
-    st.free(a("n1.y"))
+    _separate_qkv_backward(st, k, {"q": "g.q", "k": "g.k", "v": "g.v"})
     st.norm_backward(k, "attn", widest=RMS_WIDEST, early=(a("n1.normed"), a("n1.rstd")), late=(a("n1.x"),))
 
 
@@ -173,17 +162,25 @@ def gpt_backward(st: StepReplay, k: int) -> None:
         st.block_linear(
             k, "qkv", g_out="g.qkv", in_bytes=c * d, cast_back=x.auto, frees=(a("a.in"), a("n1.y")), out="g.y"
         )
-    else:
-        for proj in ("q", "k", "v"):
-            st.block_linear(
-                k,
-                proj,
-                g_out="g.qkv" if proj == "v" else None,
-                in_bytes=c * d,
-                cast_back=x.auto,
-                frees=(a(f"a.in_{proj}"),),
-                out=f"g.y_{proj}",
-                sum_into="g.y",
-            )
-        st.free(a("n1.y"))
+    else:  # one g.qkv buffer for the three: the last projection's backward frees it
+        _separate_qkv_backward(st, k, {"q": None, "k": None, "v": "g.qkv"})
     st.norm_backward(k, "attn", widest=LN_WIDEST, early=(), late=(a("n1.x"), a("n1.stats")))
+
+
+def _separate_qkv_backward(st: StepReplay, k: int, g_outs: dict[str, str | None]) -> None:
+    """The backward of separate q, k and v projections, each releasing its incoming gradient from
+    `g_outs` (None: nothing yet); autograd adds each input gradient into g.y as it arrives. Then the
+    first norm's output is released."""
+    x, a = st.x, st.saved_name(k)
+    for proj, g_out in g_outs.items():
+        st.block_linear(
+            k,
+            proj,
+            g_out=g_out,
+            in_bytes=x.c * x.d,
+            cast_back=x.auto,
+            frees=(a(f"a.in_{proj}"),),
+            out=f"g.y_{proj}",
+            sum_into="g.y",
+        )
+    st.free(a("n1.y"))

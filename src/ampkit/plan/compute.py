@@ -10,12 +10,12 @@ figures are reproduced (`weights_gb`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from ampkit.hardware import GpuSpec
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.numerics import get_numerics
+from ampkit.records import Record
 
 RECOMPUTE_FACTOR = 8 / 6  # forward recomputed once under full checkpointing
 
@@ -45,7 +45,7 @@ def weights_gb(n_params: float, bytes_per_param: int) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StepCompute:
+class StepCompute(Record):
     """One optimizer step's FLOPs and time on one GPU."""
 
     precision: str
@@ -62,9 +62,6 @@ class StepCompute:
     tokens_per_s: float | None
     """at the assumed MFU"""
     hours_per_billion_tokens: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def step_compute(

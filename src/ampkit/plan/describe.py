@@ -10,13 +10,13 @@ counts are formulas over the config fields, written so the HF adapter can check 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from ampkit.errors import UsageError
 from ampkit.models import PRESETS, ModelConfig
+from ampkit.runs import read_json
 
 FAMILIES = ("llama", "gpt2", "opt")
 _LLAMA_TYPES = {"llama", "mistral", "qwen2"}
@@ -140,19 +140,23 @@ class ModelDescription:
         return out
 
 
+_SHARED_SHAPE = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "tie_embeddings")
+"""The shape fields a ModelConfig and a ModelDescription both have, with the same meaning (not
+n_kv_heads: a ModelConfig's None means as many as n_heads)."""
+
+
+def _shared_shape(shape: ModelConfig | ModelDescription) -> dict[str, Any]:
+    return {name: getattr(shape, name) for name in _SHARED_SHAPE}
+
+
 def from_model_config(cfg: ModelConfig, *, source: str = "preset") -> ModelDescription:
     """Describe an ampkit Llama-style ModelConfig (buildable, so the traced engine applies)."""
     return ModelDescription(
         name=cfg.name,
         family="llama",
-        vocab_size=cfg.vocab_size,
-        d_model=cfg.d_model,
-        n_layers=cfg.n_layers,
-        n_heads=cfg.n_heads,
+        **_shared_shape(cfg),
         n_kv_heads=cfg.kv_heads,
         head_dim=cfg.head_dim,
-        d_ff=cfg.d_ff,
-        tie_embeddings=cfg.tie_embeddings,
         source=source,
         model_config=cfg,
     )
@@ -171,10 +175,7 @@ def describe_model(spec: str, *, vocab_size: int | None = None) -> ModelDescript
         path = path / "config.json"
     if not path.is_file():
         raise UsageError(f"--model {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json file")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UsageError(f"{path} is not valid JSON ({err}); pass a Hugging Face config.json") from None
+    data = read_json(path, remedy="pass a Hugging Face config.json")
     if not isinstance(data, dict):
         raise UsageError(f"{path} does not hold a JSON object; pass a Hugging Face config.json")
     return describe_config(data, name=str(path), vocab_size=vocab_size)
@@ -254,14 +255,9 @@ def _with_model_config(desc: ModelDescription, data: dict[str, Any]) -> ModelDes
         return desc
     cfg = ModelConfig(
         name=Path(desc.name).parent.name or desc.name,
-        vocab_size=desc.vocab_size,
-        d_model=desc.d_model,
-        n_layers=desc.n_layers,
-        n_heads=desc.n_heads,
+        **_shared_shape(desc),
         n_kv_heads=desc.n_kv_heads,
-        d_ff=desc.d_ff,
         max_seq_len=int(data.get("max_position_embeddings", 2048)),
-        tie_embeddings=desc.tie_embeddings,
         norm_eps=float(data.get("rms_norm_eps", 1e-5)),
         rope_theta=float(data.get("rope_theta", 10000.0)),
     )
@@ -274,25 +270,18 @@ def _gpt2(data: dict[str, Any], name: str) -> ModelDescription:
     if d % heads:
         raise UsageError(f"{name}: n_embd {d} is not divisible by n_head {heads}")
     _heads(heads, heads, d, d // heads, name)
-    return ModelDescription(
-        name=name,
-        family="gpt2",
-        vocab_size=data["vocab_size"],
-        d_model=d,
+    return _layernorm_family(
+        data,
+        name,
+        "gpt2",
+        d=d,
+        heads=heads,
         n_layers=data["n_layer"],
-        n_heads=heads,
-        n_kv_heads=heads,
-        head_dim=d // heads,
         d_ff=data.get("n_inner") or 4 * d,
-        tie_embeddings=bool(data.get("tie_word_embeddings", True)),
-        qkv_bias=True,
-        out_bias=True,
-        mlp_bias=True,
-        norm_bias=True,
-        position_rows=data["n_positions"],
+        bias=True,
         max_positions=data["n_positions"],
-        dropout=float(data.get("resid_pdrop", 0.0) or 0.0),
-        source="config.json",
+        position_rows=data["n_positions"],
+        dropout_key="resid_pdrop",
     )
 
 
@@ -324,23 +313,54 @@ def _opt(data: dict[str, Any], name: str) -> ModelDescription:
     norm_bias = bool(data.get("layer_norm_elementwise_affine", True))
     if not norm_bias:
         raise UsageError(f"{name}: OPT without LayerNorm affine parameters is not supported")
+    return _layernorm_family(
+        data,
+        name,
+        "opt",
+        d=d,
+        heads=heads,
+        n_layers=data["num_hidden_layers"],
+        d_ff=data["ffn_dim"],
+        bias=bias,
+        max_positions=data["max_position_embeddings"],
+        position_rows=data["max_position_embeddings"] + 2,  # OPT's learned positions start at 2
+        dropout_key="dropout",
+    )
+
+
+def _layernorm_family(
+    data: dict[str, Any],
+    name: str,
+    family: str,
+    *,
+    d: int,
+    heads: int,
+    n_layers: int,
+    d_ff: int,
+    bias: bool,
+    max_positions: int,
+    position_rows: int,
+    dropout_key: str,
+) -> ModelDescription:
+    """GPT-2 and OPT: multi-head attention (no grouped queries), LayerNorm with bias, learned positions,
+    a head tied by default; `bias` is that of q/k/v, the attention output and the MLP."""
     return ModelDescription(
         name=name,
-        family="opt",
+        family=family,
         vocab_size=data["vocab_size"],
         d_model=d,
-        n_layers=data["num_hidden_layers"],
+        n_layers=n_layers,
         n_heads=heads,
         n_kv_heads=heads,
         head_dim=d // heads,
-        d_ff=data["ffn_dim"],
+        d_ff=d_ff,
         tie_embeddings=bool(data.get("tie_word_embeddings", True)),
         qkv_bias=bias,
         out_bias=bias,
         mlp_bias=bias,
         norm_bias=True,
-        position_rows=data["max_position_embeddings"] + 2,  # OPT's learned positions start at 2
-        max_positions=data["max_position_embeddings"],
-        dropout=float(data.get("dropout", 0.0) or 0.0),
+        position_rows=position_rows,
+        max_positions=max_positions,
+        dropout=float(data.get(dropout_key, 0.0) or 0.0),
         source="config.json",
     )

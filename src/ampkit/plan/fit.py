@@ -13,6 +13,7 @@ for x = micro-batch (or sequence length). Two replays give every (A_i, B_i); the
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, replace
@@ -174,20 +175,14 @@ def fit(
     context_bytes: int = CUDA_CONTEXT_BYTES,
     fragmentation: float = FRAGMENTATION,
 ) -> Fit:
-    limit = desc.max_positions or MAX_SEARCH
+    """Whether a step of `total_bytes` fits `capacity`, by how much, and the largest micro-batch and
+    sequence (each with the other as in `setting`) that fit."""
+    search = functools.partial(
+        largest, desc, setting, capacity, context_bytes=context_bytes, fragmentation=fragmentation
+    )
     return Fit(
         fits=total_bytes <= capacity,
         headroom_bytes=capacity - total_bytes,
-        max_micro_batch=largest(
-            desc, setting, capacity, field="micro_batch", context_bytes=context_bytes, fragmentation=fragmentation
-        ),
-        max_seq_len=largest(
-            desc,
-            setting,
-            capacity,
-            field="seq_len",
-            limit=limit,
-            context_bytes=context_bytes,
-            fragmentation=fragmentation,
-        ),
+        max_micro_batch=search(field="micro_batch"),
+        max_seq_len=search(field="seq_len", limit=desc.max_positions or MAX_SEARCH),
     )

@@ -11,12 +11,12 @@ exactly twice the tokens of an fp32 one; the whole-token floor can differ from 2
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from ampkit.errors import UsageError
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.numerics import FP32_BYTES as F
+from ampkit.records import Record
 
 KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 WEIGHT_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -52,7 +52,7 @@ def activation_reserve_bytes(desc: ModelDescription, *, batched_tokens: int, wei
 
 
 @dataclass(frozen=True, kw_only=True)
-class KvBudget:
+class KvBudget(Record):
     """One KV dtype's budget."""
 
     kv_dtype: str
@@ -64,9 +64,6 @@ class KvBudget:
     max_requests: int
     """concurrent requests of `context_len` tokens each"""
     context_len: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def kv_pool_bytes(*, capacity: int, utilization: float, weights: int, activation_reserve: int, overhead: int) -> int:

@@ -10,6 +10,7 @@ import itertools
 from dataclasses import asdict
 from typing import Any
 
+from ampkit.hardware import GpuSpec
 from ampkit.plan.advice import base_precision, cheapest_fix, fp8_note
 from ampkit.plan.compute import step_compute
 from ampkit.plan.config import KvConfig, PlanConfig
@@ -39,19 +40,17 @@ def ledger_kwargs(config: PlanConfig) -> dict[str, Any]:
 
 def settings_of(config: PlanConfig) -> list[StepSetting]:
     combos = itertools.product(config.precision_list(), config.optimizer_list(), config.checkpointing_list())
-    return [
-        StepSetting(
-            precision=p,
-            optimizer=o,
-            checkpointing=c,
-            micro_batch=config.micro_batch,
-            seq_len=config.seq_len,
-            grad_accum=config.grad_accum,
-            world_size=config.world_size,
-            parallel=config.parallel,
-        )
-        for p, o, c in combos
-    ]
+    return [_setting(config, precision=p, optimizer=o, checkpointing=c) for p, o, c in combos]
+
+
+_FROM_CONFIG = ("micro_batch", "seq_len", "grad_accum", "world_size", "parallel")
+"""The StepSetting fields every planned step takes from the PlanConfig as they are."""
+
+
+def _setting(config: PlanConfig, *, precision: str, optimizer: str, checkpointing: str) -> StepSetting:
+    """A step with `config`'s batch, sequence and parallelism."""
+    shared = {name: getattr(config, name) for name in _FROM_CONFIG}
+    return StepSetting(precision=precision, optimizer=optimizer, checkpointing=checkpointing, **shared)
 
 
 def agreement(analytic: Ledger, traced: Ledger) -> dict[str, Any]:
@@ -83,17 +82,22 @@ def _row(desc: ModelDescription, setting: StepSetting, config: PlanConfig, targe
         row.update(_traced(desc, setting, ledger, kwargs))
     if target is not None:
         row["fit"] = fit(desc, setting, ledger.total, target.capacity_bytes, **kwargs).to_dict()
+    row["compute"] = _compute(desc, setting, gpu=target.gpu if target else None, mfu=config.mfu)
+    return row
+
+
+def _compute(desc: ModelDescription, setting: StepSetting, *, gpu: GpuSpec | None, mfu: float) -> dict[str, Any]:
+    """FLOPs and step time of one optimizer step of `setting` (its micro-batches x sequence x accumulation)."""
     tokens = setting.micro_batch * setting.seq_len * setting.grad_accum
-    row["compute"] = step_compute(
+    return step_compute(
         desc,
         precision=setting.precision,
         seq_len=setting.seq_len,
         tokens_per_step=tokens,
-        gpu=target.gpu if target else None,
-        mfu=config.mfu,
+        gpu=gpu,
+        mfu=mfu,
         checkpointing=setting.checkpointing == "full",
     ).to_dict()
-    return row
 
 
 def _traced(desc: ModelDescription, setting: StepSetting, analytic: Ledger, kwargs) -> dict[str, Any]:
@@ -110,16 +114,7 @@ def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | 
     """The precision for this GPU, its figures, and the cheapest fix when it does not fit."""
     gpu = target.gpu if target else None
     precision, reason = base_precision(gpu)
-    setting = StepSetting(
-        precision=precision,
-        optimizer=config.optimizer_list()[0],
-        checkpointing="none",
-        micro_batch=config.micro_batch,
-        seq_len=config.seq_len,
-        grad_accum=config.grad_accum,
-        world_size=config.world_size,
-        parallel=config.parallel,
-    )
+    setting = _setting(config, precision=precision, optimizer=config.optimizer_list()[0], checkpointing="none")
     kwargs = ledger_kwargs(config)
     ledger = analytic_ledger(desc, setting, **kwargs)
     out: dict[str, Any] = {
@@ -138,17 +133,7 @@ def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | 
             out["fix"] = fix.to_dict()
         elif not out["fits"]:
             out["notes"].append("nothing up to FSDP over 1024 GPUs fits: shorten the sequence or plan a smaller model")
-        final = fix.setting if fix else setting
-        tokens = final.micro_batch * final.seq_len * final.grad_accum
-        out["compute"] = step_compute(
-            desc,
-            precision=final.precision,
-            seq_len=final.seq_len,
-            tokens_per_step=tokens,
-            gpu=gpu,
-            mfu=config.mfu,
-            checkpointing=final.checkpointing == "full",
-        ).to_dict()
+        out["compute"] = _compute(desc, fix.setting if fix else setting, gpu=gpu, mfu=config.mfu)
     return out
 
 

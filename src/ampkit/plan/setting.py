@@ -6,7 +6,7 @@ seeds' figures are reproduced, and says so.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ampkit.distributed.settings import PARALLEL_MODES
@@ -23,6 +23,7 @@ from ampkit.plan.numerics import plan_precision_name
 from ampkit.plan.optim import OPTIMIZERS, check_optimizer
 from ampkit.plan.tracker import TENSOR_LINES
 from ampkit.precision import precision_names_help
+from ampkit.records import Record
 
 GIB = 1024**3  # GiB is 1024**3 bytes, GB is 1000**3
 CUDA_CONTEXT_BYTES = GIB // 2
@@ -45,7 +46,7 @@ LINE_LABELS = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class StepSetting:
+class StepSetting(Record):
     """What one training step holds: precision, optimizer, checkpointing, micro-batch shape."""
 
     precision: str = field(metadata={"help": f"precision name ({precision_names_help()})"})
@@ -87,9 +88,6 @@ class StepSetting:
     def label(self) -> str:
         ckpt = ", ckpt" if self.checkpointing == "full" else ""
         return f"{self.precision} / {self.optimizer}{ckpt} / mb {self.micro_batch} x {self.seq_len}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def framework_reserve(

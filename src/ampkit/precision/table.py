@@ -86,99 +86,53 @@ class PrecisionSpec:
 
 
 _f32, _bf16, _f16 = torch.float32, torch.bfloat16, torch.float16
+_NATIVE, _EMULATED = Fp8Mode.NATIVE, Fp8Mode.EMULATED
+
+
+def _spec(
+    name: str,
+    simplicity: int,
+    param_dtype: torch.dtype,
+    compute_dtype: torch.dtype,
+    summary: str,
+    *,
+    loss_scaling: bool = False,
+    tf32: bool = False,
+    fp8: Fp8Mode | None = None,
+    is_reference: bool = False,
+) -> PrecisionSpec:
+    """One row of `SPECS`. Autocast is what makes a regime mixed: fp32 weights computing in a 16-bit dtype."""
+    mixed = param_dtype == torch.float32 and compute_dtype != torch.float32
+    return PrecisionSpec(
+        name=name,
+        simplicity=simplicity,
+        is_reference=is_reference,
+        param_dtype=param_dtype,
+        compute_dtype=compute_dtype,
+        autocast=mixed,
+        loss_scaling=loss_scaling,
+        tf32=tf32,
+        fp8=fp8,
+        summary=summary,
+    )
+
 
 # Table order is the order of help texts and of `plan`'s columns. `simplicity` orders by what can go
 # wrong: fp32; tf32 (one backend flag); bf16-mixed (autocast, no scaler); fp16-mixed (plus a loss
 # scaler); the -true regimes (16-bit master weights and optimizer states cost fidelity, fp16's range
 # more so); fp8 last (torchao swaps the Linear layers), its emulation after it (no speedup to pay for it).
-SPECS: dict[str, PrecisionSpec] = {
-    s.name: s
-    for s in (
-        PrecisionSpec(
-            name="fp32",
-            simplicity=0,
-            is_reference=True,
-            param_dtype=_f32,
-            compute_dtype=_f32,
-            autocast=False,
-            loss_scaling=False,
-            tf32=False,
-            summary="the reference: fp32 everywhere, TF32 off",
-        ),
-        PrecisionSpec(
-            name="tf32",
-            simplicity=1,
-            param_dtype=_f32,
-            compute_dtype=_f32,
-            autocast=False,
-            loss_scaling=False,
-            tf32=True,
-            summary="fp32 weights, TF32 tensor-core matmuls (CUDA Ampere+)",
-        ),
-        PrecisionSpec(
-            name="fp16-mixed",
-            simplicity=3,
-            param_dtype=_f32,
-            compute_dtype=_f16,
-            autocast=True,
-            loss_scaling=True,
-            tf32=False,
-            summary="fp32 weights, fp16 autocast, dynamic loss scaling",
-        ),
-        PrecisionSpec(
-            name="bf16-mixed",
-            simplicity=2,
-            param_dtype=_f32,
-            compute_dtype=_bf16,
-            autocast=True,
-            loss_scaling=False,
-            tf32=False,
-            summary="fp32 weights, bf16 autocast (default on Ampere+)",
-        ),
-        PrecisionSpec(
-            name="bf16-true",
-            simplicity=4,
-            param_dtype=_bf16,
-            compute_dtype=_bf16,
-            autocast=False,
-            loss_scaling=False,
-            tf32=False,
-            summary="bf16 weights and compute: memory-lean, costs fidelity",
-        ),
-        PrecisionSpec(
-            name="fp16-true",
-            simplicity=5,
-            param_dtype=_f16,
-            compute_dtype=_f16,
-            autocast=False,
-            loss_scaling=False,
-            tf32=False,
-            summary="model.half(): kept to show why it fails",
-        ),
-        PrecisionSpec(
-            name="fp8",
-            simplicity=6,
-            param_dtype=_f32,
-            compute_dtype=_bf16,
-            autocast=True,
-            loss_scaling=False,
-            tf32=False,
-            fp8=Fp8Mode.NATIVE,
-            summary="float8 Linear matmuls (torchao), bf16 elsewhere; CUDA sm89+",
-        ),
-        PrecisionSpec(
-            name="fp8-emulated",
-            simplicity=7,
-            param_dtype=_f32,
-            compute_dtype=_bf16,
-            autocast=True,
-            loss_scaling=False,
-            tf32=False,
-            fp8=Fp8Mode.EMULATED,
-            summary="fp8 with software emulation: tests the path, no speedup",
-        ),
-    )
-}
+# Columns: name, simplicity, param dtype, compute dtype, summary; then what differs from the defaults.
+_TABLE = (
+    _spec("fp32", 0, _f32, _f32, "the reference: fp32 everywhere, TF32 off", is_reference=True),
+    _spec("tf32", 1, _f32, _f32, "fp32 weights, TF32 tensor-core matmuls (CUDA Ampere+)", tf32=True),
+    _spec("fp16-mixed", 3, _f32, _f16, "fp32 weights, fp16 autocast, dynamic loss scaling", loss_scaling=True),
+    _spec("bf16-mixed", 2, _f32, _bf16, "fp32 weights, bf16 autocast (default on Ampere+)"),
+    _spec("bf16-true", 4, _bf16, _bf16, "bf16 weights and compute: memory-lean, costs fidelity"),
+    _spec("fp16-true", 5, _f16, _f16, "model.half(): kept to show why it fails"),
+    _spec("fp8", 6, _f32, _bf16, "float8 Linear matmuls (torchao), bf16 elsewhere; CUDA sm89+", fp8=_NATIVE),
+    _spec("fp8-emulated", 7, _f32, _bf16, "fp8 with software emulation: tests the path, no speedup", fp8=_EMULATED),
+)
+SPECS: dict[str, PrecisionSpec] = {s.name: s for s in _TABLE}
 
 REFERENCE: str = next(s.name for s in SPECS.values() if s.is_reference)
 """The reference precision's name (fp32)."""
