@@ -51,17 +51,14 @@ def _print(summary: dict, run_dir) -> None:
 
 def _run_measured(config: KvConfig, args: argparse.Namespace) -> int:
     """`--from-bench RUN_DIR`: the budget from an inference bench's measured bytes and activations."""
-    from ampkit.plan.kv_measured import measured_budget, measured_table, read_bench
+    from ampkit.plan.kv_measured import measured_budget, measured_table, read_bench, write_measured_report
 
     assert config.from_bench is not None  # the caller checked
     summary = measured_budget(config, read_bench(config.from_bench))
-    run_dir = create_run_dir(args.out, "kv")
-    with summary_marks_write_failure(run_dir, "kv"):
-        write_json_atomic(run_dir / "summary.json", summary)
-        if args.json:
-            print(json.dumps(summary, indent=2), flush=True)
-        else:
-            console = wide_console()
-            console.print(measured_table(summary))
-            console.print(f"run directory: {run_dir} (summary.json)")
-    return 0
+
+    def show(summary: dict, run_dir) -> None:
+        console = wide_console()
+        console.print(measured_table(summary))
+        console.print(f"run directory: {run_dir} (summary.json, report.html)")
+
+    return write_planned_run(args, "kv", summary, show=show, write_report=write_measured_report)

@@ -102,14 +102,11 @@ def _run_task(config: PlanConfig, args: argparse.Namespace) -> int:
     from ampkit.tasks.load import load_task
 
     summary = build_task_plan(config, load_task(config.task, config.task_args))  # a bad task: before the run dir
-    run_dir = create_run_dir(args.out, "plan")
-    write_json_atomic(run_dir / "summary.json", summary)
-    if args.json:
-        print(json.dumps(summary, indent=2), flush=True)
-    else:
+
+    def show(summary: dict, run_dir) -> None:
         console = wide_console()
         console.print(task_plan_table(summary))
         console.print(summary["analytic_note"], soft_wrap=True)
         console.print(f"run directory: {run_dir} (summary.json, report.html)")
-    write_task_plan_report(summary, run_dir)
-    return 0
+
+    return write_planned_run(args, "plan", summary, show=show, write_report=write_task_plan_report)

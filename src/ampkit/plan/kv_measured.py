@@ -9,6 +9,7 @@ overhead; tokens = pool / the measured KV bytes per token. Units: bytes (GiB sho
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ def measured_budget(config, bench: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema": "ampkit.kv-measured/1",
         "command": "kv",
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
         "from_bench": str(config.from_bench),
         "model": bench["model"],
         "target": target.to_dict(),
@@ -87,10 +89,19 @@ def measured_table(summary: dict[str, Any]):
         title=f"ampkit kv --from-bench · {summary['model']['name']} on {summary['target']['name']} · "
         f"{summary['context_len']}-token requests"
     )
-    for header in ("weights", "KV", "KV B/token", "pool GiB", "max tokens", "requests", "agreement"):
+    for header in HEADERS:
         table.add_column(header, justify="left" if header in ("weights", "KV") else "right")
-    for r in summary["measured"]:
-        table.add_row(
+    for row in _rows(summary):
+        table.add_row(*row)
+    return table
+
+
+HEADERS = ["weights", "KV", "KV B/token", "pool GiB", "max tokens", "requests", "agreement"]
+
+
+def _rows(summary: dict[str, Any]) -> list[list[str]]:
+    return [
+        [
             r["weights"],
             r["kv_dtype"],
             f"{r['kv_bytes_per_token']:,}",
@@ -98,5 +109,19 @@ def measured_table(summary: dict[str, Any]):
             f"{r['max_tokens']:,}",
             f"{r['max_requests']:,}",
             f"{r['greedy_agreement']:.0%}",
-        )
-    return table
+        ]
+        for r in summary["measured"]
+    ]
+
+
+def write_measured_report(summary: dict[str, Any], run_dir) -> tuple:
+    from ampkit.report import Report
+
+    report = Report(title=f"ampkit kv --from-bench: {summary['model']['name']} on {summary['target']['name']}")
+    report.text(
+        f"From the measurements of {summary['from_bench']}: weights, the prefill's activation peak (scaled "
+        f"to {summary['batched_tokens']} batched tokens) and the KV bytes per token; GiB = 1024^3 bytes.",
+        kind="note",
+    )
+    report.table(HEADERS, _rows(summary))
+    return report.write(run_dir)

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ampkit.core import Trainer, build_optimizer, build_scheduler
+from ampkit.core import Trainer
 from ampkit.core.optim import check_optimizer_available
+from ampkit.core.step import build_trainer
 from ampkit.distributed.context import LocalRun, init_run
 from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.distributed.wrap import reshard, wrap_model
@@ -198,19 +199,19 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
     if not isinstance(task, LanguageModelTask):  # a user's task: its first batch must make sense before training
         check_first_batch(task, model, val_batches[0], device=device, policy=policy)
         reshard(model)  # FSDP2: back to sharded parameters before the optimizer takes them
-    optimizer = build_optimizer(model, name=config.features.optimizer, lr=config.lr, weight_decay=config.weight_decay)
-    scheduler = build_scheduler(
-        optimizer, warmup_steps=config.warmup_steps, total_steps=config.steps, min_lr_ratio=config.min_lr_ratio
-    )
-    trainer = Trainer(
-        model=model,
-        policy=policy,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        sampler=sampler,
+    trainer = build_trainer(
+        model,
+        policy,
+        sampler,
         device=device,
-        grad_accum=config.grad_accum,
+        optimizer=config.features.optimizer,
+        lr=config.lr,
+        weight_decay=config.weight_decay,
+        warmup_steps=config.warmup_steps,
+        total_steps=config.steps,
+        min_lr_ratio=config.min_lr_ratio,
         clip_grad_norm=config.clip_grad_norm,
+        grad_accum=config.grad_accum,
         parallel=parallel,
         loss_fn=task.loss,
         count_fn=task.count,
@@ -223,8 +224,8 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
         task=task,
         model=model,
         policy=policy,
-        optimizer=optimizer,
-        scheduler=scheduler,
+        optimizer=trainer.optimizer,
+        scheduler=trainer.scheduler,
         sampler=sampler,
         val_batches=val_batches,
         trainer=trainer,

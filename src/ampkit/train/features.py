@@ -16,8 +16,8 @@ parameters.
 - `--compile`: `nn.Module.compile()` (in place, so `state_dict` keys keep no `_orig_mod.` prefix).
   Compilation is lazy; `warm_up_compiled` triggers it on an example batch so its time is reported
   separately from step time.
-- `--optimizer adamw | adamw-8bit | sgd`; adamw-8bit is bitsandbytes' `AdamW8bit` (CPU and CUDA),
-  which keeps tensors under 4,096 elements in 32-bit states, as the library does by default.
+- `--optimizer`: one of `ampkit.options.OPTIMIZERS`, built by `ampkit.core.optim.build_optimizer`
+  (adamw-8bit: bitsandbytes; adamw-sr: torchao's bf16 stochastic rounding; adamw-kahan: torch-optimi).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Features:
     activation_checkpointing: str = field(
         default="none", metadata={"help": "recompute block activations in backward: none, full or every-N"}
     )
-    optimizer: str = field(default="adamw", metadata={"help": "adamw, adamw-8bit (bitsandbytes) or sgd"})
+    optimizer: str = field(default="adamw", metadata={"help": f"{', '.join(OPTIMIZERS)} (adamw-sr and adamw-kahan: for bf16-true)"})
     compile: bool = field(
         default=False, metadata={"help": "torch.compile the model (compile time reported apart from step time)"}
     )
