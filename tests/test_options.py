@@ -31,4 +31,7 @@ def test_a_note_is_appended_inside_the_parentheses_or_after_the_text():
 
 
 def test_choices_read_as_a_sentence():
-    assert choices_text(OPTIMIZERS) == "adamw, adamw-8bit or sgd" and choices_text(["only"]) == "only"
+    assert (
+        choices_text(OPTIMIZERS) == "adamw, adamw-8bit, adamw-sr, adamw-kahan or sgd"
+        and choices_text(["only"]) == "only"
+    )

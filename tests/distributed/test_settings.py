@@ -38,7 +38,6 @@ def test_plain_settings_pass(parallel):
         ({"parallel": "none", "nproc": 2}, "add --parallel ddp or --parallel fsdp"),
         ({"guard": True}, "the NaN guard's rollback runs in a single process only"),
         ({"inject": "blocks.0.mlp:forward:nan"}, "--inject runs in a single process only"),
-        ({"parallel": "fsdp", "precision": "fp8-emulated"}, "fp8 under --parallel fsdp"),
     ],
 )
 def test_settings_that_cannot_run_data_parallel_name_the_fix(overrides, message):

@@ -20,6 +20,7 @@ from ampkit.plan.kv import activation_reserve_bytes, kv_budget, kv_pool_bytes, w
 from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import GIB, Ledger, StepSetting
 from ampkit.plan.tracker import TENSOR_LINES
+from ampkit.precision import Fp8Mode, get_spec
 
 PLAN_SCHEMA = "ampkit.plan/1"
 KV_SCHEMA = "ampkit.kv/1"
@@ -157,7 +158,8 @@ def _fp8_block(desc: ModelDescription, config: PlanConfig, target: Target | None
     """Per Linear, whether fp8 pays on the target GPU (only when fp8 is among the precisions)."""
     from ampkit.plan.fp8_plan import fp8_plan
 
-    if "fp8" not in config.precision_list() or target is None:
+    native_fp8 = any(get_spec(p).fp8 is Fp8Mode.NATIVE for p in config.precision_list())
+    if not native_fp8 or target is None:
         return None
     return fp8_plan(desc, micro_batch=config.micro_batch, seq_len=config.seq_len, gpu=target.gpu)
 

@@ -61,7 +61,9 @@ class Features:
     activation_checkpointing: str = field(
         default="none", metadata={"help": "recompute block activations in backward: none, full or every-N"}
     )
-    optimizer: str = field(default="adamw", metadata={"help": f"{', '.join(OPTIMIZERS)} (adamw-sr and adamw-kahan: for bf16-true)"})
+    optimizer: str = field(
+        default="adamw", metadata={"help": f"{', '.join(OPTIMIZERS)} (adamw-sr and adamw-kahan: for bf16-true)"}
+    )
     compile: bool = field(
         default=False, metadata={"help": "torch.compile the model (compile time reported apart from step time)"}
     )
