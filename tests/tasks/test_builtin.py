@@ -249,3 +249,12 @@ def test_arguments_are_listed_with_their_defaults():
     assert builtin_task_arguments("convnet")["channels_last"] is False
     assert builtin_task_arguments("convnet")["arch"] == "resnet-small"
     assert set(builtin_task_arguments("mlp")) >= {"features", "hidden", "classes", "train_size", "held_size"}
+
+
+def test_data_set_arguments_reach_the_data_set():
+    """A task's arguments include its data set's: the factory passes them on (defaults listed once)."""
+    assert builtin_task_arguments("encoder")["markers"] == 5 and builtin_task_arguments("convnet")["image_size"] == 32
+    clean = builtin_task("mlp", noise=0.0, train_size=64, held_size=32)
+    assert clean.info["loss_floor"] == 0.0 and clean.info["train_samples"] == 64
+    small = builtin_task("convnet", image_size=16, train_size=8, held_size=4)
+    assert small.smoke_batch(samples=2, seed=0).inputs.shape[-2:] == (16, 16)

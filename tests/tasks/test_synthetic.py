@@ -29,7 +29,7 @@ def _tensors(data) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("name", SETS)
 def test_same_seed_same_tensors_other_seed_others(name):
-    a, b, c = SETS[name](seed=0), SETS[name](seed=0), SETS[name](seed=1)
+    a, b, c = SETS[name](data_seed=0), SETS[name](data_seed=0), SETS[name](data_seed=1)
     assert all(torch.equal(x, y) for x, y in zip(_tensors(a), _tensors(b)))
     assert not torch.equal(a.train[0], c.train[0])
     assert not torch.equal(a.held[0], c.held[0])
@@ -39,18 +39,18 @@ def test_same_seed_same_tensors_other_seed_others(name):
 def test_global_rng_is_neither_read_nor_advanced(name):
     before = torch.random.get_rng_state()
     torch.manual_seed(123)
-    first = SETS[name](seed=0)
+    first = SETS[name](data_seed=0)
     torch.manual_seed(456)  # another global state must not change the data
-    second = SETS[name](seed=0)
+    second = SETS[name](data_seed=0)
     assert torch.equal(first.train[0], second.train[0])
     torch.random.set_rng_state(before)
-    SETS[name](seed=0)
+    SETS[name](data_seed=0)
     assert torch.equal(torch.random.get_rng_state(), before)
 
 
 @pytest.mark.parametrize("name", SETS)
 def test_shapes_targets_and_splits(name):
-    data = SETS[name](seed=0)
+    data = SETS[name](data_seed=0)
     shape, dtype = SHAPES[name]
     for inputs, targets in (data.train, data.held):
         assert inputs.shape[1:] == shape and inputs.dtype == dtype
@@ -64,23 +64,23 @@ def test_shapes_targets_and_splits(name):
 
 @pytest.mark.parametrize("name", SETS)
 def test_noise_keeps_the_floor_well_above_zero_and_below_chance(name):
-    data = SETS[name](seed=0)
+    data = SETS[name](data_seed=0)
     assert 0.1 < data.loss_floor < 0.6 * math.log(data.classes)
 
 
 def test_vector_features_have_about_unit_variance():
-    x = gaussian_clusters(seed=0).train[0]
+    x = gaussian_clusters(data_seed=0).train[0]
     assert abs(float(x.var()) - 1.0) < 0.1
 
 
 def test_gaussian_floor_falls_with_the_noise():
-    floors = [gaussian_clusters(noise=noise, seed=0).loss_floor for noise in (2.0, 4.0, 6.0)]
+    floors = [gaussian_clusters(noise=noise, data_seed=0).loss_floor for noise in (2.0, 4.0, 6.0)]
     assert floors[0] < floors[1] < floors[2]
-    assert gaussian_clusters(noise=0.0, seed=0).loss_floor == 0.0
+    assert gaussian_clusters(noise=0.0, data_seed=0).loss_floor == 0.0
 
 
 def test_markers_decide_the_clean_class():
-    data = marker_sequences(train_size=64, held_size=8, label_noise=0.0, seed=0)
+    data = marker_sequences(train_size=64, held_size=8, label_noise=0.0, data_seed=0)
     pairs = torch.combinations(torch.arange(5), 2)
     tokens, targets = data.train
     for row, target in zip(tokens, targets):
@@ -97,8 +97,8 @@ def test_label_noise_floor():
 
 
 def test_label_noise_redraws_the_asked_share_of_labels_only():
-    clean = marker_sequences(train_size=4000, held_size=1, label_noise=0.0, seed=0)
-    noisy = marker_sequences(train_size=4000, held_size=1, label_noise=0.3, seed=0)
+    clean = marker_sequences(train_size=4000, held_size=1, label_noise=0.0, data_seed=0)
+    noisy = marker_sequences(train_size=4000, held_size=1, label_noise=0.3, data_seed=0)
     assert torch.equal(clean.train[0], noisy.train[0])  # the generator draws the same numbers whatever the share
     changed = (clean.train[1] != noisy.train[1]).float().mean()
     assert float(changed) == pytest.approx(0.3 * 0.9, abs=0.03)  # 30% redrawn, 1 in 10 of those lands back

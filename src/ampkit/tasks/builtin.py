@@ -1,4 +1,8 @@
-"""The built-in tasks besides the language model, by name: `builtin_task("convnet", channels_last=True)`."""
+"""The built-in tasks besides the language model, by name: `builtin_task("convnet", channels_last=True)`.
+
+A task's arguments are its factory's (the model's) and its synthetic data set's, which the factory
+passes on: `builtin_task("mlp", hidden=256, noise=2.0)` sets TinyMLP's width and gaussian_clusters'
+noise."""
 
 from __future__ import annotations
 
@@ -11,11 +15,17 @@ from ampkit.tasks.base import SupervisedTask
 from ampkit.tasks.convnet import make_convnet_task
 from ampkit.tasks.encoder import make_encoder_task
 from ampkit.tasks.mlp import make_mlp_task
+from ampkit.tasks.synthetic import SyntheticSet, gaussian_clusters, grating_images, marker_sequences
 
 BUILTIN_TASKS: dict[str, Callable[..., SupervisedTask]] = {
     "mlp": make_mlp_task,
     "convnet": make_convnet_task,
     "encoder": make_encoder_task,
+}
+DATA_SETS: dict[str, Callable[..., SyntheticSet]] = {
+    "mlp": gaussian_clusters,
+    "convnet": grating_images,
+    "encoder": marker_sequences,
 }
 
 
@@ -27,7 +37,11 @@ def _factory(name: str) -> Callable[..., SupervisedTask]:
 
 def builtin_task_arguments(name: str) -> dict[str, Any]:
     """The keyword arguments task `name` accepts, with their defaults (what a CLI may offer)."""
-    params = inspect.signature(_factory(name)).parameters.values()
+    return {**_keyword_defaults(_factory(name)), **_keyword_defaults(DATA_SETS[name])}
+
+
+def _keyword_defaults(function: Callable) -> dict[str, Any]:
+    params = inspect.signature(function).parameters.values()
     return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 

@@ -22,7 +22,6 @@ from torch import nn
 
 from ampkit.errors import UsageError
 from ampkit.tasks.base import SupervisedTask
-from ampkit.tasks.mlp import count_parameters
 from ampkit.tasks.synthetic import check_int, grating_images
 
 ARCHS = ("resnet-small", "resnet18")
@@ -169,13 +168,11 @@ def make_convnet_task(
     widths: Sequence[int] | None = None,
     blocks_per_stage: int | None = None,
     classes: int = 10,
-    train_size: int = 1024,
-    held_size: int = 256,
-    noise: float = 0.5,
-    label_noise: float = 0.1,
-    data_seed: int = 0,
+    **data_args: Any,
 ) -> SupervisedTask:
     """A CNN classifying `grating_images`; cross-entropy; one item is one image ("samples").
+    `data_args`: the data set's other arguments (train_size, held_size, image_size, noise, label_noise,
+    data_seed).
 
     arch "resnet-small": `SmallResNet(widths=(16, 32, 64), blocks_per_stage=1)` unless told otherwise;
     "resnet18": torchvision's (needs `pip install 'ampkit[vision]'`; its 7x7 stride-2 stem and max pool
@@ -193,28 +190,19 @@ def make_convnet_task(
         raise UsageError(f"channels_last must be true or false, got {channels_last!r}")
     check_int("classes", classes, minimum=2)
     factory, blocks = _architecture(arch, widths, blocks_per_stage, classes)
-    data = grating_images(
-        classes=classes,
-        train_size=train_size,
-        held_size=held_size,
-        noise=noise,
-        label_noise=label_noise,
-        seed=data_seed,
-    )
+    data = grating_images(classes=classes, **data_args)
     train, held = data.train, data.held
     if channels_last:
         train, held = (_nhwc(train[0]), train[1]), (_nhwc(held[0]), held[1])
 
     model = functools.partial(_build, factory, channels_last)  # picklable: bench's workers rebuild it
 
-    info = {"parameters": count_parameters(factory), "arch": arch, "channels_last": channels_last, **data.sizes}
-    return SupervisedTask(
-        name="convnet",
-        model=model,
-        loss_fn=nn.functional.cross_entropy,
-        train=train,
-        held=held,
-        unit="samples",
+    return data.classification_task(
+        "convnet",
+        model,
         blocks=blocks,
-        info={**info, "image_shape": list(train[0].shape[1:]), "loss_floor": round(data.loss_floor, 4)},
+        splits=(train, held),
+        arch=arch,
+        channels_last=channels_last,
+        image_shape=list(train[0].shape[1:]),
     )

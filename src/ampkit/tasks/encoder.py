@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import functools
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +12,6 @@ from torch import nn
 
 from ampkit.errors import UsageError
 from ampkit.tasks.base import SupervisedTask
-from ampkit.tasks.mlp import count_parameters
 from ampkit.tasks.synthetic import check_int, marker_sequences
 
 
@@ -66,33 +65,16 @@ def _encoder_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def make_encoder_task(
-    *,
-    d_model: int = 64,
-    n_heads: int = 4,
-    n_layers: int = 2,
-    markers: int = 5,
-    vocab_size: int = 32,
-    seq_len: int = 32,
-    train_size: int = 2048,
-    held_size: int = 512,
-    label_noise: float = 0.1,
-    data_seed: int = 0,
+    *, d_model: int = 64, n_heads: int = 4, n_layers: int = 2, vocab_size: int = 32, seq_len: int = 32, **data_args: Any
 ) -> SupervisedTask:
-    """An EncoderClassifier on `marker_sequences`; cross-entropy; one item is one sequence ("samples")."""
+    """An EncoderClassifier on `marker_sequences`; cross-entropy; one item is one sequence ("samples").
+    `data_args`: the data set's other arguments (markers, train_size, held_size, label_noise, data_seed)."""
     check_int("n_heads", n_heads, minimum=1)
     check_int("d_model", d_model, minimum=n_heads)
     check_int("n_layers", n_layers, minimum=1)
     if d_model % n_heads:
         raise UsageError(f"d_model must be a multiple of n_heads, got d_model={d_model}, n_heads={n_heads}")
-    data = marker_sequences(
-        markers=markers,
-        vocab_size=vocab_size,
-        seq_len=seq_len,
-        train_size=train_size,
-        held_size=held_size,
-        label_noise=label_noise,
-        seed=data_seed,
-    )
+    data = marker_sequences(vocab_size=vocab_size, seq_len=seq_len, **data_args)
 
     model = functools.partial(  # picklable: bench's workers rebuild it
         EncoderClassifier,
@@ -104,14 +86,4 @@ def make_encoder_task(
         n_layers=n_layers,
     )
 
-    info = {"parameters": count_parameters(model), "seq_len": seq_len, "vocab_size": vocab_size, **data.sizes}
-    return SupervisedTask(
-        name="encoder",
-        model=model,
-        loss_fn=nn.functional.cross_entropy,
-        train=data.train,
-        held=data.held,
-        unit="samples",
-        blocks=_encoder_blocks,
-        info={**info, "loss_floor": round(data.loss_floor, 4)},
-    )
+    return data.classification_task("encoder", model, blocks=_encoder_blocks, seq_len=seq_len, vocab_size=vocab_size)

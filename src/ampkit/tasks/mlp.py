@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 from torch import nn
@@ -24,37 +25,12 @@ class TinyMLP(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
-def count_parameters(factory) -> int:
-    """Parameters of the model `factory()` builds, built on the meta device (no memory, no RNG draw)."""
-    with torch.device("meta"):
-        return sum(p.numel() for p in factory().parameters())
-
-
-def make_mlp_task(
-    *,
-    features: int = 128,
-    hidden: int = 512,
-    classes: int = 10,
-    train_size: int = 2048,
-    held_size: int = 512,
-    noise: float = 4.0,
-    data_seed: int = 0,
-) -> SupervisedTask:
-    """TinyMLP classifying `gaussian_clusters` rows; cross-entropy; one item is one row ("samples")."""
+def make_mlp_task(*, features: int = 128, hidden: int = 512, classes: int = 10, **data_args: Any) -> SupervisedTask:
+    """TinyMLP classifying `gaussian_clusters` rows; cross-entropy; one item is one row ("samples").
+    `data_args`: the data set's other arguments (train_size, held_size, noise, data_seed)."""
     check_int("hidden", hidden, minimum=1)
-    data = gaussian_clusters(
-        features=features, classes=classes, train_size=train_size, held_size=held_size, noise=noise, seed=data_seed
-    )
+    data = gaussian_clusters(features=features, classes=classes, **data_args)
 
     model = functools.partial(TinyMLP, features, hidden, classes)  # picklable: bench's workers rebuild it
 
-    info = {"parameters": count_parameters(model), "features": features, "data_noise": noise, **data.sizes}
-    return SupervisedTask(
-        name="mlp",
-        model=model,
-        loss_fn=nn.functional.cross_entropy,
-        train=data.train,
-        held=data.held,
-        unit="samples",
-        info={**info, "loss_floor": round(data.loss_floor, 4)},
-    )
+    return data.classification_task("mlp", model, features=features)

@@ -1,6 +1,6 @@
 """Seeded synthetic data sets for the built-in tasks: learnable in a short CPU run, never trivial.
 
-Every set draws from its own `torch.Generator` seeded with `seed` (the global RNG is neither read
+Every set draws from its own `torch.Generator` seeded with `data_seed` (the global RNG is neither read
 nor advanced), so the same arguments give bit-identical tensors in any process. Each has a train
 and a held-out split drawn from one distribution (the class centres, gratings and marker rules are
 drawn first, then the train rows, then the held-out rows).
@@ -18,11 +18,15 @@ The noise keeps them from being trivial: `SyntheticSet.loss_floor` is the held-o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
 from ampkit.errors import UsageError
+from ampkit.tasks.base import SupervisedTask
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,41 @@ class SyntheticSet:
     @property
     def sizes(self) -> dict[str, int]:
         return {"train_samples": len(self.train[0]), "held_out_samples": len(self.held[0]), "classes": self.classes}
+
+    def classification_task(
+        self,
+        name: str,
+        model: Callable[[], nn.Module],
+        *,
+        blocks: Callable[[nn.Module], Sequence[nn.Module]] | None = None,
+        splits: tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
+        **info: Any,
+    ) -> SupervisedTask:
+        """A built-in task on this set: `model()` trained with cross-entropy, one item a sample; its info
+        has the model's parameter count, the set's sizes and loss floor, and `info`. `splits`: (train,
+        held) to use instead of the set's own (the same rows in another layout)."""
+        train, held = splits if splits is not None else (self.train, self.held)
+        return SupervisedTask(
+            name=name,
+            model=model,
+            loss_fn=nn.functional.cross_entropy,
+            train=train,
+            held=held,
+            unit="samples",
+            blocks=blocks,
+            info={
+                "parameters": count_parameters(model),
+                **info,
+                **self.sizes,
+                "loss_floor": round(self.loss_floor, 4),
+            },
+        )
+
+
+def count_parameters(factory: Callable[[], nn.Module]) -> int:
+    """Parameters of the model `factory()` builds, built on the meta device (no memory, no RNG draw)."""
+    with torch.device("meta"):
+        return sum(p.numel() for p in factory().parameters())
 
 
 def check_int(name: str, value: object, *, minimum: int) -> int:
@@ -80,7 +119,7 @@ def gaussian_clusters(
     train_size: int = 2048,
     held_size: int = 512,
     noise: float = 4.0,
-    seed: int = 0,
+    data_seed: int = 0,
 ) -> SyntheticSet:
     """Class centres ~ N(0, I) in `features` dimensions; a row is its class's centre plus N(0, noise^2 I),
     then every feature is divided by sqrt(1 + noise^2) so inputs have unit variance (a scale the default
@@ -91,7 +130,7 @@ def gaussian_clusters(
     check_int("train_size", train_size, minimum=1)
     check_int("held_size", held_size, minimum=1)
     check_float("noise", noise, low=0.0, high=math.inf, high_open=True)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(data_seed)
     centres = torch.randn(classes, features, generator=g)
     scale = math.sqrt(1.0 + noise**2)
 
@@ -120,7 +159,7 @@ def grating_images(
     image_size: int = 32,
     noise: float = 0.5,
     label_noise: float = 0.1,
-    seed: int = 0,
+    data_seed: int = 0,
 ) -> SyntheticSet:
     """(N, 3, S, S) images: class c is a plane-wave grating cos(k_c . (u, v) + phase) with its own
     orientation and spatial frequency (orientations evenly spread over 180 degrees, two frequencies:
@@ -136,7 +175,7 @@ def grating_images(
     check_int("image_size", image_size, minimum=4)
     check_float("noise", noise, low=0.0, high=math.inf, high_open=True)
     check_float("label_noise", label_noise, low=0.0, high=1.0)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(data_seed)
     orientations = math.ceil(classes / 2)
     c = torch.arange(classes)
     angle = math.pi * (c // 2).double() / orientations  # radians
@@ -166,7 +205,7 @@ def marker_sequences(
     train_size: int = 2048,
     held_size: int = 512,
     label_noise: float = 0.1,
-    seed: int = 0,
+    data_seed: int = 0,
 ) -> SyntheticSet:
     """(N, seq_len) int64 tokens: ids 0..markers-1 are markers, the rest fillers. A sequence is random
     fillers with two distinct markers a < b written at two random positions; its class is the pair
@@ -179,7 +218,7 @@ def marker_sequences(
     check_int("train_size", train_size, minimum=1)
     check_int("held_size", held_size, minimum=1)
     check_float("label_noise", label_noise, low=0.0, high=1.0)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(data_seed)
     pairs = torch.combinations(torch.arange(markers), 2)  # (classes, 2); row i is class i's pair
     classes = len(pairs)
 
