@@ -33,6 +33,12 @@ class ScalerConfig:
         metadata={"help": "back off only after K overflowing steps in a row (DeepSpeed's hysteresis; 1 = torch's)"},
     )
 
+    def grad_scaler_knobs(self) -> dict[str, float]:
+        """The knobs torch.amp.GradScaler itself takes, as its keyword arguments."""
+        return {
+            name: getattr(self, name) for name in ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
+        }
+
     def __post_init__(self):
         if self.init_scale <= 0:
             raise UsageError(f"--init-scale must be positive, got {self.init_scale}")
@@ -66,13 +72,7 @@ class AutocastPrecision(Precision):
         self.scaler_config = scaler or ScalerConfig()
         cfg = self.scaler_config
         self.scaler = HysteresisGradScaler(
-            device_type,
-            hysteresis=cfg.hysteresis,
-            init_scale=cfg.init_scale,
-            growth_factor=cfg.growth_factor,
-            backoff_factor=cfg.backoff_factor,
-            growth_interval=cfg.growth_interval,
-            enabled=spec.loss_scaling,
+            device_type, hysteresis=cfg.hysteresis, enabled=spec.loss_scaling, **cfg.grad_scaler_knobs()
         )
         # Host copy of the scale, refreshed after each update; avoids an extra device sync
         # to learn the scale *before* a step.
