@@ -47,7 +47,7 @@ def test_each_device_runs_what_its_hardware_has(device):
         (
             "mi250x",
             "tf32",
-            r"tf32 needs TF32 matmul units: .*AMD MI300 \(gfx94x\); AMD Instinct MI250X \(gfx90a\) "
+            r"tf32 needs an NVIDIA GPU .*AMD MI300 \(gfx94x, XF32\); AMD Instinct MI250X \(gfx90a\) "
             r"has none \(AMD's TF32 \(XF32\) exists on MI300 \(gfx94x\) only\): use fp32",
         ),
         (

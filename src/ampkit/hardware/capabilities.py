@@ -30,12 +30,10 @@ ROCM_TF32_ARCHS = ("gfx94",)  # MI300's XF32; CDNA2 has none and CDNA4 (gfx950) 
 ROCM_FP8_ARCHS = ("gfx94", "gfx95")  # MI300 (gfx940-942) and MI350 (gfx950)
 
 REQUIREMENTS: dict[str, str] = {
-    "tf32": (
-        "TF32 matmul units: an NVIDIA GPU with compute capability >= 8.0 (Ampere or newer) or an AMD MI300 (gfx94x)"
-    ),
+    "tf32": "an NVIDIA GPU with compute capability >= 8.0 (Ampere or newer) or an AMD MI300 (gfx94x, XF32)",
     "fp8": (
-        "float8 matmuls torchao's float8 training can drive: an NVIDIA GPU with compute capability >= 8.9 "
-        "(Ada or Hopper) or an AMD MI300/MI350 (gfx94x/gfx950)"
+        "an NVIDIA GPU with compute capability >= 8.9 (Ada or Hopper) or an AMD MI300/MI350 (gfx94x/gfx950): "
+        "the float8 matmuls torchao's float8 training drives"
     ),
     "bf16": (
         "native bf16: an NVIDIA GPU with compute capability >= 8.0, an AMD MI200 or later (gfx90a+), "
