@@ -55,7 +55,8 @@ def data_field(default: str = "default", note: str = "") -> str:
 
 
 def device_field(default: str = "auto", note: str = "") -> str:
-    return field(default=default, metadata=_help("auto, cpu, cuda or cuda:N", note))
+    text = "auto (the accelerator torch reports, else cpu), cpu, cuda or cuda:N (NVIDIA, AMD under ROCm), xpu[:N], mps"
+    return field(default=default, metadata=_help(text, note))
 
 
 def seed_field(default: int = 0, note: str = "") -> int:
@@ -98,7 +99,8 @@ def parallel_field(default: str = "none", note: str = "") -> str:
 
 
 def gpu_field(default: str | None = None, note: str = "") -> str | None:
-    return field(default=default, metadata=_help("target GPU from the table, e.g. A100-80GB, H100-80GB, T4", note))
+    text = "target GPU from the table, e.g. A100-80GB, H100-80GB, L40S, MI300X ('list' prints the table)"
+    return field(default=default, metadata=_help(text, note))
 
 
 def gpu_mem_field(default: str | None = None, note: str = "") -> str | None:

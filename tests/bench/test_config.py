@@ -19,6 +19,7 @@ AVX2_CPU = describe_cpu(parse_cpuinfo("model name\t: AMD EPYC 7B13\nflags\t\t: f
 def cuda_info(cc: tuple[int, int], **overrides):
     base = dict(
         type="cuda",
+        kind="cuda",
         name="NVIDIA Test GPU",
         compute_capability=cc,
         native_bf16=cc >= (8, 0),

@@ -131,7 +131,7 @@ def test_kv_from_bench_uses_the_measured_bytes(tmp_path, run_cli):
         == 0
     )
     code, stdout, err = run_cli(
-        "kv", "--from-bench", str(out), "--gpu", "A100", "--json", "--out", str(tmp_path / "kv")
+        "kv", "--from-bench", str(out), "--gpu", "A100-80GB", "--json", "--out", str(tmp_path / "kv")
     )
     assert code == 0, err
     budget = json.loads(stdout)

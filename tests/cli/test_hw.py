@@ -6,11 +6,13 @@ import json
 
 import pytest
 import torch
+from rich.console import Console
 
 import ampkit.cli.hw as hw_cli
 from ampkit.cli import main
 from ampkit.hardware import describe_device, parse_cpuinfo
 from ampkit.hardware.device import describe_cpu
+from devices import synthetic_device
 
 AVX2_ONLY_CPUINFO = "model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma\n"
 
@@ -71,3 +73,17 @@ def test_hw_cuda_without_cuda_is_a_one_line_usage_error(capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and "--device cpu" in captured.err
+
+
+def test_hw_describes_a_rocm_device_by_its_architecture():
+    info = synthetic_device("mi300x")
+    summary = hw_cli.build_summary(info, [], quick=True)
+    device = summary["device"]
+    assert (device["type"], device["kind"], device["arch"], device["gpu_model"]) == ("cuda", "rocm", "gfx942", "MI300X")
+    assert device["autocast_dtype"] == "fp16" and device["has_tf32"] and device["has_fp8"]
+    console = Console(width=100, record=True, color_system=None)
+    console.print(hw_cli._device_table(info))
+    text = console.export_text()
+    assert (
+        "rocm (AMD through torch's CUDA API)" in text and "gfx942" in text and "fp16 (torch's default for cuda)" in text
+    )

@@ -14,7 +14,7 @@ from ampkit.cli import build_parser
 from ampkit.core.step import lm_count
 from ampkit.data import BatchSampler, make_units
 from ampkit.distributed.checkpoint import MANIFEST, _check_manifest, list_sharded, sharded_path
-from ampkit.distributed.context import LocalRun, init_run, launch_env, rank_error
+from ampkit.distributed.context import LocalRun, _collective_backend, init_run, launch_env, rank_error
 from ampkit.distributed.launch import describe_failures, worker_argv
 from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.errors import RunInterrupted, TrainingError, UsageError
@@ -55,6 +55,14 @@ def test_parallel_needs_a_launcher(monkeypatch):
         init_run(parallel="ddp", device=torch.device("cpu"))
     run, device = init_run(parallel="none", device=torch.device("cpu"))
     assert isinstance(run, LocalRun) and not run.distributed and device.type == "cpu"
+
+
+def test_each_device_type_gets_torchs_collective_backend_and_mps_is_refused(monkeypatch):
+    assert [_collective_backend(torch.device(t)) for t in ("cpu", "cuda", "xpu")] == ["gloo", "nccl", "xccl"]
+    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(UsageError, match="collective backend for MPS tensors.*--parallel none"):
+        init_run(parallel="ddp", device=torch.device("mps"))  # refused before any device or process-group work
 
 
 def test_single_process_under_torchrun_is_refused(monkeypatch):

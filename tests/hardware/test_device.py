@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -12,6 +13,7 @@ from ampkit.hardware import device as device_mod
 from ampkit.hardware.device import describe_device, parse_cpuinfo, parse_meminfo_total_bytes, pick_device
 from ampkit.hardware.gpus import peak_flops
 from ampkit.hardware.matmul import measure_matmul_flops
+from devices import synthetic_device
 
 # --- /proc parsing and the CPU description -------------------------------------------------------
 
@@ -94,6 +96,71 @@ def test_pick_device_cuda_without_cuda_names_the_fix(monkeypatch):
 def test_pick_device_unknown_name():
     with pytest.raises(UsageError, match="auto, cpu, cuda"):
         pick_device("tpu")
+
+
+def test_pick_device_auto_picks_the_accelerator_torch_reports(monkeypatch):
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: torch.device("xpu"))
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: True)
+    assert pick_device("auto") == torch.device("xpu")
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)  # built for XPU, none present
+    assert pick_device("auto") == torch.device("cpu")
+
+
+@pytest.mark.parametrize(("spec", "fix"), [("xpu", "Intel GPU"), ("xpu:1", "Intel GPU"), ("mps", "Apple silicon")])
+def test_pick_device_missing_accelerator_names_the_fix(monkeypatch, spec, fix):
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    monkeypatch.setattr(torch.mps, "is_available", lambda: False)
+    with pytest.raises(UsageError, match=f"--device {spec}: ") as err:
+        pick_device(spec)
+    assert fix in str(err.value) and "use --device cpu" in str(err.value)
+
+
+def test_pick_device_checks_the_accelerator_index(monkeypatch):
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: True)
+    monkeypatch.setattr(torch.xpu, "device_count", lambda: 2)
+    assert pick_device("xpu:1") == torch.device("xpu", 1)
+    with pytest.raises(UsageError, match="xpu:0..xpu:1"):
+        pick_device("xpu:2")
+
+
+# --- synthetic accelerators (ampkit's rules on what torch would report) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "kind", "gpu_model", "where"),
+    [
+        ("a100", "cuda", "A100-80GB", "NVIDIA A100-SXM4-80GB (sm_80)"),
+        ("l40s", "cuda", "L40S", "NVIDIA L40S (sm_89)"),
+        ("b200", "cuda", "B200", "NVIDIA B200 (sm_100)"),
+        ("mi250x", "rocm", "MI250X", "AMD Instinct MI250X (gfx90a)"),
+        ("mi300x", "rocm", "MI300X", "AMD Instinct MI300X (gfx942)"),
+        ("mi100", "rocm", None, "AMD Instinct MI100 (gfx908)"),  # not in the GPU table
+        ("xpu-max", "xpu", None, "Intel(R) Data Center GPU Max 1550 (xpu)"),
+        ("mps", "mps", None, "Apple arm64 GPU (mps)"),
+    ],
+)
+def test_synthetic_accelerators_are_described(key, kind, gpu_model, where):
+    info = synthetic_device(key)
+    assert (info.kind, info.gpu_model, info.where) == (kind, gpu_model, where)
+    assert info.type == ("cuda" if kind == "rocm" else kind)
+
+
+@pytest.mark.parametrize(
+    ("key", "dtype"),
+    [("a100", torch.float16), ("mi300x", torch.float16), ("xpu-max", torch.float16), ("mps", torch.float16)],
+)
+def test_autocast_default_is_torchs_per_device_type(key, dtype):
+    assert synthetic_device(key).autocast_dtype == dtype
+    assert describe_device("cpu").autocast_dtype == torch.bfloat16  # torch's CPU default
+
+
+def test_device_info_kind_must_run_as_its_type():
+    cpu = describe_device("cpu")
+    assert cpu.kind == "cpu" and cpu.where == "this CPU" and cpu.arch_label == "cpu"
+    with pytest.raises(ValueError, match="rocm"):
+        dataclasses.replace(cpu, kind="rocm")  # ROCm runs as torch type "cuda"
+    assert dataclasses.replace(cpu, type="cuda", kind="rocm", arch="gfx942").kind == "rocm"
+    assert dataclasses.replace(synthetic_device("a100"), kind="").kind == "cuda"  # '' = the type
 
 
 # --- on a real GPU ---------------------------------------------------------------------------------

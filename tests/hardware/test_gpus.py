@@ -1,28 +1,36 @@
-"""Tests for ampkit.hardware.gpus: the GPU table, name lookup, peaks by device."""
+"""Tests for ampkit.hardware.gpus: the GPU table, name lookup (ambiguous families refused), peaks by device."""
 
 from __future__ import annotations
 
 import pytest
 
 from ampkit.errors import UsageError
+from ampkit.hardware.capabilities import DeviceFacts, capabilities
 from ampkit.hardware.device import describe_device
-from ampkit.hardware.gpus import GPUS, lookup_gpu, match_gpu_model, peak_flops
+from ampkit.hardware.gpus import GPUS, PEAK_KEYS, lookup_gpu, match_gpu_model, peak_flops
 
 
 @pytest.mark.parametrize(
     ("name", "key"),
     [
-        ("a100", "A100-80GB"),
         ("A100-80GB", "A100-80GB"),
         ("a100_40gb", "A100-40GB"),
         ("h100", "H100-80GB"),
         ("H100 SXM", "H100-80GB"),
         ("h200", "H200"),
-        ("v100", "V100-32GB"),
         ("rtx 4090", "RTX4090"),
         ("t4", "T4"),
         ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
         ("Tesla V100-SXM2-16GB", "V100-16GB"),
+        ("a10g", "A10G"),
+        ("L40S", "L40S"),
+        ("rtx_3090", "RTX3090"),
+        ("RTX A6000", "RTX-A6000"),
+        ("a6000", "RTX-A6000"),
+        ("b200", "B200"),
+        ("MI250X", "MI250X"),
+        ("mi300x", "MI300X"),
+        ("AMD Instinct MI300X", "MI300X"),
     ],
 )
 def test_lookup_gpu_aliases(name, key):
@@ -31,8 +39,27 @@ def test_lookup_gpu_aliases(name, key):
 
 def test_lookup_gpu_unknown_lists_known_names():
     with pytest.raises(UsageError) as err:
-        lookup_gpu("B200")
-    assert "A100-80GB" in str(err.value) and "H200" in str(err.value)
+        lookup_gpu("Z100", unknown_hint="or give --gpu-mem")
+    assert "A100-80GB" in str(err.value) and "MI300X" in str(err.value) and "or give --gpu-mem" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "variants"),
+    [
+        ("A100", "A100-40GB, A100-80GB"),  # once silently the 80GB card
+        ("v100", "V100-16GB, V100-32GB"),
+        ("NVIDIA A100-SXM4", "A100-40GB, A100-80GB"),  # a device name whose size is not in it
+    ],
+)
+def test_lookup_gpu_refuses_a_family_of_several_variants(name, variants):
+    with pytest.raises(UsageError, match=f"GPU {name!r} matches several variants: {variants}; name one"):
+        lookup_gpu(name)
+
+
+def test_a_neighbours_name_is_not_a_match():
+    for name in ("MI250", "A10", "L40", "H100 PCIe"):
+        with pytest.raises(UsageError, match="unknown GPU"):
+            lookup_gpu(name)
 
 
 @pytest.mark.parametrize(
@@ -46,6 +73,19 @@ def test_lookup_gpu_unknown_lists_known_names():
         ("NVIDIA GeForce RTX 4090", 23.6, "RTX4090"),
         ("NVIDIA L4", 22.5, "L4"),
         ("NVIDIA A10", 22.1, None),
+        ("NVIDIA A10G", 22.5, "A10G"),
+        ("NVIDIA L40S", 44.5, "L40S"),
+        ("NVIDIA L40", 44.5, None),
+        ("NVIDIA GeForce RTX 3090", 23.7, "RTX3090"),
+        ("NVIDIA GeForce RTX 3090 Ti", 23.7, None),
+        ("NVIDIA RTX A6000", 47.5, "RTX-A6000"),
+        ("NVIDIA B200", 178.4, "B200"),
+        ("NVIDIA GB200", 184.0, None),
+        ("AMD Instinct MI300X", 191.5, "MI300X"),
+        ("AMD Instinct MI300X VF", 191.5, "MI300X"),  # a cloud's virtual function: the same card
+        ("AMD Instinct MI300A", 128.0, None),
+        ("AMD Instinct MI250X", 64.0, "MI250X"),
+        ("AMD Instinct MI250X/MI250", 64.0, None),  # ROCm's one name for two cards with different peaks
     ],
 )
 def test_match_gpu_model(cuda_name, total_gib, key):
@@ -71,10 +111,41 @@ def test_peak_flops_by_device_info(fake_cuda_info):
 
 
 @pytest.mark.parametrize("key", sorted(GPUS))
-def test_gpu_table_is_self_consistent(key):
+def test_gpu_table_agrees_with_the_capability_rules(key):
+    """A row's peak columns are the dtypes its architecture runs natively (`capabilities.py`)."""
     spec = GPUS[key]
-    assert spec.name == key
-    assert spec.native_bf16 == (spec.compute_capability >= (8, 0)) == ("bf16" in spec.peak_tflops)
-    assert ("fp8" in spec.peak_tflops) == (spec.compute_capability >= (8, 9))
+    assert spec.name == key and spec.vendor in ("NVIDIA", "AMD")
+    if spec.vendor == "NVIDIA":
+        facts = DeviceFacts(kind="cuda", compute_capability=spec.compute_capability)
+        assert spec.arch == "sm_{}{}".format(*spec.compute_capability)
+    else:
+        facts = DeviceFacts(kind="rocm", arch=spec.arch)
+    caps = capabilities(facts)
+    assert spec.native_bf16 == caps.native_bf16 == ("bf16" in spec.peak_tflops)
+    assert ("fp8" in spec.peak_tflops) == caps.has_fp8
+    assert ("tf32" in spec.peak_tflops) == caps.has_tf32
     assert spec.peak_tflops["fp16"] > spec.peak_tflops["fp32"] > 0
-    assert spec.memory_gib > 0 and spec.bandwidth_gbs > 0
+    assert set(spec.peak_tflops) <= set(PEAK_KEYS)
+    assert spec.memory_gib > 0 and spec.bandwidth_gbs > 0 and spec.source
+
+
+@pytest.mark.parametrize("key", sorted(GPUS))
+def test_peaks_rise_as_precision_falls(key):
+    """Dense matrix-unit peaks about double at each step down (tf32 -> bf16 -> fp8 -> fp4): a row that
+    mixed a sparse figure into dense ones would break this (data sheets round, hence 1.95)."""
+    peaks = GPUS[key].peak_tflops
+    chain = [peaks[k] for k in ("tf32", "bf16", "fp8", "fp4") if k in peaks]
+    assert all(1.95 * a <= b <= 2.05 * a for a, b in zip(chain, chain[1:]))
+
+
+def test_new_rows_carry_their_datasheet_figures():
+    assert GPUS["B200"].peak_flops("fp4") == pytest.approx(9000e12) and GPUS["B200"].peak_flops("fp8") == pytest.approx(
+        4500e12
+    )
+    assert GPUS["MI300X"].memory_bytes == 192 * 1024**3 and GPUS["MI300X"].peak_flops("bf16") == pytest.approx(
+        1307.4e12
+    )
+    assert GPUS["MI250X"].memory_gib == 64  # one GCD: torch sees the module as two devices
+    assert GPUS["L40S"].peak_flops("fp8") == pytest.approx(733e12) and GPUS["A10G"].peak_flops("fp8") is None
+    assert GPUS["A100-40GB"].memory_bytes == 40 * 1024**3
+    assert GPUS["A100-80GB"].peak_flops("fp4") is None

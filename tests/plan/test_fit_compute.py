@@ -48,7 +48,9 @@ def test_step_compute_uses_the_regimes_peak_and_mfu():
         desc, precision="bf16-mixed", seq_len=2048, tokens_per_step=40_000, gpu=a100, mfu=0.5, checkpointing=True
     )
     assert ckpt.step_s_at_peak == pytest.approx(bf16.step_s_at_peak * 8 / 6)
-    v100 = step_compute(desc, precision="bf16-mixed", seq_len=2048, tokens_per_step=1, gpu=lookup_gpu("V100"), mfu=1)
+    v100 = step_compute(
+        desc, precision="bf16-mixed", seq_len=2048, tokens_per_step=1, gpu=lookup_gpu("V100-32GB"), mfu=1
+    )
     assert v100.peak_flops is None and v100.step_s_at_peak is None  # no bf16 path on Volta
 
 
@@ -67,8 +69,10 @@ def test_parse_memory_refuses(text):
 
 
 def test_targets():
-    a100 = resolve_target("a100", None)
+    a100 = resolve_target("a100-80gb", None)
     assert a100.name == "A100-80GB" and a100.capacity_bytes == int(80 * GIB * 0.99)
+    with pytest.raises(UsageError, match="several variants: A100-40GB, A100-80GB"):
+        resolve_target("a100", None)  # once silently the 80GB card
     custom = resolve_target("A100-80GB", "40GiB")
     assert custom.capacity_bytes == 40 * GIB and custom.gpu.name == "A100-80GB"
     assert resolve_target(None, None) is None

@@ -141,7 +141,7 @@ def test_doctor_and_plan_run_a_user_task_file(tmp_path, run_cli):
         "--task",
         EXAMPLE,
         "--gpu",
-        "A100",
+        "A100-80GB",
         "--precisions",
         "fp32,bf16-mixed",
         "--micro-batch",

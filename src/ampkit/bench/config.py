@@ -128,10 +128,11 @@ def parse_precisions(text: str) -> list[str]:
 def default_precisions(info) -> list[str]:
     """Every precision this device runs by default (`info` is a hardware.DeviceInfo).
 
-    On CUDA the ones the card cannot run (tf32 before Ampere, bf16 on Volta/Turing) are dropped;
-    on CPU the emulated ones stay: measuring what emulation costs is the point there.
+    On an accelerator (CUDA, ROCm, XPU, MPS) the ones it cannot run (tf32 off Ampere+/MI300, bf16 on
+    Volta/Turing) are dropped, torch's autocast default (fp16) first; on CPU (autocast default bf16)
+    the emulated ones stay: measuring what emulation costs is the point there.
     """
-    if info.type != "cuda":
+    if info.type == "cpu":
         return list(CPU_PRECISIONS)
     candidates = list(CUDA_PRECISIONS)
     if info.has_fp8 and FP8_PRECISION in SPECS and importlib.util.find_spec("torchao") is not None:
@@ -152,7 +153,7 @@ def resolve_for_device(config: BenchConfig, info) -> tuple[BenchConfig, list[str
     Returns (resolved config, precisions in run order, warnings). A precision the device cannot
     run (tf32 on a CPU) raises UsageError with the fix, before any worker starts.
     """
-    defaults = CUDA_DEFAULTS if info.type == "cuda" else CPU_DEFAULTS
+    defaults = CPU_DEFAULTS if info.type == "cpu" else CUDA_DEFAULTS  # every accelerator: the GPU shape
     names = parse_precisions(config.precisions) or default_precisions(info)
     warnings: list[str] = []
     for name in names:

@@ -26,6 +26,7 @@ from torch import nn
 
 from ampkit.errors import UsageError
 from ampkit.hardware import DeviceInfo
+from ampkit.hardware.backend import backend_for
 
 WEIGHTS = {  # name -> (storage dtype, TF32 matmuls, int8 weight-only quantization)
     "fp32": (torch.float32, False, False),
@@ -195,8 +196,7 @@ def convert(model: nn.Module, weights: str) -> nn.Module:
 
 
 def _sync(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # sync point: the timings end when the device is done
+    backend_for(device).synchronize()  # sync point on an accelerator: the timings end when the device is done
     return time.perf_counter()
 
 

@@ -83,8 +83,7 @@ def native_support(info: DeviceInfo, precision_spec: PrecisionSpec) -> tuple[boo
         flags = BF16_CPU_FLAGS[:2] if key == "bf16" else FP16_CPU_FLAGS[:2]  # the x86 names
         present = sorted(set(flags) & set(info.cpu_flags))
         return native, (f"native: {'/'.join(present) or 'present'}" if native else f"emulated: no {'/'.join(flags)}")
-    cc = info.compute_capability or (0, 0)
-    return native, f"{'native' if native else 'emulated'} on sm_{cc[0]}{cc[1]}"
+    return native, f"{'native' if native else 'emulated'} on {info.arch_label}"
 
 
 def disqualification(c: Candidate, *, threshold: float) -> str | None:

@@ -241,8 +241,8 @@ def _mfu_note(summary: dict) -> str:
 
 
 def _memory_note(summary: dict) -> str:
-    if summary["device"]["type"] == "cuda":
-        return "Peak memory: torch.cuda.max_memory_allocated (reserved shown in the memory table)."
+    if summary["device"]["type"] != "cpu":
+        return "Peak memory: torch.accelerator.max_memory_allocated (reserved shown in the memory table)."
     return (
         "Peak memory: the worker process's peak resident set (ru_maxrss), which includes the Python "
         "interpreter and torch (~300-400 MiB); 'run' is its growth over the resident set before the model "
@@ -286,7 +286,7 @@ def fidelity_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def memory_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
-    cuda = summary["device"]["type"] == "cuda"
+    cuda = summary["device"]["type"] != "cpu"  # an accelerator's caching allocator (CUDA, ROCm, XPU, MPS)
     headers = [
         "precision",
         "max allocated" if cuda else "peak RSS",

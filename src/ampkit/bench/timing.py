@@ -1,9 +1,10 @@
-"""Step timing that tells the truth on CPU and CUDA, and the statistics bench reports from it.
+"""Step timing that tells the truth on CPU and accelerators, and the statistics bench reports from it.
 
 Hazards handled here:
-- CUDA kernels run asynchronously: the host clock measures launches, not work. On CUDA each step
-  is bracketed by CUDA events recorded on the stream; they are read once, after one final
-  synchronize, so timing adds no sync points to the loop.
+- Accelerator kernels run asynchronously: the host clock measures launches, not work. On CUDA, ROCm,
+  XPU and MPS each step is bracketed by timing events (`torch.Event`) recorded on the stream; they are
+  read once, after one final synchronize, so timing adds no sync points to the loop
+  (`hardware.backend.EventStepTimer`).
 - A shared host can stall a process for a long time (seconds, on a busy VM) in the middle of a
   50 ms step. Such steps say nothing about the precision; `summarize_steps` flags them as stalls
   and reports tokens/s both without and with them.
@@ -13,61 +14,24 @@ Units: seconds inside, milliseconds in names that say `_ms`.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
+
+from ampkit.hardware.backend import backend_for
 
 STALL_FACTOR = 4.0
 """A step is a stall when it took more than this many times the median step time *and* the median
 time per padded slot (both: a legitimately long batch is longer per step, not per slot)."""
 
 
-class HostStepTimer:
-    """CPU: ops run synchronously, so the host clock brackets the real work."""
-
-    def __init__(self) -> None:
-        self._starts: list[float] = []
-        self._ends: list[float] = []
-
-    def start(self) -> None:
-        self._starts.append(time.perf_counter())
-
-    def stop(self) -> None:
-        self._ends.append(time.perf_counter())
-
-    def seconds(self) -> list[float]:
-        """Per-step seconds, in order."""
-        return [end - start for start, end in zip(self._starts, self._ends)]
-
-
-class CudaStepTimer:
-    """CUDA: one pair of events per step, read after a single synchronize at the end."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-
-    def start(self) -> None:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        self._events.append((event, torch.cuda.Event(enable_timing=True)))
-
-    def stop(self) -> None:
-        self._events[-1][1].record()
-
-    def seconds(self) -> list[float]:
-        torch.cuda.synchronize(self.device)  # sync point: once, after the measured loop
-        return [start.elapsed_time(end) / 1000.0 for start, end in self._events]  # elapsed_time is ms
-
-
 def make_step_timer(device: torch.device):
-    return CudaStepTimer(device) if device.type == "cuda" else HostStepTimer()
+    """The device's step timer (`hardware.backend`): host clock on CPU, timing events on an accelerator."""
+    return backend_for(device).step_timer()
 
 
 def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # sync point: window edges only
+    backend_for(device).synchronize()  # sync point on an accelerator: window edges only
 
 
 @dataclass(frozen=True, kw_only=True)

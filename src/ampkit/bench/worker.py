@@ -157,11 +157,11 @@ def measure_steps(objs, config: BenchConfig, emit: ProgressEmitter) -> dict[str,
 
 def memory_reading(device: torch.device, rss_before: int) -> dict[str, Any]:
     """Peak memory of this process's run. CPU: peak RSS (interpreter and torch included) and its
-    growth over the RSS before the model was built. CUDA: the caching allocator's maxima."""
+    growth over the RSS before the model was built. An accelerator: the caching allocator's maxima."""
     peak = peak_memory_bytes(device)
-    if device.type == "cuda":
+    if device.type != "cpu":
         return {
-            "kind": "cuda",
+            "kind": device.type,
             "peak_bytes": peak["max_allocated_bytes"],
             **peak,
             "run_bytes": peak["max_allocated_bytes"],
@@ -181,7 +181,7 @@ def peak_flops_for(precision: str, device: torch.device, info) -> dict[str, Any]
     (CPU, unknown GPU) a matmul measured here in that dtype."""
     spec = get_spec(precision)
     key = spec.matmul_key
-    if info.type == "cuda":
+    if info.gpu_model is not None:  # a card of the GPU table (NVIDIA, AMD)
         table = peak_flops(info, key)
         if table:
             return {"peak_flops": table, "source": "gpu-table", "dtype": key}

@@ -90,8 +90,11 @@ def build_summary(info: DeviceInfo, results: list[MatmulThroughput], *, quick: b
         "cpu_threads": torch.get_num_threads(),
         "device": {
             "type": info.type,
+            "kind": info.kind,
             "name": info.name,
             "index": info.index,
+            "arch": info.arch_label,
+            "autocast_dtype": _dtype_key(info.autocast_dtype),
             "compute_capability": list(info.compute_capability) if info.compute_capability else None,
             "gpu_model": info.gpu_model,
             "total_memory_bytes": info.total_memory_bytes,
@@ -104,6 +107,10 @@ def build_summary(info: DeviceInfo, results: list[MatmulThroughput], *, quick: b
         },
         "dtypes": {entry.dtype_key: _entry_json(info, entry) for entry in results},
     }
+
+
+def _dtype_key(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dtype, str(dtype))
 
 
 def _mode(entry: MatmulThroughput) -> str:
@@ -141,7 +148,10 @@ def _device_table(info: DeviceInfo) -> Table:
     rows = [
         ("name", info.name + (f"  [{info.gpu_model}]" if info.gpu_model else "")),
         ("type", info.type if info.index is None else f"{info.type}:{info.index}"),
+        ("kind", info.kind + (" (AMD through torch's CUDA API)" if info.kind == "rocm" else "")),
+        ("architecture", info.arch_label),
         ("compute capability", cc),
+        ("autocast default", f"{_dtype_key(info.autocast_dtype)} (torch's default for {info.type})"),
         ("memory", f"{info.total_memory_gib:.1f} GiB"),
         ("TF32", _yes_no(info.has_tf32)),
         ("FP8", _yes_no(info.has_fp8)),
@@ -155,8 +165,8 @@ def _device_table(info: DeviceInfo) -> Table:
 
 
 def _dtype_table(info: DeviceInfo, results: list[MatmulThroughput]) -> Table:
-    # CPUs are reported in GFLOP/s (1e9), GPUs in TFLOP/s (1e12)
-    unit, scale = ("TFLOP/s", 1e12) if info.type == "cuda" else ("GFLOP/s", 1e9)
+    # CPUs are reported in GFLOP/s (1e9), accelerators in TFLOP/s (1e12)
+    unit, scale = ("GFLOP/s", 1e9) if info.type == "cpu" else ("TFLOP/s", 1e12)
     table = Table(title="Matmul throughput, (n x n) @ (n x n), best repeat")
     for column in ("dtype", "mode", "n", f"measured {unit}", "vs fp32"):
         table.add_column(column, justify="right" if column not in ("dtype", "mode") else "left")

@@ -29,6 +29,10 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(KvConfig, args, toml_path=args.config)
+    if (config.gpu or "").strip().lower() == "list":  # the GPU table, as `plan --gpu list`
+        from ampkit.hardware.listing import print_gpu_list
+
+        return print_gpu_list()
     if config.from_bench:
         return _run_measured(config, args)
     desc = describe_model(config.model)

@@ -48,6 +48,10 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(PlanConfig, args, toml_path=args.config)
+    if (config.gpu or "").strip().lower() == "list":  # the GPU table, every row with its source; no run directory
+        from ampkit.hardware.listing import print_gpu_list
+
+        return print_gpu_list()
     if config.task:
         return _run_task(config, args)
     desc = describe_model(config.model)  # bad model or config.json: refused before the run dir exists

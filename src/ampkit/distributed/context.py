@@ -5,7 +5,8 @@ tells each one who it is through its environment: RANK, LOCAL_RANK, WORLD_SIZE (
 MASTER_PORT, read by `init_process_group` itself). That is the launcher's protocol, not a setting:
 every choice the user makes is still a flag.
 
-Backend: nccl when the run's device is CUDA (each rank on `cuda:LOCAL_RANK`), gloo on CPU.
+Backend: torch's default for the run's device: nccl on CUDA (RCCL under the same name on ROCm), xccl on
+XPU, each rank on `<type>:LOCAL_RANK`; gloo on CPU. MPS has no collective backend: refused.
 Rank 0 alone writes metrics, summaries and progress (`is_main`); every rank takes part in the
 collectives below, at the same steps, or the job hangs -- callers must keep them unconditional.
 """
@@ -22,6 +23,7 @@ import torch
 
 from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.errors import RunInterrupted, TrainingError, UsageError
+from ampkit.hardware.backend import AcceleratorBackend
 
 # How a collective fails when a peer process died (gloo) or the network dropped (nccl, c10d store).
 _PEER_LOST = ("closed by peer", "reset by peer", "remote worker", "broken pipe", "nccl", "timed out")
@@ -208,33 +210,45 @@ def init_run(*, parallel: str, device: torch.device, reduce_dtype: str = "fp32")
             f"--parallel {parallel} runs one process per device: launch with 'ampkit train --nproc N "
             f"--parallel {parallel} ...' or 'torchrun --nproc-per-node N -m ampkit train ...'"
         )
+    backend = _collective_backend(device)  # before any device work: MPS is refused here
     device = _rank_device(device, env)
     import torch.distributed as dist
 
-    backend = "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():
         dist.init_process_group(
             backend=backend,
             rank=env.rank,
             world_size=env.world_size,
-            device_id=device if device.type == "cuda" else None,
+            device_id=device if device.type != "cpu" else None,
         )
     run = ProcessGroupRun(mode=parallel, env=env, device=device, backend=backend, reduce_dtype=reduce_dtype)
     return run, device
 
 
+def _collective_backend(device: torch.device) -> str:
+    """torch's default process-group backend for the device type (cpu: gloo, cuda: nccl, xpu: xccl)."""
+    import torch.distributed as dist
+
+    if device.type == "mps":  # torch maps mps to gloo, whose collectives take CPU and CUDA tensors only
+        raise UsageError(
+            "--parallel needs a collective backend for MPS tensors, and torch has none: train in one "
+            "process (--parallel none), or on CUDA, XPU or CPU ranks"
+        )
+    return dist.get_default_backend_for_device(device)
+
+
 def _rank_device(device: torch.device, env: LaunchEnv) -> torch.device:
-    """cuda -> cuda:LOCAL_RANK (and made current); CPU ranks share the CPU."""
-    if device.type != "cuda":
+    """An accelerator -> <type>:LOCAL_RANK (and made current); CPU ranks share the CPU."""
+    if device.type == "cpu":
         return device
-    visible = torch.cuda.device_count()
+    visible = AcceleratorBackend(device).device_count()
     if env.local_rank >= visible:
         raise UsageError(
-            f"local rank {env.local_rank} needs GPU {env.local_rank}, but this node shows {visible}: "
-            f"start at most {visible} processes per node (--nproc / --nproc-per-node)"
+            f"local rank {env.local_rank} needs {device.type} device {env.local_rank}, but this node shows "
+            f"{visible}: start at most {visible} processes per node (--nproc / --nproc-per-node)"
         )
-    device = torch.device("cuda", env.local_rank)
-    torch.cuda.set_device(device)
+    device = torch.device(device.type, env.local_rank)
+    AcceleratorBackend(device).make_current()
     return device
 
 

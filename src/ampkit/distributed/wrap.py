@@ -72,7 +72,7 @@ def wrap_ddp(
     from torch.nn.parallel import DistributedDataParallel
 
     ddp = DistributedDataParallel(
-        model, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False
+        model, device_ids=[device.index] if device.type != "cpu" else None, forward_sync_buffers=False
     )
     if reduce_dtype != grad_dtype:
         ddp.register_comm_hook(state=None, hook=reduce_in_dtype_hook(reduce_dtype, world_size=world_size))

@@ -1,11 +1,16 @@
-"""Device capabilities, the GPU peak table, and measured matmul throughput.
+"""Device capabilities, the device's runtime calls, the GPU peak table, and measured matmul throughput.
 
-- `describe_device` / `pick_device`: what this device is and can run natively (`device.py`).
-- `GPUS`, `lookup_gpu`, `peak_flops`: public dense peaks of common GPUs (`gpus.py`).
+- `describe_device` / `pick_device`: what this device is (CPU, CUDA, ROCm, XPU, MPS) and can run
+  natively (`device.py`, with the rules per kind in `capabilities.py`).
+- `backend_for`: the device's synchronize, step timer, peak/free memory and RNG states, chosen once
+  (`backend.py`); outside this package ampkit makes no `torch.cuda` call.
+- `GPUS`, `lookup_gpu`, `peak_flops`: public dense peaks of the NVIDIA and AMD GPUs people train on
+  (`gpus.py`; `listing.py` prints them for `--gpu list`).
 - `measure_matmul_flops`, `measured_peak_flops`: FLOP/s measured here (`matmul.py`);
   the MFU denominator on a CPU, where no table applies.
 """
 
+from ampkit.hardware.backend import backend_for
 from ampkit.hardware.device import (
     CpuInfo,
     DeviceInfo,
@@ -33,6 +38,7 @@ __all__ = [
     "GPUS",
     "GpuSpec",
     "MatmulThroughput",
+    "backend_for",
     "describe_device",
     "format_ratio",
     "lookup_gpu",

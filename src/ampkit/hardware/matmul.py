@@ -1,7 +1,7 @@
 """Measured matmul throughput per dtype: the MFU denominator on a CPU, a sanity check on a GPU.
 
-Timing hazards handled here: CUDA kernels run asynchronously (we synchronize before reading
-the clock), the first calls pay for allocation and kernel selection (warm-up), and a busy host
+Timing hazards handled here: accelerator kernels run asynchronously (we synchronize before reading
+the clock, through `backend.py`), the first calls pay for allocation and kernel selection (warm-up), and a busy host
 slows some repeats down (we keep the fastest repeat, see `measure_matmul_flops`).
 """
 
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from ampkit.errors import UsageError
+from ampkit.hardware.backend import backend_for, with_index
+from ampkit.hardware.capabilities import absence_note
 from ampkit.hardware.device import BF16_CPU_FLAGS, FP16_CPU_FLAGS, DeviceInfo, describe_device, pick_device
 from ampkit.hardware.gpus import peak_flops
 
@@ -52,18 +54,14 @@ def _fp32_matmul_precision(*, allow_tf32: bool) -> Iterator[None]:
         torch.set_float32_matmul_precision(before)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # note: CPU-GPU sync point; the clock must wait for the kernels
-
-
 def _time_matmuls(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, count: int) -> float:
     """Seconds for `count` back-to-back matmuls, from launch to completion."""
-    _sync(a.device)
+    synchronize = backend_for(a.device).synchronize  # a no-op on CPU; a CPU-device sync point elsewhere
+    synchronize()
     start = time.perf_counter()
     for _ in range(count):
         torch.matmul(a, b, out=out)
-    _sync(a.device)
+    synchronize()
     return time.perf_counter() - start
 
 
@@ -83,7 +81,7 @@ def measure_matmul_flops(
     and launch overheads stay small. We keep the *best* repeat, not the median: this is a
     peak (the MFU denominator); interference from other processes only ever slows a repeat
     down, so the fastest one is the least-contaminated and most reproducible estimate.
-    `allow_tf32` lets fp32 matmuls use TF32 tensor cores (CUDA only).
+    `allow_tf32` lets fp32 matmuls use TF32 tensor cores (CUDA, and ROCm's XF32 on MI300).
     """
     dev = torch.device(device)
     _check_measure_args(dev, size=size, min_time_s=min_time_s, warmup=warmup, allow_tf32=allow_tf32)
@@ -112,12 +110,14 @@ def _check_measure_args(dev: torch.device, *, size: int, min_time_s: float, warm
     if warmup < 0:
         raise UsageError(f"warmup must be >= 0, got {warmup}")
     if allow_tf32 and dev.type != "cuda":
-        raise UsageError("TF32 exists only on CUDA (Ampere or later); measure fp32 on this device instead")
+        raise UsageError(
+            "TF32 exists only on CUDA (Ampere or later) and ROCm (MI300); measure fp32 on this device instead"
+        )
 
 
 def matmul_size_for(info: DeviceInfo, dtype_key: str, *, quick: bool = False) -> int:
     """The matmul size n used to measure `dtype_key` on `info`'s device (smaller when emulated)."""
-    if info.type == "cuda":
+    if info.type != "cpu":  # an accelerator: large enough that launch overhead is negligible
         return CUDA_QUICK_SIZE if quick else CUDA_SIZE
     if info.is_native(dtype_key):
         return CPU_QUICK_SIZE if quick else CPU_SIZE
@@ -129,10 +129,7 @@ def measured_peak_flops(device: str | torch.device, dtype: torch.dtype = torch.f
 
     The MFU denominator on a CPU (no table peak there); covers all of torch's CPU threads.
     """
-    dev = pick_device(str(device))
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    return _measured_peak_flops(dev, dtype)
+    return _measured_peak_flops(with_index(pick_device(str(device))), dtype)
 
 
 @functools.cache
@@ -163,8 +160,8 @@ class MatmulThroughput:
 
 
 def survey_matmul(info: DeviceInfo, device: torch.device, *, quick: bool = False) -> list[MatmulThroughput]:
-    """Measure fp32 (then tf32 on CUDA), bf16 and fp16 matmuls on `device`; fp32 first, the baseline."""
-    keys = ["fp32", "tf32", "bf16", "fp16"] if info.type == "cuda" else ["fp32", "bf16", "fp16"]
+    """Measure fp32 (then tf32 on an accelerator), bf16 and fp16 matmuls on `device`; fp32 first, the baseline."""
+    keys = ["fp32", "bf16", "fp16"] if info.type == "cpu" else ["fp32", "tf32", "bf16", "fp16"]
     min_time_s = 0.05 if quick else 0.5  # long enough for a clean repeat on a busy host
     results: list[MatmulThroughput] = []
     fp32_flops: float | None = None
@@ -210,7 +207,7 @@ def throughput_verdict(info: DeviceInfo, entry: MatmulThroughput) -> str:
     if entry.dtype_key == "fp32":
         return "the reference"
     if entry.measured_flops is None or entry.ratio_vs_fp32 is None:
-        return "unsupported: TF32 needs compute capability 8.0+ (Ampere); use fp32 or fp16-mixed"
+        return f"unsupported: {info.where} has no TF32 units{_note(info, 'tf32')}; use fp32 or fp16-mixed"
     if not entry.native:
         return f"emulated: {_emulation_reason(info, entry.dtype_key)}"
     if entry.ratio_vs_fp32 >= 1.1:
@@ -225,8 +222,13 @@ def _emulation_reason(info: DeviceInfo, dtype_key: str) -> str:
         flags = BF16_CPU_FLAGS[:2] if dtype_key == "bf16" else FP16_CPU_FLAGS[:2]  # the x86 names
         return f"this CPU has no {'/'.join(flags)}; use fp32 here"
     if dtype_key == "bf16":
-        return "bf16 needs compute capability 8.0+ (Ampere); use fp16-mixed here"
+        return f"no native bf16 on {info.where}{_note(info, 'bf16')}; use fp16-mixed here"
     return "no fp16 tensor cores (compute capability < 7.0); use fp32 here"
+
+
+def _note(info: DeviceInfo, dtype_key: str) -> str:
+    note = absence_note(info.kind, dtype_key)
+    return f" ({note})" if note else ""
 
 
 def format_ratio(ratio: float) -> str:

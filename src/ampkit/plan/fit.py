@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ampkit.errors import UsageError
-from ampkit.hardware import GPUS, GpuSpec, lookup_gpu
+from ampkit.hardware import GpuSpec, lookup_gpu
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.ledger import StepReplay, analytic_ledger
 from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, StepSetting
@@ -83,12 +83,8 @@ def resolve_target(gpu: str | None, gpu_mem: str | None) -> Target | None:
 
 
 def _lookup(name: str) -> GpuSpec:
-    try:
-        return lookup_gpu(name)
-    except UsageError:
-        raise UsageError(
-            f"unknown GPU {name!r}; known GPUs: {', '.join(GPUS)} (or give --gpu-mem 24GiB for any card)"
-        ) from None
+    """The table row (an ambiguous family, e.g. "A100", is refused listing its variants)."""
+    return lookup_gpu(name, unknown_hint="'--gpu list' prints the table; or give --gpu-mem 24GiB for any card")
 
 
 @dataclass(frozen=True, kw_only=True)

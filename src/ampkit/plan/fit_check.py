@@ -2,9 +2,10 @@
 
 The planner's analytic ledger gives the training step's peak in microseconds, with no model built;
 it is compared with what the device can still give this process:
-- CUDA: the device's free memory (`torch.cuda.mem_get_info`, which also creates this process's CUDA
-  context, so the context is already counted as used); the step needs the ledger's tensor peak plus
-  allocator fragmentation plus the workspaces and kernels loaded later (`CUDA_WORKSPACE_BYTES`).
+- An accelerator (CUDA, ROCm, XPU, MPS): the device's free memory (`hardware.backend`'s
+  `free_memory_bytes`; on CUDA cudaMemGetInfo, which also creates this process's context, so the
+  context is already counted as used); the step needs the ledger's tensor peak plus allocator
+  fragmentation plus the workspaces and kernels loaded later (`CUDA_WORKSPACE_BYTES`).
 - CPU: the host's available memory (MemAvailable in /proc/meminfo, or the cgroup's limit less its
   usage where that is lower). The ledger counts tensors only; on CPU the process also grows by what
   is not a tensor of the step (oneDNN scratch, autograd bookkeeping, the tokenized corpus, freed
@@ -26,6 +27,7 @@ import torch
 
 from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.errors import UsageError
+from ampkit.hardware.backend import free_device_memory
 from ampkit.models.hf import is_hf_model
 from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.fit import largest
@@ -88,10 +90,9 @@ def host_available_bytes() -> int | None:
 
 
 def _capacity(device: torch.device) -> tuple[int, str] | None:
-    if device.type == "cuda":
+    if device.type != "cpu":
         index = device.index if device.index is not None else int(os.environ.get("LOCAL_RANK", "0"))
-        free, _ = torch.cuda.mem_get_info(index)
-        return free, f"free on cuda:{index} ({torch.cuda.get_device_name(index)})"
+        return free_device_memory(torch.device(device.type, index))
     available = host_available_bytes()
     return None if available is None else (available, "available on this host (MemAvailable)")
 
@@ -102,14 +103,14 @@ def estimate_fit(desc: ModelDescription, setting: StepSetting, device: torch.dev
     if found is None:
         return None
     capacity, label = found
-    if device.type == "cuda":
+    if device.type != "cpu":  # an accelerator's caching allocator
         context, fragmentation, held = CUDA_WORKSPACE_BYTES, FRAGMENTATION, 0
     else:  # every rank of this node needs its share of the host
         capacity //= max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         context, fragmentation, held = CPU_FIXED_BYTES, CPU_DYNAMIC_FACTOR - 1, current_rss_bytes()
     ledger = analytic_ledger(desc, setting, context_bytes=0, fragmentation=0)
     static = sum(ledger.at_peak[line] for line in _STATIC_LINES)
-    if device.type == "cuda":
+    if device.type != "cpu":
         needed = int(ledger.tensor_peak * (1 + fragmentation)) + context
     else:
         needed = static + int(CPU_DYNAMIC_FACTOR * (ledger.tensor_peak - static)) + context

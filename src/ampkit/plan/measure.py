@@ -7,7 +7,7 @@ free to the profiler; their running sum, in time order, peaks at the step's peak
 already held when profiling began. What was held (parameters, optimizer states, the batch) is
 known exactly from those tensors' storages. Peak = held + highest running sum.
 This is independent of `StorageTracker`: it reads allocator events, not Python objects.
-CPU only: on CUDA use `torch.cuda.max_memory_allocated`.
+CPU only: on an accelerator use `torch.accelerator.max_memory_allocated` (`ampkit.memory`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ampkit.errors import UsageError
+from ampkit.hardware.capabilities import REQUIREMENTS, absence_note
 from ampkit.precision.amp import AutocastPrecision, LossScaleCollapse, ScalerConfig, TruePrecision
 from ampkit.precision.base import Precision
 from ampkit.precision.fp8 import Fp8Options, Fp8Precision
@@ -40,29 +41,28 @@ __all__ = [
 
 def check_supported(name: str, info) -> list[str]:
     """Refuse a precision this device cannot run (UsageError with the fix); return warnings for
-    precisions it runs only by emulation. `info` is a `hardware.DeviceInfo`."""
+    precisions it runs only by emulation. `info` is a `hardware.DeviceInfo` of any kind (CPU, CUDA,
+    ROCm, XPU, MPS): what each kind has is decided in `hardware.capabilities`."""
     spec = get_spec(name)
     if spec.tf32 and not info.has_tf32:
-        where = "this CPU" if info.type == "cpu" else f"{info.name} (sm_{_cc(info)})"
         raise UsageError(
-            f"tf32 needs an NVIDIA GPU with compute capability >= 8.0 (Ampere or newer); {where} has none: "
-            "use fp32 (or fp16-mixed on a Volta/Turing GPU)"
+            f"tf32 needs {REQUIREMENTS['tf32']}; {_lacking(info, 'tf32')}: use fp32 "
+            "(or fp16-mixed on a GPU with fp16 matrix units)"
         )
     if spec.fp8 is Fp8Mode.NATIVE and not info.has_fp8:
-        where = "this CPU" if info.type == "cpu" else f"{info.name} (sm_{_cc(info)})"
         raise UsageError(
-            f"fp8 needs an NVIDIA GPU with compute capability >= 8.9 (Ada or Hopper); {where} has none: "
-            "use bf16-mixed, or fp8-emulated to exercise the fp8 code path without a speedup"
+            f"fp8 needs {REQUIREMENTS['fp8']}; {_lacking(info, 'fp8')}: use bf16-mixed, or fp8-emulated to "
+            "exercise the fp8 code path without a speedup"
         )
     key = spec.low_precision_key
     if key is None:
         return []
     native = info.native_bf16 if key == "bf16" else info.native_fp16
-    if info.type == "cuda":
+    if info.type != "cpu":
         if key == "bf16" and not native:
             raise UsageError(
-                f"{spec.name} needs native bf16, which {info.name} (sm_{_cc(info)}) lacks: use fp16-mixed "
-                "(fp16 with loss scaling is the fast path on Volta/Turing)"
+                f"{spec.name} needs native bf16, which {_lacking(info, 'bf16', verb='lacks')}: use fp16-mixed "
+                "(fp16 with loss scaling is the fast path there, e.g. on Volta/Turing)"
             )
         return []
     if native:
@@ -72,6 +72,12 @@ def check_supported(name: str, info) -> list[str]:
         f"many times slower than fp32 here; mixed precision is a hardware feature: use fp32 on this "
         "machine, or a GPU"
     ]
+
+
+def _lacking(info, key: str, *, verb: str = "has none") -> str:
+    """ "Tesla V100-SXM2-16GB (sm_70) has none" plus why, for a device of `info`'s kind."""
+    note = absence_note(info.kind, key)
+    return f"{info.where} {verb}" + (f" ({note})" if note else "")
 
 
 def build_precision(
@@ -86,8 +92,3 @@ def build_precision(
     if spec.low_precision_weights:
         return TruePrecision(spec, device_type=device_type)
     return Precision(spec, device_type=device_type)
-
-
-def _cc(info) -> str:
-    cc = info.compute_capability
-    return f"{cc[0]}{cc[1]}" if cc else "?"

@@ -23,6 +23,7 @@ import torch
 
 from ampkit import __version__
 from ampkit.errors import UsageError, WriteFailed
+from ampkit.hardware.backend import capture_accelerator_rng, restore_accelerator_rng
 from ampkit.runs import atomic_write, file_sha256, fsync_dir, make_dir, remove_quietly, write_failed
 
 CHECKPOINT_DIR = "checkpoints"
@@ -48,18 +49,18 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def capture_rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+    """Python's and torch's CPU generator, and the accelerator's generators under its device type
+    ("cuda", the key checkpoints have always had, "xpu" or "mps"; `hardware.backend`)."""
+    return {"python": random.getstate(), "torch": torch.get_rng_state(), **capture_accelerator_rng()}
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
+    """The inverse of `capture_rng_state`; an accelerator's states are restored where that accelerator
+    is present (a CUDA checkpoint resumes on a CPU with its CPU generators only, as before)."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    restore_accelerator_rng(state)
 
 
 class CheckpointWriteFailed(WriteFailed):

@@ -38,6 +38,7 @@ from torch.utils.checkpoint import checkpoint
 from ampkit.core.optim import check_optimizer_available
 from ampkit.data import BATCHING_STRATEGIES, DEDUP_MODES
 from ampkit.errors import UsageError
+from ampkit.hardware.backend import backend_for
 from ampkit.options import CHECKPOINTING_MODES, OPTIMIZERS
 
 CHECKPOINTING_CHOICES = f"{', '.join(CHECKPOINTING_MODES)} or every-N (N >= 1: every N-th block)"
@@ -172,8 +173,7 @@ def warm_up_compiled(model: nn.Module, *, task, policy, batch, device: torch.dev
         with policy.forward_context():
             loss, _ = task.loss(model, batch)
         loss.backward()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # sync point: compile time includes the device work
+        backend_for(device).synchronize()  # sync point on an accelerator: compile time includes the device work
     seconds = time.perf_counter() - started
     model.zero_grad(set_to_none=True)
     return seconds

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ampkit import __version__
 from ampkit.diagnostics.train_hooks import build_train_diagnostics
 from ampkit.errors import RunDiverged, RunInterrupted, TrainingError
+from ampkit.hardware.backend import backend_for
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.precision import LossScaleCollapse
 from ampkit.runs import (
@@ -60,7 +61,7 @@ class Cadence:
 
     def __init__(self, config, *, device: torch.device, last_step: int):
         self.config, self.last_step = config, last_step
-        self.log_every = config.log_every or (10 if device.type == "cuda" else 1)
+        self.log_every = config.log_every or (10 if backend_for(device).asynchronous else 1)  # a log is a sync
 
     def logs(self, step: int) -> bool:
         return step % self.log_every == 0 or step == self.last_step
@@ -75,15 +76,15 @@ class Cadence:
 
 
 class StepClock:
-    """Wall time per step. On CUDA it synchronizes only when read (a sync point: read at log steps)."""
+    """Wall time per step. On an accelerator it synchronizes only when read (a sync point: read at log steps)."""
 
     def __init__(self, device: torch.device):
         self.device = device
+        self.synchronize = backend_for(device).synchronize  # chosen once: a no-op on CPU
         self.last = self._now()
 
     def _now(self) -> float:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # sync point: only at log steps
+        self.synchronize()  # sync point on an accelerator: only at log steps
         return time.perf_counter()
 
     def lap(self) -> float:

@@ -1,0 +1,52 @@
+"""Synthetic descriptions of the devices ampkit knows and this CPU machine lacks (importable: pytest's
+`pythonpath` includes tests/).
+
+Each one goes through `ampkit.hardware.device.info_from_facts`, the path a real device takes once
+torch has reported its facts (compute capability, gfx architecture, whether bf16 is supported), so a
+test exercises ampkit's rules, not a DeviceInfo filled in by hand. Names and totals are what torch
+reports on those cards (totals in GiB, ~1-6% under nominal after driver and ECC reservations).
+"""
+
+from __future__ import annotations
+
+from ampkit.hardware import DeviceInfo
+from ampkit.hardware.capabilities import DeviceFacts
+from ampkit.hardware.device import info_from_facts
+
+GIB = 1024**3
+
+SYNTHETIC: dict[str, tuple[DeviceFacts, str, float]] = {
+    # NVIDIA (CUDA)
+    "v100": (DeviceFacts(kind="cuda", compute_capability=(7, 0)), "Tesla V100-SXM2-16GB", 15.8),
+    "a100": (DeviceFacts(kind="cuda", compute_capability=(8, 0)), "NVIDIA A100-SXM4-80GB", 79.2),
+    "l40s": (DeviceFacts(kind="cuda", compute_capability=(8, 9)), "NVIDIA L40S", 44.5),
+    "b200": (DeviceFacts(kind="cuda", compute_capability=(10, 0)), "NVIDIA B200", 178.4),
+    # AMD (ROCm: torch type "cuda", the rules read the gfx architecture)
+    "mi100": (
+        DeviceFacts(kind="rocm", compute_capability=(9, 0), arch="gfx908:sramecc+:xnack-"),
+        "AMD Instinct MI100",
+        32.0,
+    ),
+    "mi250x": (
+        DeviceFacts(kind="rocm", compute_capability=(9, 0), arch="gfx90a:sramecc+:xnack-"),
+        "AMD Instinct MI250X",
+        64.0,
+    ),
+    "mi300x": (
+        DeviceFacts(kind="rocm", compute_capability=(9, 4), arch="gfx942:sramecc+:xnack-"),
+        "AMD Instinct MI300X",
+        192.0,
+    ),
+    # Intel (XPU)
+    "xpu-max": (DeviceFacts(kind="xpu", bf16_reported=True), "Intel(R) Data Center GPU Max 1550", 64.0),
+    "xpu-no-bf16": (DeviceFacts(kind="xpu", bf16_reported=False), "Intel(R) UHD Graphics 770", 12.0),
+    # Apple (MPS): bf16 from macOS 14
+    "mps": (DeviceFacts(kind="mps", bf16_reported=True), "Apple arm64 GPU", 21.3),
+    "mps-macos13": (DeviceFacts(kind="mps", bf16_reported=False), "Apple arm64 GPU", 10.7),
+}
+
+
+def synthetic_device(key: str) -> DeviceInfo:
+    """The DeviceInfo ampkit would build on device `key` of `SYNTHETIC`."""
+    facts, name, total_gib = SYNTHETIC[key]
+    return info_from_facts(facts, name=name, total_memory_bytes=int(total_gib * GIB), index=0)
