@@ -23,6 +23,7 @@ from ampkit.plan.planner import build_plan
 from ampkit.plan.render import (
     agreement_table,
     compute_table,
+    has_traced,
     ledger_table,
     model_table,
     recommendation_lines,
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(summary, indent=2), flush=True)
         else:
-            _print(summary, config.trace, run_dir)
+            _print(summary, has_traced(summary), run_dir)
         write_plan_report(summary, run_dir)  # after the answer is on screen: plotting takes a moment
     return 0
 

@@ -155,11 +155,18 @@ def load_hf_config(spec: str):
     transformers = load_transformers()
     try:
         return transformers.AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-    except (ValueError, OSError, KeyError, TypeError) as err:
-        raise UsageError(
-            f"--model {spec}: transformers cannot read {path / 'config.json'} ({_first_line(err)}); "
-            "pass a folder with a transformers config.json of a built-in model type"
-        ) from None
+    except MemoryError:
+        raise
+    except Exception as err:  # any reason transformers gives is the user's to fix
+        raise UsageError(unreadable(path / "config.json", err)) from None
+
+
+def unreadable(config_file: Path | str, err: Exception) -> str:
+    """One line: the config file transformers cannot read, and transformers' reason."""
+    return (
+        f"{config_file}: transformers cannot read it ({type(err).__name__}: {_first_line(err)}); "
+        "pass a transformers config.json of a built-in model type"
+    )
 
 
 def _instantiate(spec: str, config, *, weights: bool) -> nn.Module:
@@ -174,11 +181,18 @@ def _instantiate(spec: str, config, *, weights: bool) -> nn.Module:
                 hf_model_dir(spec), config=config, local_files_only=True, trust_remote_code=False, dtype=dtype
             )
         return auto.from_config(config, dtype=dtype)
-    except (ValueError, OSError, KeyError, TypeError) as err:
-        raise UsageError(
-            f"--model {spec}: transformers cannot build a causal LM from it ({_first_line(err)}); "
-            "ampkit trains AutoModelForCausalLM types (llama, gpt2, mistral, qwen2, ...)"
-        ) from None
+    except MemoryError:
+        raise
+    except Exception as err:  # e.g. an AssertionError for a pad_token_id outside the vocabulary
+        raise UsageError(unbuildable(hf_model_dir(spec) / "config.json", err)) from None
+
+
+def unbuildable(config_file: Path | str, err: Exception) -> str:
+    """One line: the config file transformers cannot build a causal LM from, and transformers' reason."""
+    return (
+        f"{config_file}: transformers cannot build a causal LM from it ({type(err).__name__}: {_first_line(err)}); "
+        "fix config.json (ampkit trains AutoModelForCausalLM types: llama, gpt2, mistral, qwen2, ...)"
+    )
 
 
 def _distinct_parameters(params) -> list[nn.Parameter]:
