@@ -251,10 +251,17 @@ class HFCausalLM(nn.Module):
     """A transformers causal LM with ampkit's call contract.
 
     `forward(input_ids (B, T), *, positions (B, T) | None, attn_mask (B, 1, T, T) bool | None)` ->
-    logits (B, T, vocab). The KV cache is off (training). Packed batches (`--batching pack`) need a
-    (B, 1, T, T) boolean mask passed straight to SDPA (True = may attend), so they are supported with
-    transformers' `sdpa` attention only: the `eager` path would add the boolean mask to the scores
-    as 0/1 instead of masking (`supports_attn_mask` says which).
+    logits (B, T, vocab). The KV cache is off (training). Packed batches (`--batching pack`) keep their
+    documents apart one of two ways (`packing`):
+    - "mask": transformers' `sdpa` attention takes the (B, 1, T, T) boolean mask straight to SDPA
+      (True = may attend); the `eager` path would add a boolean mask to the scores as 0/1 instead;
+    - "positions": transformers' own padding-free path: with per-document `position_ids` (restarting
+      at 0) and no attention mask, its mask functions build the block-diagonal causal mask from the
+      positions (any attention implementation: eager Gemma 2, GPT-J, ...; flash-attention's varlen
+      kernels on GPU). Whether a model takes that path is checked on the model itself, once: two
+      documents packed into one row must give the logits each gives alone;
+    - None (e.g. Bloom, whose ALiBi bias and mask come from the attention mask): refused, naming
+      `--batching bucket`. `supports_attn_mask` is True for the first two.
     """
 
     def __init__(self, model: nn.Module, info: HFModelInfo):
@@ -263,10 +270,24 @@ class HFCausalLM(nn.Module):
         self.config = info  # ampkit's description (name, counts); transformers' own is self.hf.config
         hf_config: Any = model.config  # transformers' PretrainedConfig
         hf_config.use_cache = False  # training: no cache objects built per forward
+        self._packing: str | None | bool = False  # False: not checked yet
+
+    @property
+    def attn_implementation(self) -> str | None:
+        return getattr(self.hf.config, "_attn_implementation", None)
+
+    @property
+    def packing(self) -> str | None:
+        """ "mask", "positions" or None (see the class docstring); checked once, then cached."""
+        if self.attn_implementation == "sdpa":
+            return "mask"
+        if self._packing is False:
+            self._packing = "positions" if isolates_by_positions(self.hf) else None
+        return self._packing if isinstance(self._packing, str) else None
 
     @property
     def supports_attn_mask(self) -> bool:
-        return getattr(self.hf.config, "_attn_implementation", None) == "sdpa"
+        return self.packing is not None
 
     @property
     def blocks(self) -> nn.ModuleList | None:
@@ -284,14 +305,41 @@ class HFCausalLM(nn.Module):
         if positions is not None:
             kwargs["position_ids"] = positions if positions.dim() == 2 else positions.unsqueeze(0)
         if attn_mask is not None:
-            if not self.supports_attn_mask:
-                impl = getattr(self.hf.config, "_attn_implementation", None)
+            mode = self.packing
+            if mode is None:
                 raise UsageError(
-                    f"a custom attention mask (--batching pack) needs transformers' sdpa attention; "
-                    f"this model uses {impl!r}: use --batching bucket"
+                    f"a packed batch (--batching pack) needs transformers' sdpa attention or its padding-free "
+                    f"path (per-document position_ids); {self.config.architecture} with "
+                    f"{self.attn_implementation!r} attention takes neither: use --batching bucket"
                 )
-            kwargs["attention_mask"] = attn_mask
+            if mode == "mask":
+                kwargs["attention_mask"] = attn_mask
+            elif positions is None:
+                raise UsageError("a packed batch without positions cannot keep its documents apart")
         return self.hf(input_ids=input_ids, use_cache=False, **kwargs).logits
+
+
+def isolates_by_positions(model: nn.Module) -> bool:
+    """Whether the model keeps packed documents apart from `position_ids` alone (transformers'
+    padding-free path): two documents packed into one row give the logits each gives alone, far
+    closer than the same row without the positions (which lets the second see the first)."""
+    param = next(model.parameters())
+    hf: Any = model  # transformers' PreTrainedModel (its config is an attribute, not a submodule)
+    ids = torch.randint(1, min(int(hf.config.vocab_size), 1000), (7,), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(param.device)
+    first, second = ids[:3], ids[3:]
+    positions = torch.cat([torch.arange(3), torch.arange(4)]).to(param.device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            alone = torch.cat([hf(input_ids=d[None], use_cache=False).logits[0] for d in (first, second)]).float()
+            packed = hf(input_ids=ids[None], position_ids=positions[None], use_cache=False).logits[0].float()
+            leaky = hf(input_ids=ids[None], use_cache=False).logits[0].float()
+    finally:
+        model.train(was_training)
+    error, leak = (packed - alone).abs().max(), (leaky - alone).abs().max()
+    return bool(torch.isfinite(error)) and bool(error <= 0.01 * leak)
 
 
 def check_causal(spec: str, model: HFCausalLM) -> None:

@@ -285,6 +285,8 @@ def has_analytic(desc: ModelDescription) -> bool:
     return bool(getattr(desc, "analytic", True))
 
 
+FORMULA_TYPES = ("llama", "mistral", "qwen2", "gpt2", "opt")
+"""model types `describe.py` has formulas for (the analytic engine's families)"""
 SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 
@@ -320,7 +322,7 @@ def describe_config_file(path: Path, data: dict[str, Any], *, vocab_size: int | 
     config = read_config(path)
     missing = defaulted_fields(config, data)
     if missing:  # transformers would fill in its class defaults: a model of a size nobody asked for
-        raise refusal or UsageError(
-            f"{path}: {config.model_type} config is missing required field(s): {', '.join(missing)}"
-        )
+        if refusal is not None and config.model_type in FORMULA_TYPES:
+            raise refusal  # the family's own field names (n_embd, n_layer, ... for gpt2)
+        raise UsageError(f"{path}: {config.model_type} config is missing required field(s): {', '.join(missing)}")
     return describe_hf_config(config, name=str(path), config_file=path, formula=formula)
