@@ -23,7 +23,10 @@ is used.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,20 +154,84 @@ def _first_line(err: Exception) -> str:
 
 def load_hf_config(spec: str):
     """transformers' config for `hf:PATH` (offline); an unreadable one is a UsageError."""
-    path = hf_model_dir(spec)
-    transformers = load_transformers()
+    return read_config_file(hf_model_dir(spec) / "config.json")
+
+
+_LOAD_WARNINGS: dict[int, list[str]] = {}
+"""What transformers warned while reading a config (keyed by the config object's id until it is
+collected): said with the build's error when the model cannot be built, else logged after the build."""
+
+
+@contextlib.contextmanager
+def _held_transformers_warnings() -> Iterator[list[str]]:
+    """transformers' log warnings (e.g. "pad_token_id must be within the vocabulary"), held back."""
+    tlog = load_transformers().utils.logging
+    held: list[str] = []
+
+    class Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            held.append(record.getMessage())
+
+    handler, root = Hold(level=logging.WARNING), tlog.get_logger()
+    tlog.disable_default_handler()
+    root.addHandler(handler)
     try:
-        return transformers.AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+        yield held
+    finally:
+        root.removeHandler(handler)
+        tlog.enable_default_handler()
+
+
+def read_config_file(config_file: Path):
+    """transformers' config from a config.json file (offline, no remote code); its warnings are held
+    until the model is built (`build_from_config`), so a refusal is one line."""
+    transformers = load_transformers()
+    with _held_transformers_warnings() as held:
+        try:
+            config = transformers.AutoConfig.from_pretrained(
+                str(config_file), local_files_only=True, trust_remote_code=False
+            )
+        except MemoryError:
+            raise
+        except Exception as err:  # any reason transformers gives is the user's to fix
+            raise UsageError(unreadable(config_file, err, held)) from None
+    if held:
+        _LOAD_WARNINGS[id(config)] = held
+        weakref.finalize(config, _LOAD_WARNINGS.pop, id(config), None)
+    return config
+
+
+def build_from_config(config, config_file: Path | str, *, weights_dir: Path | None = None, dtype=None) -> nn.Module:
+    """`AutoModelForCausalLM` from `config` (from `weights_dir`'s weights when given) in `dtype` (torch's
+    default); whatever transformers raises is a one-line UsageError naming `config_file`."""
+    auto = load_transformers().AutoModelForCausalLM
+    dtype = dtype or torch.get_default_dtype()  # passed explicitly: else transformers picks the config's own
+    held = _LOAD_WARNINGS.pop(id(config), [])
+    try:
+        if weights_dir is not None:
+            model = auto.from_pretrained(
+                weights_dir, config=config, local_files_only=True, trust_remote_code=False, dtype=dtype
+            )
+        else:
+            model = auto.from_config(config, dtype=dtype)
     except MemoryError:
         raise
-    except Exception as err:  # any reason transformers gives is the user's to fix
-        raise UsageError(unreadable(path / "config.json", err)) from None
+    except Exception as err:  # e.g. an AssertionError for a pad_token_id outside the vocabulary
+        raise UsageError(unbuildable(config_file, err, held)) from None
+    for message in held:  # built after all: transformers' warnings are worth reading
+        logging.getLogger("transformers").warning(message)
+    return model
 
 
-def unreadable(config_file: Path | str, err: Exception) -> str:
+def _reason(err: Exception, held: list[str]) -> str:
+    said = f"{type(err).__name__}: {_first_line(err)}"
+    return said + "".join(f"; transformers warned: {m.strip().splitlines()[0][:160]}" for m in held)
+
+
+def unreadable(config_file: Path | str, err: Exception, held: list[str] = []) -> str:  # noqa: B006 - read only
     """One line: the config file transformers cannot read, and transformers' reason."""
     return (
-        f"{config_file}: transformers cannot read it ({type(err).__name__}: {_first_line(err)}); "
+        f"{config_file}: transformers cannot read it ({_reason(err, held)}); "
         "pass a transformers config.json of a built-in model type"
     )
 
@@ -172,25 +239,14 @@ def unreadable(config_file: Path | str, err: Exception) -> str:
 def _instantiate(spec: str, config, *, weights: bool) -> nn.Module:
     """The transformers model in torch's default dtype: loaded from the directory's weights, or freshly
     initialized (transformers casts on load and initialises in that dtype)."""
-    transformers = load_transformers()
-    auto = transformers.AutoModelForCausalLM
-    dtype = torch.get_default_dtype()  # passed explicitly: else transformers picks the config's own dtype
-    try:
-        if weights:
-            return auto.from_pretrained(
-                hf_model_dir(spec), config=config, local_files_only=True, trust_remote_code=False, dtype=dtype
-            )
-        return auto.from_config(config, dtype=dtype)
-    except MemoryError:
-        raise
-    except Exception as err:  # e.g. an AssertionError for a pad_token_id outside the vocabulary
-        raise UsageError(unbuildable(hf_model_dir(spec) / "config.json", err)) from None
+    folder = hf_model_dir(spec)
+    return build_from_config(config, folder / "config.json", weights_dir=folder if weights else None)
 
 
-def unbuildable(config_file: Path | str, err: Exception) -> str:
+def unbuildable(config_file: Path | str, err: Exception, held: list[str] = []) -> str:  # noqa: B006 - read only
     """One line: the config file transformers cannot build a causal LM from, and transformers' reason."""
     return (
-        f"{config_file}: transformers cannot build a causal LM from it ({type(err).__name__}: {_first_line(err)}); "
+        f"{config_file}: transformers cannot build a causal LM from it ({_reason(err, held)}); "
         "fix config.json (ampkit trains AutoModelForCausalLM types: llama, gpt2, mistral, qwen2, ...)"
     )
 

@@ -181,29 +181,17 @@ class HFDescription(ModelDescription):
 
 def read_config(path: Path):
     """transformers' config from a config.json file (offline, no remote code)."""
-    from ampkit.models.hf import load_transformers, unreadable
+    from ampkit.models.hf import read_config_file
 
-    transformers = load_transformers()
-    try:
-        return transformers.AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
-    except MemoryError:
-        raise
-    except Exception as err:  # transformers' reason, whatever it raises, is the user's to fix
-        raise UsageError(unreadable(path, err)) from None
+    return read_config_file(path)
 
 
 def meta_model(config, config_file: Path | str, *, dtype: torch.dtype | None = None) -> nn.Module:
     """The causal LM on the meta device (no memory); an unbuildable config is a one-line UsageError."""
-    from ampkit.models.hf import load_transformers, unbuildable
+    from ampkit.models.hf import build_from_config
 
-    transformers = load_transformers()
-    try:
-        with torch.device("meta"):
-            return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype or torch.get_default_dtype())
-    except MemoryError:
-        raise
-    except Exception as err:  # e.g. AssertionError: Padding_idx must be within num_embeddings
-        raise UsageError(unbuildable(config_file, err)) from None
+    with torch.device("meta"):
+        return build_from_config(config, config_file, dtype=dtype)
 
 
 def _int(config: Any, *names: str, default: int = 0) -> int:
