@@ -174,5 +174,5 @@ def fp8_note(gpu: GpuSpec | None) -> str | None:
     return (
         f"{gpu.name} has fp8 tensor cores ({gpu.peak_tflops['fp8']:g} vs {gpu.peak_tflops.get('bf16', 0):g} "
         "TFLOP/s bf16): the fp8 precision (torchao float8 Linears) can raise throughput; its memory is "
-        "planned analytically (the traced engine does not run float8)"
+        "planned analytically, and traced through torchao's CPU emulation (native fp8 kernels need the GPU)"
     )
