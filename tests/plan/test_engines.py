@@ -96,3 +96,18 @@ def test_engines_for_presets_and_hf_models(tmp_path):
     desc = describe_model(f"hf:{tmp_path}")
     traced = primary_engine(desc)
     assert traced.name == "traced" and hf_traced_engine(desc, traced) is traced
+
+
+def test_console_tables_and_report_of_a_traced_only_plan(tmp_path, capsys):
+    save_tiny(tmp_path / "m", "qwen3_moe", layers=4)
+    code = main(
+        [
+            *("plan", "--model", f"hf:{tmp_path / 'm'}", "--gpu", "A100-80GB", "--precisions", "bf16-mixed"),
+            *("--checkpointing", "none", "--seq-len", "32", "--out", str(tmp_path / "run")),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Qwen3MoeForCausalLM" in out and "active parameters per token" in out and "traced only" in out
+    assert "(2 of 4 experts)" in out and "Analytic vs traced" in out
+    assert (tmp_path / "run" / "report.html").is_file()

@@ -32,7 +32,7 @@ from torch import nn
 
 from ampkit.errors import UsageError
 from ampkit.plan.describe import ModelDescription
-from ampkit.plan.layers import LayerPattern, layer_signatures, model_pattern
+from ampkit.plan.layers import LayerPattern, find_pattern, layer_signatures
 
 EXPERTS_PER_TOKEN_KEYS = (
     "num_experts_per_tok",
@@ -202,7 +202,7 @@ def _int(config: Any, *names: str, default: int = 0) -> int:
     return default
 
 
-def _shape_fields(config: Any, model: nn.Module, counts: HFCounts) -> dict[str, Any]:
+def _shape_fields(config: Any, model: nn.Module) -> dict[str, Any]:
     """ModelDescription's shape fields read from any transformers config (the traced engine's case)."""
     d = _int(config, "hidden_size", "n_embd", "d_model")
     heads = _int(config, "num_attention_heads", "n_head", default=1)
@@ -237,7 +237,8 @@ def describe_hf_config(
     model = meta_model(config, config_file)
     layers = decoder_layers(model)
     counts = count_parameters(model, config, layers)
-    pattern = model_pattern(layers, config)
+    signatures = layer_signatures(layers or [], config)
+    pattern = find_pattern(signatures) if signatures else LayerPattern(n_layers=0, found=False)
     notes: list[str] = []
     if counts.experts and not counts.experts_per_token:
         notes.append(
@@ -253,7 +254,7 @@ def describe_hf_config(
     base = {f.name: getattr(formula, f.name) for f in fields(ModelDescription)} if analytic and formula else {}
     if not base:
         max_len = _int(config, "max_position_embeddings", "n_positions", "max_sequence_length")
-        base = {**_shape_fields(config, model, counts), "max_positions": max_len, "model_config": None}
+        base = {**_shape_fields(config, model), "max_positions": max_len, "model_config": None}
     base.update(name=name, source="config.json")
     return HFDescription(
         **base,
@@ -263,7 +264,7 @@ def describe_hf_config(
         pattern=pattern,
         analytic=analytic,
         hf_config=config,
-        signatures=tuple(layer_signatures(layers or [], config)),
+        signatures=tuple(signatures),
         notes=tuple(notes),
     )
 
