@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from ampkit.plan.describe import describe_model
-from ampkit.plan.hf_trace import CopyMismatch, build_at_depth, trace_hf_step, traceable_experts, traced_precision
+from ampkit.plan.hf_trace import CopyMismatch, as_on_real_tensors, build_at_depth, trace_hf_step, traced_precision
 from ampkit.plan.setting import StepSetting
 from ampkit.precision import build_precision
 from hf_archs import save_tiny
@@ -53,13 +54,29 @@ def test_experts_in_place_residuals_alibi_and_eager_attention_trace(tmp_path, mo
         assert tracker.peak_lines["parameters"] > 0
 
 
-def test_experts_patch_is_undone():
+def test_the_real_run_answers_are_undone():
+    from transformers import masking_utils
     from transformers.integrations import moe
 
-    before = moe._can_use_grouped_mm
-    with traceable_experts():
-        assert moe._can_use_grouped_mm is not before
-    assert moe._can_use_grouped_mm is before
+    before = moe._can_use_grouped_mm, masking_utils.find_packed_sequence_indices
+    with as_on_real_tensors():
+        assert moe._can_use_grouped_mm is not before[0]
+        assert masking_utils.find_packed_sequence_indices(torch.arange(4)[None]) is None
+    assert (moe._can_use_grouped_mm, masking_utils.find_packed_sequence_indices) == before
+
+
+def test_an_unpacked_batch_takes_sdpa_is_causal_path_as_a_real_run(tmp_path, monkeypatch):
+    desc = desc_of(tmp_path, "qwen3")
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kwargs):
+        calls.append((attn_mask, kwargs.get("is_causal")))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    trace_hf_step(desc, StepSetting(precision="fp32", micro_batch=2, seq_len=16), depth=1)
+    assert calls and all(mask is None and causal for mask, causal in calls)  # no (B, 1, T, T) mask
 
 
 def test_a_copy_with_other_layers_is_refused(tmp_path, monkeypatch):

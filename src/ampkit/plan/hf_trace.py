@@ -146,26 +146,39 @@ def install_moments(model: HFCausalLM, tracker: MomentTracker) -> None:
 
 
 @contextlib.contextmanager
-def traceable_experts() -> Iterator[None]:
-    """Mixture-of-experts layers on fake CPU tensors: transformers' grouped_mm path calls
-    `torch._grouped_mm`, whose shape function (the kernel fake tensors run) takes bf16 only; other
-    dtypes go through transformers' own fallback op, which has a shape function for every dtype and
-    allocates the same (S, out) outputs and saves the same inputs."""
+def as_on_real_tensors() -> Iterator[None]:
+    """Two places where transformers cannot read fake tensors' values, answered as a real unpacked
+    batch answers them:
+    - packing detection: with no attention mask, transformers looks for position ids restarting
+      inside a row (packed documents); it cannot read fake positions, assumes packing and builds a
+      (B, 1, T, T) mask, which also keeps SDPA from its `is_causal` path. The traced batch is not
+      packed (one document a row), so the answer is None, as a real batch's;
+    - mixture-of-experts layers: transformers' grouped_mm path calls `torch._grouped_mm`, whose shape
+      function (the kernel fake tensors run) takes bf16 only; other dtypes go through transformers'
+      own fallback op, which has a shape function for every dtype and allocates the same (S, out)
+      outputs and saves the same inputs."""
+    patches: list[tuple[Any, str, Any]] = []
+    try:
+        from transformers import masking_utils
+
+        patches.append((masking_utils, "find_packed_sequence_indices", lambda position_ids: None))
+    except ImportError:  # a transformers without the mask helpers: nothing to answer
+        pass
     try:
         from transformers.integrations import moe
+
+        grouped = moe._can_use_grouped_mm
+        patches.append((moe, "_can_use_grouped_mm", lambda i, w, o: w.dtype == torch.bfloat16 and grouped(i, w, o)))
     except ImportError:  # a transformers without MoE integration: nothing to adapt
-        yield
-        return
-    original = moe._can_use_grouped_mm
-
-    def bf16_only(input, weight, offs):
-        return weight.dtype == torch.bfloat16 and original(input, weight, offs)
-
-    moe._can_use_grouped_mm = bf16_only
+        pass
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
+    for module, name, value in patches:
+        setattr(module, name, value)
     try:
         yield
     finally:
-        moe._can_use_grouped_mm = original
+        for module, name, value in saved:
+            setattr(module, name, value)
 
 
 def trace_hf_step(desc: HFDescription, setting: StepSetting, *, depth: int) -> MomentTracker:
@@ -194,7 +207,7 @@ def trace_hf_step(desc: HFDescription, setting: StepSetting, *, depth: int) -> M
             tracker.tag(tensor, "activations")
         n = setting.micro_batch * setting.seq_len
         batch = Batch(input_ids=ids, targets=targets, n_tokens=n, n_padded=n)
-        with policy.run_context(), traceable_experts(), tracker:
+        with policy.run_context(), as_on_real_tensors(), tracker:
             tracker.label = "forward: embedding"
             _train_step(model, policy, optimizer, tracker, batch, loss_fn=forward_loss, count_fn=lm_count)
     return tracker
