@@ -18,6 +18,7 @@ from ampkit.models import causal_lm_loss
 from ampkit.models.hf import build_hf_model, describe_hf_model, load_transformers
 from ampkit.precision import build_precision
 from ampkit.train import features
+from hf_archs import save_tiny
 from hf_fixtures import hf_dirs, make_tiny_gpt2  # noqa: F401  (hf_dirs is a fixture)
 
 transformers = pytest.importorskip("transformers")  # the optional `ampkit[hf]` extra
@@ -114,15 +115,43 @@ def test_packed_rows_isolate_documents(hf_dirs, family):
     assert (leaky[0, 5:12] - alone[1]).abs().max() > 1e-3
 
 
-def test_eager_attention_refuses_a_custom_mask(hf_dirs):
-    model = build_hf_model(spec(hf_dirs, "llama"), seed=0)
-    model.hf.set_attn_implementation("eager")  # eager would add a boolean mask to the scores as 0/1
-    assert not model.supports_attn_mask
+def test_eager_attention_packs_through_position_ids(hf_dirs):
+    model = build_hf_model(spec(hf_dirs, "llama"), seed=0).eval()
+    model.hf.set_attn_implementation("eager")  # eager would add a boolean mask to the scores as 0/1 ...
+    assert model.packing == "positions" and model.supports_attn_mask  # ... so the positions keep documents apart
+    features.check_batching_supported(model, "pack")
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "gptj"])
+def test_models_without_sdpa_pack_through_transformers_padding_free_path(tmp_path, model_type):
+    model = build_hf_model(f"hf:{save_tiny(tmp_path, model_type)}", seed=0).eval()
+    assert model.attn_implementation == "eager" and model.packing == "positions"
+    first, second = torch.randint(0, 256, (6,)), torch.randint(0, 256, (8,))
+    batch = collate_pack([[first, second]], seq_len=16)
+    with torch.no_grad():
+        packed = model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
+        alone = [model(unit[:-1].unsqueeze(0))[0] for unit in (first, second)]
+    torch.testing.assert_close(packed[0, :5], alone[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(packed[0, 5:12], alone[1], rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_that_packs_neither_way_is_refused_naming_bucket(tmp_path):
+    model = build_hf_model(f"hf:{save_tiny(tmp_path, 'bloom')}", seed=0)  # ALiBi and its mask: from attention_mask
+    assert model.packing is None and not model.supports_attn_mask
     batch = collate_pack([[torch.arange(6)]], seq_len=8)
-    with pytest.raises(UsageError, match="sdpa"):
+    with pytest.raises(UsageError, match="--batching bucket"):
         model(batch.input_ids, positions=batch.positions, attn_mask=batch.attn_mask)
     with pytest.raises(UsageError, match="--batching bucket"):
         features.check_batching_supported(model, "pack")
+
+
+def test_gemma2_trains_packed(tmp_path, run_cli):
+    spec_ = f"hf:{save_tiny(tmp_path / 'gemma2', 'gemma2')}"
+    code, _, err = run_cli(
+        *("train", "--model", spec_, "--batching", "pack", "--steps", "2", "--seq-len", "32"),
+        *("--batch-size", "2", "--precision", "fp32", "--out", str(tmp_path / "run")),
+    )
+    assert code == 0, err
 
 
 def test_activation_checkpointing_wraps_the_decoder_layers(hf_dirs):

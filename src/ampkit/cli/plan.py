@@ -11,7 +11,6 @@ Writes summary.json (schema "ampkit.plan/1") and report.html into the run direct
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from ampkit.plan.planner import build_plan
 from ampkit.plan.render import (
     agreement_table,
     compute_table,
+    has_traced,
     ledger_table,
     model_table,
     recommendation_lines,
@@ -56,8 +56,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_task(config, args)
     desc = describe_model(config.model)  # bad model or config.json: refused before the run dir exists
     summary = build_plan(config, desc=desc)
-    show = functools.partial(_print, traced=config.trace)
-    return write_planned_run(args, "plan", summary, show=show, write_report=write_plan_report)
+    return write_planned_run(args, "plan", summary, show=_print, write_report=write_plan_report)
 
 
 def write_planned_run(
@@ -82,8 +81,9 @@ def write_planned_run(
     return 0
 
 
-def _print(summary: dict, run_dir, *, traced: bool) -> None:
+def _print(summary: dict, run_dir) -> None:
     console = wide_console()
+    traced = has_traced(summary)  # --trace, or a transformers architecture planned by its traced engine
     console.print(model_table(summary["model"]))
     console.print(ledger_table(summary))
     console.print(compute_table(summary))

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ampkit.diagnostics.fp16 import FP16_MAX
+from ampkit.diagnostics.grad_hooks import probe_inputs
 from ampkit.errors import UsageError
 
 PHASES = ("forward", "backward")
@@ -164,7 +165,9 @@ class FaultInjector:
         if self.spec.phase == "forward":
             self._handles.append(self.target.register_forward_hook(self._on_forward, prepend=True))
         else:
-            self._handles.append(self.target.register_full_backward_hook(self._on_backward, prepend=True))
+            # the last of the target's pre-hooks: its probe is the innermost, so observers' probes
+            # (the locator's, registered first in order) see the corrupted gradient
+            self._handles.append(self.target.register_forward_pre_hook(self._on_forward_pre))
             for param in self.target.parameters(recurse=False):
                 if param.requires_grad:
                     self._handles.append(param.register_hook(self._on_param_grad))
@@ -205,13 +208,19 @@ class FaultInjector:
             return new
         return None
 
-    def _on_backward(self, module: nn.Module, grad_input, grad_output):
+    def _on_forward_pre(self, module: nn.Module, args):
+        """Route the target's inputs through a probe that corrupts the gradient it sends upstream
+        (no module backward hook: see `grad_hooks.py`); inputs that need no gradient (token ids)
+        leave the weight gradient to corrupt."""
         if not self._armed:
             return None
-        if all(g is None for g in grad_input):  # inputs need no gradient: corrupt the weight gradient
+        probed = probe_inputs(args, self._on_grad_input)
+        if probed is None and torch.is_grad_enabled():
             self._param_fault_pending = True
-            return None
-        new, done = _corrupt_first(tuple(grad_input), self.spec.kind)
+        return probed
+
+    def _on_grad_input(self, grads: tuple) -> tuple | None:
+        new, done = _corrupt_first(tuple(grads), self.spec.kind)
         if done:
             self._fire()
             return new

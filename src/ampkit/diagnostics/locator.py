@@ -1,12 +1,18 @@
 """Non-finite locator: which module, in which phase, first produced an inf or a nan.
 
 Hooks on every module record, per call, |x| statistics of the module's weights and inputs (a
-forward pre-hook), its outputs (a forward hook), the gradients flowing in and out of it (a full
-backward hook) and its parameters' accumulated gradients (a post-accumulate-grad hook). Each
-record is a `Frame`, kept in a bounded ring; the first frame holding a non-finite value is the
+forward pre-hook), its outputs (a forward hook), the gradients flowing in and out of it (tensor
+hooks: `grad_hooks.py`) and its parameters' accumulated gradients (a post-accumulate-grad hook).
+Each record is a `Frame`, kept in a bounded ring; the first frame holding a non-finite value is the
 finding, reported with the frames that led to it. Because children finish before their parents
 (forward) and a module's backward runs only after its consumers' (backward), the first
 non-finite frame in time is the innermost module where the value appeared.
+
+The backward side uses no module backward hooks: those wrap a module's outputs in views, which
+breaks models that modify an output in place (Falcon's `mlp_output += attention_output`). The
+gradient arriving at a module is a tensor hook on each output ("grad_output" frame, when it
+arrives); the gradient it sends upstream is an identity autograd function around its positional
+inputs ("grad_input" frame, once the module's backward has produced it).
 
 Cost: every frame is a host-device sync (`.tolist()`), so the locator is a diagnostic mode, off by
 default in `train` and attached by `--detect-nonfinite` or `doctor`. Off means no hooks at all.
@@ -27,6 +33,7 @@ import torch
 from torch import nn
 
 from ampkit.diagnostics.fp16 import FP16_FLUSH_AT, FP16_NEAR_MAX
+from ampkit.diagnostics.grad_hooks import hook_outputs, probe_inputs
 from ampkit.records import Record
 
 ROOT = "(model)"
@@ -63,8 +70,8 @@ class TensorStats(Record):
 class Frame:
     """One hook call: a module, a phase, and stats per site.
 
-    Sites: forward pre-hook -> "weights", "inputs"; forward hook -> "outputs"; full backward hook ->
-    "grad_output" (arriving from the consumers), "grad_input" (what this module sends upstream);
+    Sites: forward pre-hook -> "weights", "inputs"; forward hook -> "outputs"; backward -> "grad_output"
+    (arriving from the consumers, one frame per output), "grad_input" (what this module sends upstream);
     post-accumulate hook -> "param_grad".
     """
 
@@ -280,9 +287,11 @@ class NonFiniteLocator:
         warnings.filterwarnings("ignore", message=_NO_INPUT_GRAD_WARNING)
         for path, module in self.model.named_modules():
             self._handles += [
+                # first of the pre-hooks: its probe is the outermost, so it sees what a fault
+                # injector's (registered after it in order) did to the gradient
+                module.register_forward_pre_hook(functools.partial(self._probe_inputs, path), prepend=True),
                 module.register_forward_pre_hook(functools.partial(self._on_forward_pre, path), with_kwargs=True),
                 module.register_forward_hook(functools.partial(self._on_forward, path)),
-                module.register_full_backward_hook(functools.partial(self._on_backward, path)),
             ]
         for name, param in self.model.named_parameters():  # tied weights appear once, under their first owner
             if param.requires_grad:
@@ -337,17 +346,20 @@ class NonFiniteLocator:
     def _on_forward(self, path: str, module: nn.Module, args, output) -> None:
         if not self.done:
             self._record(path, "forward", {"outputs": self._cache.stats(_flatten(output))})
+            hook_outputs(output, functools.partial(self._on_grad_output, path))
 
-    def _on_backward(self, path: str, module: nn.Module, grad_input, grad_output) -> None:
+    def _probe_inputs(self, path: str, module: nn.Module, args) -> tuple | None:
+        if self.done:
+            return None
+        return probe_inputs(args, functools.partial(self._on_grad_input, path))
+
+    def _on_grad_output(self, path: str, grad: torch.Tensor) -> None:
         if not self.done:
-            self._record(
-                path,
-                "backward",
-                {
-                    "grad_output": self._cache.stats(_flatten(grad_output)),
-                    "grad_input": self._cache.stats(_flatten(grad_input)),
-                },
-            )
+            self._record(path, "backward", {"grad_output": self._cache.stats([grad])})
+
+    def _on_grad_input(self, path: str, grads: tuple) -> None:
+        if not self.done:
+            self._record(path, "backward", {"grad_input": self._cache.stats(_flatten(grads))})
 
     def _on_param_grad(self, owner: str, param: torch.Tensor) -> None:
         if not self.done:

@@ -23,7 +23,10 @@ is used.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,34 +154,101 @@ def _first_line(err: Exception) -> str:
 
 def load_hf_config(spec: str):
     """transformers' config for `hf:PATH` (offline); an unreadable one is a UsageError."""
-    path = hf_model_dir(spec)
-    transformers = load_transformers()
+    return read_config_file(hf_model_dir(spec) / "config.json")
+
+
+_LOAD_WARNINGS: dict[int, list[str]] = {}
+"""What transformers warned while reading a config (keyed by the config object's id until it is
+collected): said with the build's error when the model cannot be built, else logged after the build."""
+
+
+@contextlib.contextmanager
+def _held_transformers_warnings() -> Iterator[list[str]]:
+    """transformers' log warnings (e.g. "pad_token_id must be within the vocabulary"), held back."""
+    tlog = load_transformers().utils.logging
+    held: list[str] = []
+
+    class Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            held.append(record.getMessage())
+
+    handler, root = Hold(level=logging.WARNING), tlog.get_logger()
+    tlog.disable_default_handler()
+    root.addHandler(handler)
     try:
-        return transformers.AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-    except (ValueError, OSError, KeyError, TypeError) as err:
-        raise UsageError(
-            f"--model {spec}: transformers cannot read {path / 'config.json'} ({_first_line(err)}); "
-            "pass a folder with a transformers config.json of a built-in model type"
-        ) from None
+        yield held
+    finally:
+        root.removeHandler(handler)
+        tlog.enable_default_handler()
+
+
+def read_config_file(config_file: Path):
+    """transformers' config from a config.json file (offline, no remote code); its warnings are held
+    until the model is built (`build_from_config`), so a refusal is one line."""
+    transformers = load_transformers()
+    with _held_transformers_warnings() as held:
+        try:
+            config = transformers.AutoConfig.from_pretrained(
+                str(config_file), local_files_only=True, trust_remote_code=False
+            )
+        except MemoryError:
+            raise
+        except Exception as err:  # any reason transformers gives is the user's to fix
+            raise UsageError(unreadable(config_file, err, held)) from None
+    if held:
+        _LOAD_WARNINGS[id(config)] = held
+        weakref.finalize(config, _LOAD_WARNINGS.pop, id(config), None)
+    return config
+
+
+def build_from_config(config, config_file: Path | str, *, weights_dir: Path | None = None, dtype=None) -> nn.Module:
+    """`AutoModelForCausalLM` from `config` (from `weights_dir`'s weights when given) in `dtype` (torch's
+    default); whatever transformers raises is a one-line UsageError naming `config_file`."""
+    auto = load_transformers().AutoModelForCausalLM
+    dtype = dtype or torch.get_default_dtype()  # passed explicitly: else transformers picks the config's own
+    held = _LOAD_WARNINGS.pop(id(config), [])
+    try:
+        if weights_dir is not None:
+            model = auto.from_pretrained(
+                weights_dir, config=config, local_files_only=True, trust_remote_code=False, dtype=dtype
+            )
+        else:
+            model = auto.from_config(config, dtype=dtype)
+    except MemoryError:
+        raise
+    except Exception as err:  # e.g. an AssertionError for a pad_token_id outside the vocabulary
+        raise UsageError(unbuildable(config_file, err, held)) from None
+    for message in held:  # built after all: transformers' warnings are worth reading
+        logging.getLogger("transformers").warning(message)
+    return model
+
+
+def _reason(err: Exception, held: list[str]) -> str:
+    said = f"{type(err).__name__}: {_first_line(err)}"
+    return said + "".join(f"; transformers warned: {m.strip().splitlines()[0][:160]}" for m in held)
+
+
+def unreadable(config_file: Path | str, err: Exception, held: list[str] = []) -> str:  # noqa: B006 - read only
+    """One line: the config file transformers cannot read, and transformers' reason."""
+    return (
+        f"{config_file}: transformers cannot read it ({_reason(err, held)}); "
+        "pass a transformers config.json of a built-in model type"
+    )
 
 
 def _instantiate(spec: str, config, *, weights: bool) -> nn.Module:
     """The transformers model in torch's default dtype: loaded from the directory's weights, or freshly
     initialized (transformers casts on load and initialises in that dtype)."""
-    transformers = load_transformers()
-    auto = transformers.AutoModelForCausalLM
-    dtype = torch.get_default_dtype()  # passed explicitly: else transformers picks the config's own dtype
-    try:
-        if weights:
-            return auto.from_pretrained(
-                hf_model_dir(spec), config=config, local_files_only=True, trust_remote_code=False, dtype=dtype
-            )
-        return auto.from_config(config, dtype=dtype)
-    except (ValueError, OSError, KeyError, TypeError) as err:
-        raise UsageError(
-            f"--model {spec}: transformers cannot build a causal LM from it ({_first_line(err)}); "
-            "ampkit trains AutoModelForCausalLM types (llama, gpt2, mistral, qwen2, ...)"
-        ) from None
+    folder = hf_model_dir(spec)
+    return build_from_config(config, folder / "config.json", weights_dir=folder if weights else None)
+
+
+def unbuildable(config_file: Path | str, err: Exception, held: list[str] = []) -> str:  # noqa: B006 - read only
+    """One line: the config file transformers cannot build a causal LM from, and transformers' reason."""
+    return (
+        f"{config_file}: transformers cannot build a causal LM from it ({_reason(err, held)}); "
+        "fix config.json (ampkit trains AutoModelForCausalLM types: llama, gpt2, mistral, qwen2, ...)"
+    )
 
 
 def _distinct_parameters(params) -> list[nn.Parameter]:
@@ -237,10 +307,17 @@ class HFCausalLM(nn.Module):
     """A transformers causal LM with ampkit's call contract.
 
     `forward(input_ids (B, T), *, positions (B, T) | None, attn_mask (B, 1, T, T) bool | None)` ->
-    logits (B, T, vocab). The KV cache is off (training). Packed batches (`--batching pack`) need a
-    (B, 1, T, T) boolean mask passed straight to SDPA (True = may attend), so they are supported with
-    transformers' `sdpa` attention only: the `eager` path would add the boolean mask to the scores
-    as 0/1 instead of masking (`supports_attn_mask` says which).
+    logits (B, T, vocab). The KV cache is off (training). Packed batches (`--batching pack`) keep their
+    documents apart one of two ways (`packing`):
+    - "mask": transformers' `sdpa` attention takes the (B, 1, T, T) boolean mask straight to SDPA
+      (True = may attend); the `eager` path would add a boolean mask to the scores as 0/1 instead;
+    - "positions": transformers' own padding-free path: with per-document `position_ids` (restarting
+      at 0) and no attention mask, its mask functions build the block-diagonal causal mask from the
+      positions (any attention implementation: eager Gemma 2, GPT-J, ...; flash-attention's varlen
+      kernels on GPU). Whether a model takes that path is checked on the model itself, once: two
+      documents packed into one row must give the logits each gives alone;
+    - None (e.g. Bloom, whose ALiBi bias and mask come from the attention mask): refused, naming
+      `--batching bucket`. `supports_attn_mask` is True for the first two.
     """
 
     def __init__(self, model: nn.Module, info: HFModelInfo):
@@ -249,10 +326,24 @@ class HFCausalLM(nn.Module):
         self.config = info  # ampkit's description (name, counts); transformers' own is self.hf.config
         hf_config: Any = model.config  # transformers' PretrainedConfig
         hf_config.use_cache = False  # training: no cache objects built per forward
+        self._packing: str | None | bool = False  # False: not checked yet
+
+    @property
+    def attn_implementation(self) -> str | None:
+        return getattr(self.hf.config, "_attn_implementation", None)
+
+    @property
+    def packing(self) -> str | None:
+        """ "mask", "positions" or None (see the class docstring); checked once, then cached."""
+        if self.attn_implementation == "sdpa":
+            return "mask"
+        if self._packing is False:
+            self._packing = "positions" if isolates_by_positions(self.hf) else None
+        return self._packing if isinstance(self._packing, str) else None
 
     @property
     def supports_attn_mask(self) -> bool:
-        return getattr(self.hf.config, "_attn_implementation", None) == "sdpa"
+        return self.packing is not None
 
     @property
     def blocks(self) -> nn.ModuleList | None:
@@ -270,13 +361,17 @@ class HFCausalLM(nn.Module):
         if positions is not None:
             kwargs["position_ids"] = positions if positions.dim() == 2 else positions.unsqueeze(0)
         if attn_mask is not None:
-            if not self.supports_attn_mask:
-                impl = getattr(self.hf.config, "_attn_implementation", None)
+            mode = self.packing
+            if mode is None:
                 raise UsageError(
-                    f"a custom attention mask (--batching pack) needs transformers' sdpa attention; "
-                    f"this model uses {impl!r}: use --batching bucket"
+                    f"a packed batch (--batching pack) needs transformers' sdpa attention or its padding-free "
+                    f"path (per-document position_ids); {self.config.architecture} with "
+                    f"{self.attn_implementation!r} attention takes neither: use --batching bucket"
                 )
-            kwargs["attention_mask"] = attn_mask
+            if mode == "mask":
+                kwargs["attention_mask"] = attn_mask
+            elif positions is None:
+                raise UsageError("a packed batch without positions cannot keep its documents apart")
         return self.hf(input_ids=input_ids, use_cache=False, **kwargs).logits
 
     supports_kv_cache = True
@@ -317,6 +412,29 @@ class HFCache:
 
     def bytes_per_token(self) -> int:
         return self.nbytes // max(1, self.batch_size * self.length)
+
+
+def isolates_by_positions(model: nn.Module) -> bool:
+    """Whether the model keeps packed documents apart from `position_ids` alone (transformers'
+    padding-free path): two documents packed into one row give the logits each gives alone, far
+    closer than the same row without the positions (which lets the second see the first)."""
+    param = next(model.parameters())
+    hf: Any = model  # transformers' PreTrainedModel (its config is an attribute, not a submodule)
+    ids = torch.randint(1, min(int(hf.config.vocab_size), 1000), (7,), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(param.device)
+    first, second = ids[:3], ids[3:]
+    positions = torch.cat([torch.arange(3), torch.arange(4)]).to(param.device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            alone = torch.cat([hf(input_ids=d[None], use_cache=False).logits[0] for d in (first, second)]).float()
+            packed = hf(input_ids=ids[None], position_ids=positions[None], use_cache=False).logits[0].float()
+            leaky = hf(input_ids=ids[None], use_cache=False).logits[0].float()
+    finally:
+        model.train(was_training)
+    error, leak = (packed - alone).abs().max(), (leaky - alone).abs().max()
+    return bool(torch.isfinite(error)) and bool(error <= 0.01 * leak)
 
 
 def check_causal(spec: str, model: HFCausalLM) -> None:

@@ -17,6 +17,7 @@ Each is tried at the requested micro-batch, then with accumulation.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -99,22 +100,31 @@ def _candidates(setting: StepSetting, gpu: GpuSpec | None) -> list[tuple[str, st
 
 
 def _try(
-    desc: ModelDescription, setting: StepSetting, capacity: int, change: str, cost: str, kwargs: dict[str, Any]
+    desc: ModelDescription,
+    setting: StepSetting,
+    capacity: int,
+    change: str,
+    cost: str,
+    kwargs: dict[str, Any],
+    engine: Any = None,
 ) -> Fix | None:
-    """The change at the requested micro-batch, else with the largest micro-batch + accumulation."""
-    ledger = analytic_ledger(desc, setting, **kwargs)
+    """The change at the requested micro-batch, else with the largest micro-batch + accumulation.
+    `engine`: the ledger engine (`plan/engines.py`; the analytic one by default)."""
+    ledger_of = engine.ledger if engine is not None else lambda s: analytic_ledger(desc, s, **kwargs)
+    ledger = ledger_of(setting)
     if ledger.total <= capacity:
         return Fix(change=change, cost=cost, setting=setting, total_bytes=ledger.total)
     per_step = setting.micro_batch * setting.grad_accum
     if per_step < 2:
         return None
     accumulating = replace(setting, grad_accum=2)  # gradients held across micro-batches
-    m = min(largest(desc, accumulating, capacity, field="micro_batch", **kwargs), per_step - 1)
+    search = engine.largest if engine is not None else functools.partial(largest, desc)
+    m = min(search(accumulating, capacity, field="micro_batch", **kwargs), per_step - 1)
     if m < 1:
         return None
     k = math.ceil(per_step / m)
     new = replace(setting, micro_batch=m, grad_accum=k)
-    ledger = analytic_ledger(desc, new, **kwargs)
+    ledger = ledger_of(new)
     if ledger.total > capacity:
         return None
     prefix = "" if not change else f"{change}, "
@@ -127,17 +137,18 @@ def _try(
 
 
 def cheapest_fix(
-    desc: ModelDescription, setting: StepSetting, capacity: int, *, gpu: GpuSpec | None, **kwargs
+    desc: ModelDescription, setting: StepSetting, capacity: int, *, gpu: GpuSpec | None, engine: Any = None, **kwargs
 ) -> Fix | None:
     """The first change (in the module docstring's order) whose step fits; None if it already fits
-    or nothing up to MAX_FSDP_GPUS does."""
-    if analytic_ledger(desc, setting, **kwargs).total <= capacity:
+    or nothing up to MAX_FSDP_GPUS does. `engine`: as in `_try`."""
+    first = engine.ledger(setting) if engine is not None else analytic_ledger(desc, setting, **kwargs)
+    if first.total <= capacity:
         return None
-    fix = _try(desc, setting, capacity, "", "", kwargs)
+    fix = _try(desc, setting, capacity, "", "", kwargs, engine)
     if fix is not None:
         return fix
     for change, cost, fields in _candidates(setting, gpu):
-        fix = _try(desc, replace(setting, **fields), capacity, change, cost, kwargs)
+        fix = _try(desc, replace(setting, **fields), capacity, change, cost, kwargs, engine)
         if fix is not None:
             return fix
     n = max(2, setting.world_size * 2)
@@ -148,7 +159,9 @@ def cheapest_fix(
             (f"FSDP over {n} GPUs", sharded.checkpointing, ""),
             (f"FSDP over {n} GPUs + activation checkpointing", "full", "; +~33% compute"),
         ):
-            fix = _try(desc, replace(sharded, checkpointing=checkpointing), capacity, change, cost + more, kwargs)
+            fix = _try(
+                desc, replace(sharded, checkpointing=checkpointing), capacity, change, cost + more, kwargs, engine
+            )
             if fix is not None:
                 return fix
         n *= 2
@@ -161,5 +174,5 @@ def fp8_note(gpu: GpuSpec | None) -> str | None:
     return (
         f"{gpu.name} has fp8 tensor cores ({gpu.peak_tflops['fp8']:g} vs {gpu.peak_tflops.get('bf16', 0):g} "
         "TFLOP/s bf16): the fp8 precision (torchao float8 Linears) can raise throughput; its memory is "
-        "planned analytically (the traced engine does not run float8)"
+        "planned analytically, and traced through torchao's CPU emulation (native fp8 kernels need the GPU)"
     )

@@ -178,7 +178,9 @@ def describe_model(spec: str, *, vocab_size: int | None = None) -> ModelDescript
     data = read_json(path, remedy="pass a Hugging Face config.json")
     if not isinstance(data, dict):
         raise UsageError(f"{path} does not hold a JSON object; pass a Hugging Face config.json")
-    return describe_config(data, name=str(path), vocab_size=vocab_size)
+    from ampkit.plan.hf_describe import describe_config_file  # transformers' own modules, any architecture
+
+    return describe_config_file(path, data, vocab_size=vocab_size)
 
 
 def describe_config(

@@ -31,6 +31,7 @@ from ampkit.hardware.backend import free_device_memory
 from ampkit.models.hf import is_hf_model
 from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.fit import largest
+from ampkit.plan.hf_describe import has_analytic
 from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, StepSetting
 
@@ -164,9 +165,10 @@ def check_fit(
 
 def _describe(model: str, vocab_size: int | None) -> ModelDescription | None:
     try:
-        return describe_model(model, vocab_size=vocab_size)
-    except UsageError:  # an hf: architecture the planner does not describe: not checked
+        desc = describe_model(model, vocab_size=vocab_size)
+    except UsageError:  # a config the planner cannot describe: the build refuses it with its own message
         return None
+    return desc if has_analytic(desc) else None  # only the analytic ledger is instant (architectures it replays)
 
 
 def _longest(desc: ModelDescription) -> int:

@@ -15,7 +15,8 @@ from ampkit.plan.advice import base_precision, cheapest_fix, fp8_note
 from ampkit.plan.compute import step_compute
 from ampkit.plan.config import KvConfig, PlanConfig
 from ampkit.plan.describe import ModelDescription, describe_model
-from ampkit.plan.fit import Target, fit, resolve_target
+from ampkit.plan.engines import hf_traced_engine, primary_engine
+from ampkit.plan.fit import Target, resolve_target
 from ampkit.plan.kv import activation_reserve_bytes, kv_budget, kv_pool_bytes, weight_bytes
 from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import GIB, Ledger, StepSetting
@@ -68,21 +69,25 @@ def agreement(analytic: Ledger, traced: Ledger) -> dict[str, Any]:
     return {"tensor_peak_relative": total_rel, "lines": lines, "within": within}
 
 
-def _row(desc: ModelDescription, setting: StepSetting, config: PlanConfig, target: Target | None) -> dict[str, Any]:
+def _row(desc: ModelDescription, setting: StepSetting, config: PlanConfig, target: Target | None, engines) -> dict:
+    primary, traced_engine = engines
     kwargs = ledger_kwargs(config)
-    ledger = analytic_ledger(desc, setting, **kwargs)
+    ledger = primary.ledger(setting)
+    analytic = primary.name == "analytic"
     row: dict[str, Any] = {
         "setting": setting.to_dict(),
-        "analytic": ledger.to_dict(),
-        "traced": None,
+        "engine": primary.name,
+        "ledger": ledger.to_dict(),
+        "analytic": ledger.to_dict() if analytic else None,
+        "traced": None if analytic else ledger.to_dict(),
         "agreement": None,
         "fit": None,
-        "trace_note": None,
+        "trace_note": None if analytic else f"traced only (no analytic ledger for this architecture): {primary.note}",
     }
-    if config.trace:
-        row.update(_traced(desc, setting, ledger, kwargs))
+    if analytic and (config.trace or traced_engine is not None):
+        row.update(_traced(desc, setting, ledger, kwargs, traced_engine))
     if target is not None:
-        row["fit"] = fit(desc, setting, ledger.total, target.capacity_bytes, **kwargs).to_dict()
+        row["fit"] = primary.fit(setting, ledger.total, target.capacity_bytes).to_dict()
     row["compute"] = _compute(desc, setting, gpu=target.gpu if target else None, mfu=config.mfu)
     return row
 
@@ -101,7 +106,12 @@ def _compute(desc: ModelDescription, setting: StepSetting, *, gpu: GpuSpec | Non
     ).to_dict()
 
 
-def _traced(desc: ModelDescription, setting: StepSetting, analytic: Ledger, kwargs) -> dict[str, Any]:
+def _traced(desc: ModelDescription, setting: StepSetting, analytic: Ledger, kwargs, engine=None) -> dict[str, Any]:
+    """The traced ledger beside the analytic one: `engine` (a transformers model's own modules) or
+    `plan/trace.py` (ampkit's model)."""
+    if engine is not None:
+        traced = engine.ledger(setting)
+        return {"traced": traced.to_dict(), "agreement": agreement(analytic, traced), "trace_note": engine.note}
     from ampkit.plan.trace import trace_blocker, traced_ledger  # fake-tensor machinery: only when asked for
 
     why = trace_blocker(desc, setting)
@@ -111,13 +121,15 @@ def _traced(desc: ModelDescription, setting: StepSetting, analytic: Ledger, kwar
     return {"traced": traced.to_dict(), "agreement": agreement(analytic, traced)}
 
 
-def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | None) -> dict[str, Any]:
-    """The precision for this GPU, its figures, and the cheapest fix when it does not fit."""
+def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | None, engine=None) -> dict[str, Any]:
+    """The precision for this GPU, its figures, and the cheapest fix when it does not fit (`engine`:
+    the plan's primary engine, `plan/engines.py`; the analytic one by default)."""
     gpu = target.gpu if target else None
     precision, reason = base_precision(gpu)
     setting = _setting(config, precision=precision, optimizer=config.optimizer_list()[0], checkpointing="none")
     kwargs = ledger_kwargs(config)
-    ledger = analytic_ledger(desc, setting, **kwargs)
+    traced = engine is not None and engine.name == "traced"
+    ledger = engine.ledger(setting) if traced else analytic_ledger(desc, setting, **kwargs)
     out: dict[str, Any] = {
         "precision": precision,
         "reason": reason,
@@ -129,7 +141,7 @@ def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | 
     }
     if target is not None:
         out["fits"] = ledger.total <= target.capacity_bytes
-        fix = cheapest_fix(desc, setting, target.capacity_bytes, gpu=gpu, **kwargs)
+        fix = cheapest_fix(desc, setting, target.capacity_bytes, gpu=gpu, engine=engine if traced else None, **kwargs)
         if fix is not None:
             out["fix"] = fix.to_dict()
         elif not out["fits"]:
@@ -141,15 +153,19 @@ def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | 
 def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> dict[str, Any]:
     desc = desc or describe_model(config.model)
     target = resolve_target(config.gpu, config.gpu_mem)
-    rows = [_row(desc, setting, config, target) for setting in settings_of(config)]
+    primary = primary_engine(desc, **ledger_kwargs(config))
+    engines = (primary, hf_traced_engine(desc, primary, **ledger_kwargs(config)))
+    rows = [_row(desc, setting, config, target, engines) for setting in settings_of(config)]
     return {
         "schema": PLAN_SCHEMA,
         "units": UNITS,
         "config": _config_dict(config),
         "model": desc.to_dict(),
+        "engine": primary.name,
+        "trace_note": engines[1].note if engines[1] is not None else None,
         "target": target.to_dict() if target else None,
         "rows": rows,
-        "recommendation": recommendation(desc, config, target),
+        "recommendation": recommendation(desc, config, target, primary),
         "fp8": _fp8_block(desc, config, target),
     }
 

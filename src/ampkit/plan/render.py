@@ -41,10 +41,15 @@ def _label(setting: dict[str, Any]) -> str:
     return f"{setting['precision']} {setting['optimizer']}{ckpt}"
 
 
+def primary(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's ledger that fit and advice use: analytic where it exists, else traced."""
+    return row.get("ledger") or row["analytic"]
+
+
 def _shown_lines(rows: list[dict[str, Any]]) -> list[str]:
     """Ledger lines, without those that are zero in every row (e.g. master weights)."""
-    names = list(rows[0]["analytic"]["lines_at_peak_bytes"])
-    return [n for n in names if any(r["analytic"]["lines_at_peak_bytes"][n] for r in rows)]
+    names = list(primary(rows[0])["lines_at_peak_bytes"])
+    return [n for n in names if any(primary(r)["lines_at_peak_bytes"][n] for r in rows)]
 
 
 def _fmt_time(seconds: float | None) -> str:
@@ -53,6 +58,28 @@ def _fmt_time(seconds: float | None) -> str:
     if seconds < 1e-3:
         return f"{seconds * 1e6:,.1f} us"
     return f"{seconds * 1000:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
+
+
+def has_traced(summary: dict[str, Any]) -> bool:
+    """Whether the plan traced its rows (`--trace`, or a transformers model: always)."""
+    return bool(summary["config"].get("trace")) or any(r.get("traced") for r in summary["rows"])
+
+
+def _hf_model_rows(model: dict[str, Any]) -> list[tuple[str, str]]:
+    """A transformers model's own lines: its class, active parameters (MoE), layer pattern, notes."""
+    if "architecture" not in model:
+        return []
+    rows = [("transformers class", f"{model['architecture']} ({model['model_type']})")]
+    if model.get("experts"):
+        rows.append(
+            (
+                "active parameters per token",
+                f"{model['active_parameters']:,} ({model['experts_per_token']} of {model['experts']} experts)",
+            )
+        )
+    rows.append(("decoder layers", model["layers"]["description"]))
+    rows.append(("engines", "analytic + traced (cross-checked)" if model.get("analytic") else "traced only"))
+    return rows + [("note", note) for note in model.get("notes", [])]
 
 
 def model_table(model: dict[str, Any]) -> Table:
@@ -66,6 +93,7 @@ def model_table(model: dict[str, Any]) -> Table:
         ("heads / KV heads / head dim", f"{model['n_heads']} / {model['n_kv_heads']} / {model['head_dim']}"),
         ("MLP hidden / vocabulary", f"{model['d_ff']:,} / {model['vocab_size']:,}"),
         ("tied embeddings", "yes" if model["tie_embeddings"] else "no"),
+        *_hf_model_rows(model),
     ]
     for field, value in rows:
         table.add_row(field, value)
@@ -83,7 +111,7 @@ def ledger_rows(rows: list[dict[str, Any]], with_fit: bool, *, full: bool = True
     """Cells per configuration; `full=False` is the console's narrower cut (the report has all)."""
     lines, out = _shown_lines(rows), []
     for row in rows:
-        led = row["analytic"]
+        led = primary(row)
         cells = [_label(row["setting"])] + [gib(led["lines_at_peak_bytes"][n]) for n in lines]
         cells.append(gib(led["total_bytes"]))
         if with_fit:
@@ -170,11 +198,12 @@ def agreement_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     for row in rows:
         agree = row["agreement"]
         if agree is None:
+            analytic, traced = row["analytic"], row["traced"]
             out.append(
                 [
                     _label(row["setting"]),
-                    gib(row["analytic"]["tensor_peak_bytes"], 3),
-                    "-",
+                    gib(analytic["tensor_peak_bytes"], 3) if analytic else "-",
+                    gib(traced["tensor_peak_bytes"], 3) if traced else "-",
                     "-",
                     "-",
                     row["trace_note"] or "-",
@@ -241,12 +270,12 @@ def ledger_figure(summary: dict[str, Any]):
     from ampkit.report import plt
 
     rows = summary["rows"]
-    names = list(rows[0]["analytic"]["lines_at_peak_bytes"])
+    names = list(primary(rows[0])["lines_at_peak_bytes"])
     labels = [_label(r["setting"]) for r in rows]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(rows) + 2), 4.8))
     bottoms = [0.0] * len(rows)
     for name in names:
-        values = [r["analytic"]["lines_at_peak_bytes"][name] / GIB for r in rows]
+        values = [primary(r)["lines_at_peak_bytes"][name] / GIB for r in rows]
         if not any(values):
             continue
         ax.bar(range(len(rows)), values, bottom=bottoms, color=_COLORS[name], label=LINE_LABELS[name])
@@ -269,7 +298,7 @@ def ledger_figure(summary: dict[str, Any]):
 def write_plan_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Path]:
     from ampkit.report import Report
 
-    cfg, target = summary["config"], summary["target"]
+    target = summary["target"]
     report = Report(title=f"ampkit plan: {summary['model']['name']}")
     report.text(
         "Memory is in GiB (1024^3 bytes). Each line is what is alive at the moment the step's tensor "
@@ -282,7 +311,7 @@ def write_plan_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Pat
     report.table(ledger_headers(summary["rows"], with_fit), ledger_rows(summary["rows"], with_fit))
     report.heading("Compute")
     report.table(compute_headers(), compute_rows(summary["rows"]))
-    if cfg["trace"]:
+    if has_traced(summary):
         report.heading("Analytic vs traced")
         report.table(AGREEMENT_HEADERS, agreement_rows(summary["rows"]))
     report.heading("Recommendation")

@@ -38,6 +38,7 @@ TENSOR_LINES = (
 )
 
 _CAST_OPS = {torch.ops.aten._to_copy.default}
+_QUERY_OPS = {torch.ops.prim.device.default}
 
 
 class _Entry:
@@ -132,6 +133,8 @@ class StorageTracker(TorchDispatchMode):
     # -- dispatch ----------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if func in _QUERY_OPS:  # answers a question about a tensor (its device): allocates nothing
+            return out
         line = self.phase
         if func in _CAST_OPS and args and isinstance(args[0], torch.Tensor) and self.line_of(args[0]) == "parameters":
             line = "weight_copies"

@@ -1,0 +1,151 @@
+"""`ampkit plan` of a 70B-shaped transformers Llama config: every row traced by extrapolation, in seconds.
+
+Targets (issue 16): `ampkit plan --model hf:<70B-shaped Llama config> --gpu H100-80GB` under 5 s on this
+CPU, its traced ledgers extrapolated from traces of 1 and 2 decoder layers (the analytic ledger beside
+them, compared row by row); and the extrapolated ledger within 1% of the full trace for a 24-layer model
+small enough to trace in full here. Measured:
+- the command in a fresh process (`python -m ampkit plan ... --json`), three runs: wall time to the
+  answer (the JSON on stdout) and to exit, peak RSS; how many rows were traced and how;
+- a 24-layer Llama (hidden 512, 32,000-token vocabulary): the extrapolated tensor peak against a full
+  trace of all 24 layers, for four settings (precision x checkpointing), and both engines' times.
+Writes benchmarks/results/plan_hf_70b.json. Run: .venv/bin/python benchmarks/plan_hf_70b.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import print_table, write_result
+
+LLAMA3_70B = {  # Meta-Llama-3-70B's published config.json (shape fields)
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+}
+LLAMA_24 = {**LLAMA3_70B, "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 24}
+LLAMA_24.update(num_attention_heads=8, num_key_value_heads=4, vocab_size=32000, bos_token_id=1, eos_token_id=2)
+SETTINGS = [("bf16-mixed", "none"), ("bf16-mixed", "full"), ("fp32", "none"), ("bf16-true", "none")]
+
+
+def run_plan(folder: Path) -> dict:
+    """A fresh process; time to the complete JSON answer, time to exit, the child's peak RSS."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = ["plan", "--model", f"hf:{folder}", "--gpu", "H100-80GB"]
+        argv = [sys.executable, "-m", "ampkit", *args, "--json", "--out", str(Path(tmp) / "run")]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stderr is not None
+        text, answered = "", None
+        for line in proc.stdout:  # the JSON ends with a lone "}" line
+            text += line
+            if line.rstrip() == "}":
+                answered = time.perf_counter() - t0
+        _, status, usage = os.wait4(proc.pid, 0)
+        exited = time.perf_counter() - t0
+        err = proc.stderr.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"ampkit {' '.join(args)} failed: {err.strip()}")
+    summary = json.loads(text)
+    rows = summary["rows"]
+    return {
+        "command": "python -m ampkit " + " ".join(args),
+        "answer_s": round(answered or exited, 2),
+        "exit_s": round(exited, 2),
+        "max_rss_mib": round(usage.ru_maxrss / 1024),
+        "rows": len(rows),
+        "traced_rows": sum(1 for r in rows if r["traced"]),
+        "trace_note": summary["trace_note"],
+        "largest_analytic_vs_traced": max(abs(r["agreement"]["tensor_peak_relative"]) for r in rows if r["agreement"]),
+    }
+
+
+def accuracy(folder: Path) -> list[dict]:
+    from ampkit.plan.describe import describe_model
+    from ampkit.plan.extrapolate import HFTracedEngine, table_of
+    from ampkit.plan.hf_trace import trace_hf_step
+    from ampkit.plan.setting import StepSetting
+
+    desc = describe_model(f"hf:{folder}")
+    out = []
+    for precision, checkpointing in SETTINGS:
+        setting = StepSetting(precision=precision, checkpointing=checkpointing, micro_batch=1, seq_len=2048)
+        t0 = time.perf_counter()
+        engine = HFTracedEngine(desc)
+        extrapolated = engine.ledger(setting).tensor_peak
+        t1 = time.perf_counter()
+        _, lines = table_of(trace_hf_step(desc, setting, depth=desc.n_layers)).peak()
+        t2 = time.perf_counter()
+        full = sum(lines.values())
+        out.append(
+            {
+                "setting": f"{precision} {checkpointing}",
+                "extrapolated_bytes": extrapolated,
+                "full_trace_bytes": full,
+                "relative": (extrapolated - full) / full,
+                "extrapolated_s": round(t1 - t0, 2),
+                "full_trace_s": round(t2 - t1, 2),
+                "how": engine.note,
+            }
+        )
+    return out
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        big, small = Path(tmp) / "llama-70b", Path(tmp) / "llama-24"
+        for folder, config in ((big, LLAMA3_70B), (small, LLAMA_24)):
+            folder.mkdir()
+            (folder / "config.json").write_text(json.dumps(config))
+        runs = [run_plan(big) for _ in range(3)]
+        checks = accuracy(small)
+    print(f"`{runs[0]['command']}` (Llama-3-70B's config.json, 80 layers), fresh process, 3 runs:")
+    print_table(
+        ["run", "answer s", "exit s", "peak RSS MiB", "rows", "traced", "max analytic vs traced"],
+        [
+            [i + 1, r["answer_s"], r["exit_s"], r["max_rss_mib"], r["rows"], r["traced_rows"]]
+            + [f"{r['largest_analytic_vs_traced']:.2e}"]
+            for i, r in enumerate(runs)
+        ],
+    )
+    print(f"traced: {runs[0]['trace_note']}")
+    print("\n24-layer Llama (hidden 512), micro-batch 1 x 2048: extrapolated vs full trace of 24 layers")
+    print_table(
+        ["setting", "extrapolated B", "full trace B", "relative", "extrapolated s", "full trace s"],
+        [
+            [c["setting"], c["extrapolated_bytes"], c["full_trace_bytes"], f"{c['relative']:+.2e}"]
+            + [c["extrapolated_s"], c["full_trace_s"]]
+            for c in checks
+        ],
+    )
+    best = min(r["answer_s"] for r in runs)
+    worst_rel = max(abs(c["relative"]) for c in checks)
+    print(f"\ntargets: answer < 5 s: {best < 5.0} (best {best} s); within 1%: {worst_rel <= 0.01} ({worst_rel:.2e})")
+    write_result(
+        "plan_hf_70b",
+        {
+            "runs": runs,
+            "accuracy_24_layers": checks,
+            "meets": {"under_5_s": best < 5.0, "within_1pct": worst_rel <= 0.01},
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Which engine plans a model: the analytic ledger where it exists, the traced one everywhere.
+
+- a preset, or a Hugging Face config of the analytic families (llama, mistral, qwen2, gpt2, opt):
+  the analytic engine answers (ledger, fit, advice: microseconds a setting); with transformers
+  installed, an `hf:`/config.json model is also traced (transformers' own modules, the model
+  `ampkit train --model hf:PATH` trains; extrapolated from shallow traces) and the two are
+  cross-checked row by row; a preset is traced with `--trace` (ampkit's own model, `plan/trace.py`);
+- any other transformers architecture: the traced engine answers everything
+  (`extrapolate.HFTracedEngine`), and the plan says there is no analytic ledger to compare with.
+Both engines offer `ledger(setting)`, `fit(setting, total, capacity)` and `largest(...)`.
+"""
+
+from __future__ import annotations
+
+from ampkit.plan.describe import ModelDescription
+from ampkit.plan.fit import Fit, SearchField, fit, largest
+from ampkit.plan.hf_describe import HFDescription, has_analytic
+from ampkit.plan.ledger import analytic_ledger
+from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting
+
+
+class AnalyticEngine:
+    """`plan/ledger.py`'s replay behind the engine interface."""
+
+    name = "analytic"
+    note = "analytic"
+
+    def __init__(
+        self, desc: ModelDescription, *, context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION
+    ):
+        self.desc, self.context_bytes, self.fragmentation = desc, context_bytes, fragmentation
+
+    def ledger(self, setting: StepSetting) -> Ledger:
+        return analytic_ledger(self.desc, setting, context_bytes=self.context_bytes, fragmentation=self.fragmentation)
+
+    def fit(self, setting: StepSetting, total_bytes: int, capacity: int) -> Fit:
+        return fit(
+            self.desc,
+            setting,
+            total_bytes,
+            capacity,
+            context_bytes=self.context_bytes,
+            fragmentation=self.fragmentation,
+        )
+
+    def largest(self, setting: StepSetting, capacity: int, *, field: SearchField, **kwargs) -> int:
+        return largest(self.desc, setting, capacity, field=field, **kwargs)
+
+
+def primary_engine(desc: ModelDescription, **kwargs):
+    """The engine whose ledgers a plan's fit and advice use."""
+    if has_analytic(desc):
+        return AnalyticEngine(desc, **kwargs)
+    assert isinstance(desc, HFDescription), "only transformers models lack the analytic engine"
+    from ampkit.plan.extrapolate import HFTracedEngine
+
+    return HFTracedEngine(desc, **kwargs)
+
+
+def hf_traced_engine(desc: ModelDescription, primary, **kwargs):
+    """The traced engine of a transformers model (the primary one when it is already traced); None
+    for presets (their `--trace` is `plan/trace.py`'s)."""
+    if not isinstance(desc, HFDescription):
+        return None
+    if primary.name == "traced":
+        return primary
+    from ampkit.plan.extrapolate import HFTracedEngine
+
+    return HFTracedEngine(desc, **kwargs)
