@@ -12,7 +12,7 @@ from typing import Any
 
 from ampkit.plan.advice import base_precision, cheapest_fix, fp8_note
 from ampkit.plan.compute import step_compute
-from ampkit.plan.config import KvConfig, PlanConfig
+from ampkit.plan.config import DEFAULT_SEQ_LEN, KvConfig, PlanConfig
 from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.fit import Target, fit, resolve_target
 from ampkit.plan.kv import activation_reserve_bytes, kv_budget, kv_pool_bytes, weight_bytes
@@ -45,7 +45,7 @@ def settings_of(config: PlanConfig) -> list[StepSetting]:
             optimizer=o,
             checkpointing=c,
             micro_batch=config.micro_batch,
-            seq_len=config.seq_len,
+            seq_len=config.seq_len or DEFAULT_SEQ_LEN,  # 0: not resolved for a model (a task's plan)
             grad_accum=config.grad_accum,
             world_size=config.world_size,
             parallel=config.parallel,
@@ -154,6 +154,7 @@ def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | 
 
 def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> dict[str, Any]:
     desc = desc or describe_model(config.model)
+    config = config.for_model(desc.max_positions)  # --seq-len 0: 2048, or the model's positions when fewer
     target = resolve_target(config.gpu, config.gpu_mem)
     rows = [_row(desc, setting, config, target) for setting in settings_of(config)]
     return {
@@ -173,6 +174,7 @@ def _config_dict(config) -> dict[str, Any]:
 
 def build_kv(config: KvConfig, *, desc: ModelDescription | None = None) -> dict[str, Any]:
     desc = desc or describe_model(config.model)
+    config = config.for_model(desc.max_positions)  # --context-len 0: 4096, or the model's positions when fewer
     target = resolve_target(config.gpu, config.gpu_mem)
     assert target is not None, "KvConfig defaults --gpu when neither --gpu nor --gpu-mem is given"
     weights = weight_bytes(desc, config.weight_dtype)
