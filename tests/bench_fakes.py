@@ -72,15 +72,17 @@ class _Stream:
 
 
 class _Trainer:
-    def __init__(self, clock: Clock, step_s: float, batch_size: int):
+    def __init__(self, clock: Clock, step_s: float, batch_size: int, cold_factor: float = 1.0):
         self.clock, self.step_s, self.base = clock, step_s, batch_size
+        self.cold = cold_factor  # the first step pays one-time costs (allocation, kernel set-up)
         self.sampler = _Stream(batch_size)
         self.model, self.optimizer, self.phases = None, None, None
         self.loss = 5.5
 
     def train_step(self) -> StepResult:
         batch = self.sampler.batch_size
-        self.clock.now += self.step_s * batch / self.base
+        self.clock.now += self.step_s * batch / self.base * self.cold
+        self.cold = 1.0
         self.loss -= 0.01
         items = 100 * batch
         return StepResult(
@@ -97,8 +99,11 @@ class SimWorker:
     Installs the fake clock and profiler into the worker module (`monkeypatch`); `spent` records each
     worker's simulated seconds: start-up, fidelity and its steps."""
 
-    def __init__(self, monkeypatch, step_s: dict[str, float], *, startup_s: float = 3.0, cos_noise=None, failures=None):
+    def __init__(
+        self, monkeypatch, step_s: dict[str, float], *, startup_s=3.0, cos_noise=None, failures=None, cold_factor=1.6
+    ):
         self.step_s, self.startup_s, self.cos_noise = step_s, startup_s, cos_noise or {}
+        self.cold_factor = cold_factor
         self.failures = failures or {}
         self.clock = Clock()
         self.spent: dict[str, dict[str, float]] = {}
@@ -162,7 +167,7 @@ class SimWorker:
             base.update(flops_per_item=self.flops_per_item, flops_source="analytic")
         if plan["mode"] == "not-timed":
             return base
-        trainer = _Trainer(self.clock, self.step_s[name], config.batch_size)
+        trainer = _Trainer(self.clock, self.step_s[name], config.batch_size, self.cold_factor)
         trainer.name = name
         if plan["batch_size"] != config.batch_size:
             trainer.sampler = _Stream(plan["batch_size"])

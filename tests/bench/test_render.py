@@ -171,3 +171,18 @@ def test_recommendation_text():
     assert recommendation_text(_summary()).startswith("Recommendation: fp32: nothing measured")
     none = {"recommendation": {"precision": None, "reason": "no recommendation: the fp32 reference failed"}}
     assert recommendation_text(none) == "No recommendation: the fp32 reference failed"
+
+
+def test_the_train_command_for_a_task_and_a_python_task_object():
+    from ampkit.bench.config import BenchConfig
+    from ampkit.bench.summary import train_command
+
+    entry = {"name": "bf16-mixed", "timing": {"items_per_s": 9000.0}, "budget": {"batch_size": 8}}
+    fit = {"batch_size": 6_683_610, "source": "traced", "capacity_bytes": 2**34, "capacity_label": "available"}
+    task = {"name": "mlp", "unit": "samples", "train_samples": 2048}
+    made = train_command(BenchConfig(task="mlp", batch_size=8), task, entry, fit)
+    assert made["command"] == "ampkit train --task mlp --precision bf16-mixed --batch-size 2048"
+    assert made["batch_note"] == "capped at its 2,048 training samples (the planner fits 6,683,610)"
+    api = train_command(BenchConfig(batch_size=8), {"name": "mine", "unit": "samples"}, entry, {"batch_size": None})
+    assert api["command"] == "ampkit.train.run(task, precision='bf16-mixed', batch_size=8)"
+    assert api["batch_source"] is None and api["batch_note"] == "the planner found no batch that fits"

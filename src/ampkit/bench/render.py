@@ -200,6 +200,7 @@ def train_text(summary: dict) -> str | None:
     if train.get("batch_source"):
         where = f"{train['capacity_bytes'] / 1024**3:.1f} GiB {train['capacity_label']}"
         why = f"the largest micro-batch the planner fits in the {where}"
+        why += f"; {train['batch_note']}" if train.get("batch_note") else ""
     else:
         why = f"bench's batch: {train.get('batch_note')}"
     rate = train.get("expected_items_per_s")

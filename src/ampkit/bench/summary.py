@@ -261,7 +261,7 @@ def add_predictions(entries, results, predict: Callable | None) -> None:
         memory.update(predicted_bytes=None, predicted_source=None, predicted_note="not predicted", predicted_ratio=None)
         if predict is None:
             continue
-        batch = entry["budget"]["batch_size"] or 1
+        batch = result.get("profiled_batch_size") or entry["budget"]["batch_size"] or 1
         width = (result.get("profiled_slots") or 0) // batch or None
         found = predict(entry["name"], batch, width)
         memory.update(predicted_bytes=found["bytes"], predicted_source=found["source"], predicted_note=found["note"])
@@ -343,6 +343,9 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
     the planner fits on this device, and the throughput measured here."""
     found = fit.get("batch_size")
     batch = found if found else config.batch_size
+    rows = task.get("train_samples")  # a batch beyond the training set only repeats it
+    capped = bool(found and isinstance(rows, int) and 0 < rows < found)
+    batch = rows if capped else batch
     name = entry["name"]
     if config.task:
         head = f"ampkit train --task {config.task}"
@@ -360,7 +363,9 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
         "command": command,
         "batch_size": batch,
         "batch_source": fit.get("source") if found else None,
-        "batch_note": None if found else (fit.get("note") or "the planner found no batch that fits"),
+        "batch_note": (f"capped at its {rows:,} training samples (the planner fits {found:,})" if capped else None)
+        if found
+        else (fit.get("note") or "the planner found no batch that fits"),
         "capacity_bytes": fit.get("capacity_bytes"),
         "capacity_label": fit.get("capacity_label"),
         "expected_items_per_s": entry["timing"]["items_per_s"] if entry.get("timing") else None,

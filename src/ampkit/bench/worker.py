@@ -145,12 +145,15 @@ def _reduce_batch(objs, config: BenchConfig, plan: dict[str, Any], step_s: float
 
 def warm_up(objs, config: BenchConfig, plan: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
     """Untimed steps, the last one profiled (`bench.profile`): a cold step, then as many as the budget
-    affords (`budget.warmup_plan`); a first step beyond the budget reduces the batch (not under --steps)."""
+    affords (`budget.warmup_plan`). A step beyond the budget reduces the batch (not under --steps): the
+    cold first one only when over twice the budget (it pays one-time costs), else a steady one, after
+    which one more untimed step measures the reduced batch's step time."""
     trainer, device = objs.trainer, objs.device
+    may_reduce = plan["mode"] != "exact-steps" and plan.get("may_reduce", True)
     emit.emit("phase", phase="warmup")
     first, first_s = _timed_step(trainer, device)
     results, times = [first], [first_s]
-    if plan["mode"] != "exact-steps" and first_s > config.budget_s and plan.get("may_reduce", True):
+    if may_reduce and first_s > 2 * config.budget_s:
         _reduce_batch(objs, config, plan, first_s, emit)
     total = warmup_plan(first_s, warmup_steps=config.warmup_steps, budget_s=config.budget_s)
     while len(results) < total - 1:
@@ -158,10 +161,23 @@ def warm_up(objs, config: BenchConfig, plan: dict[str, Any], emit: ProgressEmitt
         results.append(result)
         times.append(seconds)
     emit.emit("phase", phase="profile")
+    profiled_batch = plan["batch_size"]
     profiled, profile, step_peak = profile_step(trainer, device=device)
     results.append(profiled)
+    profiled_slots = profiled.n_slots
     step_s = times[-1] if len(times) > 1 else profile["step_ms"] / 1e3
-    return {"results": results, "profile": profile, "step_peak_bytes": step_peak, "step_s": step_s}
+    if may_reduce and step_s > config.budget_s and plan["batch_size"] > 1:
+        _reduce_batch(objs, config, plan, step_s, emit)
+        result, step_s = _timed_step(trainer, device)
+        results.append(result)
+    return {
+        "results": results,
+        "profile": profile,
+        "step_peak_bytes": step_peak,
+        "step_s": step_s,
+        "profiled_batch_size": profiled_batch,
+        "profiled_slots": profiled_slots,
+    }
 
 
 def measure_steps(objs, config: BenchConfig, emit: ProgressEmitter, plan: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +239,8 @@ def _step_facts(objs, results: list, warm: dict[str, Any], step_s: list[float], 
         "few_steps_reason": window.reason,
         "profile": warm["profile"],
         "step_peak_bytes": warm["step_peak_bytes"],
-        "profiled_slots": warm["results"][-1].n_slots,
+        "profiled_slots": warm["profiled_slots"],
+        "profiled_batch_size": warm["profiled_batch_size"],
         "estimated_step_s": warm["step_s"],
     }
 
