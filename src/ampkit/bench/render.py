@@ -147,7 +147,7 @@ def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
                 _mfu(e),
                 _mib(e["memory"] and e["memory"]["peak_bytes"]),
                 _memory_ratio(e),
-                _num(e["loss"] and e["loss"].get("at_common_step"), ".4f"),
+                _num(_loss_cell(e), ".4f"),
                 _cos(fid and fid["logits_cosine"]),
                 _scale(e),
                 _status(e, recommended, summary["reference"]),
@@ -156,10 +156,18 @@ def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def _loss_cell(entry: dict):
+    """The loss at the common step (a summary written before it existed: the final loss)."""
+    loss = entry["loss"]
+    if not loss:
+        return None
+    return loss["at_common_step"] if "at_common_step" in loss else loss.get("final")
+
+
 def loss_header(summary: dict) -> str:
     """The loss column: every comparable precision's loss at the last step they all reached."""
     step = summary.get("loss_common_step")
-    return f"loss @ step {step}" if step else "loss"
+    return f"loss @ step {step}" if step else ("loss" if "loss_common_step" in summary else "loss (final)")
 
 
 def profile_table(summary: dict) -> Table:

@@ -267,12 +267,12 @@ def memory_reading(device: torch.device, rss_before: int) -> dict[str, Any]:
 
 
 def default_plan(config: BenchConfig) -> dict[str, Any]:
-    """A job without a budget plan (`bench --sweep`): the bench's batch, the budget, min steps kept."""
+    """A job without a budget plan (`bench --sweep`): the bench's batch, min steps kept within 2x the budget."""
     return {
         "mode": "exact-steps" if config.steps else "full",
         "batch_size": config.batch_size,
         "fidelity_rows": [FULL_FIDELITY_ROWS],
-        "max_measure_s": math.inf,
+        "max_measure_s": 2 * config.budget_s,
         "reason": None,
     }
 
