@@ -41,6 +41,12 @@ BENCHMARKS = [
         "torch.profiler of the small preset's step; fused AdamW and per-step sync costs",
     ),
     (
+        "bench_budget",
+        ["benchmarks/bench_budget.py", "--model", "small", "--budget-s", "5"],
+        "ampkit bench --model small --budget-s 5: wall time incl. start-up within (budget x precisions + "
+        "start-up + fidelity) x 1.2 and under 165 s",
+    ),
+    (
         "bench_vs_plain_loop",
         ["benchmarks/bench_vs_plain_loop.py"],
         "bench's fp32 tokens/s vs an independent plain loop (within 5%)",

@@ -4,18 +4,14 @@ the synthetic-worker pipeline (summary, recommendation, reports), and one-line r
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-import torch
 
 import ampkit.bench.runner as runner
 from ampkit.bench.schema import validate_summary
 from ampkit.cli import main
-from ampkit.hardware import parse_cpuinfo
-from ampkit.hardware.device import describe_cpu
+from bench_fakes import AVX2_CPU, SimWorker, peaks_of
 
-AVX2_CPU = describe_cpu(parse_cpuinfo("model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma\n"))
 TINY = ["--seq-len", "32", "--batch-size", "2", "--steps", "3", "--warmup-steps", "1"]
 
 
@@ -48,21 +44,40 @@ def test_real_bench_writes_summary_and_reports(real_run):
     assert names == ["fp32", "bf16-mixed"]
     for entry in summary["precisions"]:
         assert entry["status"] == "ok", entry["error"]
-        assert entry["steps"] == {"warmup": 1, "measured": 3, "stalled": entry["steps"]["stalled"]}
-        assert len(entry["timing"]["step_ms"]) == 3 and len(entry["loss"]["curve"]) == 4
+        # --warmup-steps 1: still 2 untimed steps, a cold one and the profiled one
+        assert entry["steps"] == {"warmup": 2, "measured": 3, "stalled": entry["steps"]["stalled"]}
+        assert len(entry["timing"]["step_ms"]) == 3 and len(entry["loss"]["curve"]) == 5
         assert entry["timing"]["items_per_s"] > 0 and entry["mfu"]["peak_flops"] > 0
-        assert entry["memory"]["peak_bytes"] > 0
+        assert entry["mfu"]["value"] is None or 0 < entry["mfu"]["value"] <= 1
+        assert entry["memory"]["peak_bytes"] > 0 and entry["memory"]["step_peak_bytes"] > 0
+        assert entry["memory"]["predicted_source"] == "analytic" and entry["memory"]["predicted_bytes"] > 0
+        shares = entry["profile"]["shares"]
+        assert set(shares) == {"matmul", "norm", "elementwise", "casts", "optimizer", "data", "other"}
+        assert sum(shares.values()) == pytest.approx(1.0, abs=0.02) and shares["matmul"] > 0
     fp32, bf16 = summary["precisions"]
     assert fp32["fidelity"]["logits_cosine"] == 1.0 and fp32["fidelity"]["logits_max_abs_diff"] == 0.0
-    assert fp32["vs_fp32"] == {"speedup": 1.0, "steps_compared": 3, "memory_ratio": 1.0}
+    assert fp32["vs_fp32"] == {"speedup": 1.0, "steps_compared": 3, "memory_ratio": 1.0, "same_batches": True}
     assert fp32["loss"]["curve"][0] == pytest.approx(bf16["loss"]["curve"][0], abs=0.05)  # same weights, batch
+    assert summary["loss_common_step"] == 5 and bf16["loss"]["at_common_step"] == bf16["loss"]["curve"][4]
+    assert fp32["memory"]["predicted_ratio"] == pytest.approx(1.0, abs=0.10)
     assert bf16["fidelity"]["logits_cosine"] < 1.0
-    assert summary["recommendation"]["precision"] in ("fp32", "bf16-mixed")
+    assert summary["profile"]["ceiling_2x"] == pytest.approx(1 / (1 - fp32["profile"]["shares"]["matmul"] / 2))
+    assert summary["budget"]["bound_s"] is None and summary["budget"]["timed_precisions"] == 2  # --steps: no budget
+    rec = summary["recommendation"]
+    assert rec["precision"] in ("fp32", "bf16-mixed")
+    train = rec["train"]
+    assert (
+        train["command"]
+        == f"ampkit train --model tiny --seq-len 32 --precision {rec['precision']} --batch-size {train['batch_size']}"
+    )
+    assert train["batch_size"] >= 2 and train["batch_source"] == "analytic" and train["expected_items_per_s"] > 0
     html = (out / "report.html").read_text()
-    assert "data:image/png;base64," in html and "Recommendation:" in html
-    assert (out / "report.md").read_text().count("](report-fig") >= 3
+    assert "data:image/png;base64," in html and "Recommendation:" in html and "Train with it: ampkit train" in html
+    assert "Why it is faster, or not" in html and "even 2x faster matmuls give at most" in html
+    assert (out / "report.md").read_text().count("](report-fig") >= 4
     for name in names:
         assert (out / "workers" / f"{name}.fidelity.pt").is_file()
+    assert (out / "workers" / "fp32.fidelity-1row.pt").is_file()  # fp32's 1-row capture, for slow precisions
 
 
 def test_report_rerenders_from_summary(real_run, capsys):
@@ -89,71 +104,22 @@ def test_report_refuses_what_it_cannot_render(tmp_path, capsys):
 # ---- the pipeline on synthetic workers (no subprocess) ------------------------------------------------
 
 
-def fake_worker(speeds: dict, *, failures: dict | None = None, cos_noise: dict | None = None):
-    """A stand-in for `runner.run_worker`: writes a synthetic result (and fidelity capture) per job.
-    `speeds`: precision -> ms per step."""
-
-    def run(job_path: Path, log_path: Path, *, on_event, timeout_s):
-        job = json.loads(Path(job_path).read_text())
-        name = job["precision"]
-        log_path.write_text("")
-        on_event({"event": "phase", "phase": "measure"})
-        if name in (failures or {}):
-            kind = "oom" if failures[name].startswith("out of memory") else "error"
-            Path(job["result_path"]).write_text(
-                json.dumps({"precision": name, "status": "failed", "error": failures[name], "error_kind": kind})
-            )
-            return None
-        gen = torch.Generator().manual_seed(0)
-        logits, grad = torch.randn(40, 256, generator=gen), torch.randn(500, generator=gen)
-        noise = (cos_noise or {}).get(name, 0.0)
-        torch.save(
-            {
-                "logits": logits + noise * torch.randn(40, 256, generator=gen),
-                "loss": 5.5,
-                "grad": grad,
-                "grad_numel": 500,
-            },
-            job["fidelity_path"],
-        )
-        result = {
-            "precision": name,
-            "status": "ok",
-            "error": None,
-            "threads": 2,
-            "warmup_steps": 2,
-            "measured_steps": 10,
-            "step_s": [speeds[name] / 1000] * 10,
-            "tokens": [500] * 10,
-            "slots": [512] * 10,
-            "loss_curve": [5.5 - 0.1 * i for i in range(12)],
-            "skipped_steps": 0,
-            "nonfinite_loss_steps": 0,
-            "nonfinite_grad_steps": 0,
-            "final_loss_scale": 65536.0 if name == "fp16-mixed" else None,
-            "memory": {
-                "kind": "cpu-rss",
-                "peak_bytes": 400 * 2**20,
-                "max_rss_bytes": 400 * 2**20,
-                "baseline_rss_bytes": 300 * 2**20,
-                "run_bytes": 100 * 2**20,
-            },
-            "peak": {"peak_flops": 1e11, "source": "measured-matmul", "dtype": "fp32"},
-        }
-        Path(job["result_path"]).write_text(json.dumps(result))
-        on_event({"event": "step", "measured": 10, "tokens": 5000, "elapsed_s": 1.0})
-        return None
-
-    return run
+def fake_worker(monkeypatch, speeds: dict, *, failures: dict | None = None, cos_noise: dict | None = None):
+    """A stand-in for `runner.run_worker` (`bench_fakes.SimWorker`: the real worker's step logic on a fake
+    clock). `speeds`: precision -> ms per step."""
+    return SimWorker(monkeypatch, {k: v / 1000 for k, v in speeds.items()}, failures=failures, cos_noise=cos_noise)
 
 
 @pytest.fixture
 def avx2_cpu(monkeypatch):
     monkeypatch.setattr(runner, "describe_device", lambda device: AVX2_CPU)
+    monkeypatch.setattr(runner, "measure_peaks", lambda info, precisions, device: peaks_of("avx2"))
 
 
 def test_emulated_cpu_recommends_fp32_and_says_why(tmp_path, capsys, monkeypatch, avx2_cpu):
-    monkeypatch.setattr(runner, "run_worker", fake_worker({"fp32": 50, "bf16-mixed": 1000, "fp16-mixed": 250}))
+    monkeypatch.setattr(
+        runner, "run_worker", fake_worker(monkeypatch, {"fp32": 50, "bf16-mixed": 1000, "fp16-mixed": 250})
+    )
     code, stdout, err = run_cli(capsys, "bench", "--out", str(tmp_path / "run"))
     assert code == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -168,7 +134,9 @@ def test_emulated_cpu_recommends_fp32_and_says_why(tmp_path, capsys, monkeypatch
 
 def test_a_failed_precision_is_one_line_and_the_rest_still_compare(tmp_path, capsys, monkeypatch, avx2_cpu):
     oom = "out of memory (can't allocate memory); lower --batch-size or --seq-len, or pick a smaller --model"
-    monkeypatch.setattr(runner, "run_worker", fake_worker({"fp32": 50, "fp16-mixed": 40}, failures={"bf16-mixed": oom}))
+    monkeypatch.setattr(
+        runner, "run_worker", fake_worker(monkeypatch, {"fp32": 50, "fp16-mixed": 40}, failures={"bf16-mixed": oom})
+    )
     code, _, err = run_cli(capsys, "bench", "--out", str(tmp_path / "run"), "--json")
     assert code == 0
     assert f"bf16-mixed failed: {oom}" in err
@@ -182,7 +150,7 @@ def test_low_fidelity_is_not_recommended_even_when_fastest(tmp_path, capsys, mon
     monkeypatch.setattr(
         runner,
         "run_worker",
-        fake_worker({"fp32": 50, "bf16-mixed": 10, "fp16-mixed": 30}, cos_noise={"bf16-mixed": 3.0}),
+        fake_worker(monkeypatch, {"fp32": 50, "bf16-mixed": 10, "fp16-mixed": 30}, cos_noise={"bf16-mixed": 3.0}),
     )
     assert run_cli(capsys, "bench", "--out", str(tmp_path / "run"), "--json")[0] == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -192,14 +160,16 @@ def test_low_fidelity_is_not_recommended_even_when_fastest(tmp_path, capsys, mon
 
 
 def test_reference_out_of_memory_is_a_one_line_usage_error(tmp_path, capsys, monkeypatch, avx2_cpu):
-    monkeypatch.setattr(runner, "run_worker", fake_worker({}, failures={"fp32": "out of memory (x); lower it"}))
+    monkeypatch.setattr(
+        runner, "run_worker", fake_worker(monkeypatch, {}, failures={"fp32": "out of memory (x); lower it"})
+    )
     code, _, err = run_cli(capsys, "bench", "--out", str(tmp_path / "run"))
     assert code == 2
     assert err.strip().splitlines()[-1].startswith("ampkit bench: error: fp32 (the reference) failed: out of memory")
 
 
 def test_reference_crash_is_a_failed_run(tmp_path, capsys, monkeypatch, avx2_cpu):
-    monkeypatch.setattr(runner, "run_worker", fake_worker({}, failures={"fp32": "RuntimeError: boom"}))
+    monkeypatch.setattr(runner, "run_worker", fake_worker(monkeypatch, {}, failures={"fp32": "RuntimeError: boom"}))
     code, _, err = run_cli(capsys, "bench", "--out", str(tmp_path / "run"))
     assert code == 1 and "fp32 (the reference) failed: RuntimeError: boom; see workers/fp32.log" in err
 
@@ -254,7 +224,8 @@ def test_a_hung_worker_is_killed_with_a_one_line_reason(tmp_path):
     job.write_text("{}")
     events = []
     why = runner.run_worker(job, tmp_path / "w.log", on_event=events.append, timeout_s=0.3)
-    assert why == "no result after 0.3 s; killed (lower --max-steps or --budget-s)"
+    assert why == "no result after 0.3 s, far past what its budget plan expected; killed as hung (see its log)"
+    assert "--max-steps" not in why  # the old advice, wrong when the minimum steps were the cause
 
 
 def test_a_busy_host_is_called_out():

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ampkit.bench.config import BenchConfig, default_precisions, resolve_for_device
+from ampkit.bench.peaks import measure_peaks
 from ampkit.bench.recommend import native_support
-from ampkit.bench.worker import peak_flops_for
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device
 from ampkit.precision import get_spec
@@ -64,7 +64,8 @@ def test_native_notes_name_the_architecture():
 
 
 def test_mfu_denominator_on_a_table_card_is_its_data_sheet_peak():
-    mi300x = peak_flops_for("bf16-mixed", torch.device("cuda"), synthetic_device("mi300x"))
+    cpu = torch.device("cpu")  # the table answers first: no probe runs (emptying the cache is the host's no-op)
+    mi300x = measure_peaks(synthetic_device("mi300x"), ["bf16-mixed"], cpu)["bf16"]
     assert mi300x == {"peak_flops": pytest.approx(1307.4e12), "source": "gpu-table", "dtype": "bf16"}
-    l40s = peak_flops_for("fp8", torch.device("cuda"), synthetic_device("l40s"))
+    l40s = measure_peaks(synthetic_device("l40s"), ["fp8"], cpu)["fp8"]
     assert l40s["peak_flops"] == pytest.approx(733e12) and l40s["source"] == "gpu-table"

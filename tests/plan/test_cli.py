@@ -81,6 +81,28 @@ def test_plan_console_tables_and_hf_config(tmp_path, capsys):
     assert "no bf16 tensor cores" in out  # T4: fp16 with loss scaling
 
 
+def test_plan_and_kv_default_to_a_gpt2_models_positions(tmp_path, capsys):
+    """No --seq-len: 2048 would exceed GPT-2's 1024 learned positions, so the default becomes 1024
+    (likewise kv's --context-len); a preset without a positions limit keeps 2048."""
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps(
+            {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
+        )
+    )
+    for command, key in (("plan", "seq_len"), ("kv", "context_len")):
+        code = main(
+            [command, "--model", f"hf:{folder}", "--gpu", "A100-80GB", "--json", "--out", str(tmp_path / command)]
+        )
+        summary = json.loads(capsys.readouterr().out)
+        assert code == 0 and summary["config"][key] == 1024
+    if_plan = json.loads((tmp_path / "plan" / "summary.json").read_text())
+    assert {row["setting"]["seq_len"] for row in if_plan["rows"]} == {1024}
+    assert main(["plan", "--model", "tiny", "--json", "--out", str(tmp_path / "tiny")]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["seq_len"] == 2048
+
+
 def test_kv_json(tmp_path, capsys):
     summary = run_json(capsys, ["kv", "--model", "7b", "--gpu", "H100-80GB", "--json", "--out", str(tmp_path / "kv")])
     by_dtype = {k["kv_dtype"]: k for k in summary["kv"]}
@@ -97,7 +119,7 @@ def test_kv_json(tmp_path, capsys):
         (["plan", "--optimizers", "adam"], "unknown optimizer 'adam'"),
         (["plan", "--precisions", "fp64"], "unknown precision 'fp64'"),
         (["kv", "--gpu", "Z100"], "known GPUs"),
-        (["kv", "--context-len", "0"], "--context-len must be a positive integer"),
+        (["kv", "--context-len", "-1"], "--context-len must be a positive integer"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, needle):

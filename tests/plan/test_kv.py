@@ -61,6 +61,6 @@ def test_build_kv_budget_adds_up():
 
 def test_kv_config_checks():
     assert KvConfig().gpu == "A100-80GB"  # the seeds' 80 GB card when none is named
-    for bad in ({"utilization": 0}, {"context_len": 0}, {"kv_dtypes": "fp32,int4"}, {"weight_dtype": "fp64"}):
+    for bad in ({"utilization": 0}, {"context_len": -1}, {"kv_dtypes": "fp32,int4"}, {"weight_dtype": "fp64"}):
         with pytest.raises(UsageError):
             KvConfig(**bad)

@@ -2,11 +2,13 @@
 fp32, stability -- and a recommendation in numbers.
 
 - `config`: BenchConfig (flags and TOML keys), device defaults, precision lists.
-- `runner`: checks up front, one worker process per precision (`worker`), then summary and reports.
-- `fidelity`, `timing`, `recommend`: the measurements and the decision, as small testable pieces.
+- `runner`: checks up front, one worker process per precision (`worker`), then summary and reports;
+  `session` runs them in order under the budget's promise (`budget`), `peaks` measures the MFU denominators.
+- `fidelity`, `timing`, `profile`, `recommend`: the measurements and the decision, as small testable pieces.
 - `summary` / `schema`: summary.json ("ampkit.bench/2") and its validator; `render`: console and report.
 - `run(task, **settings)`: the Python API (`ampkit.api.bench`).
-- `memory_check`: the up-front "does it fit" check (seam for the memory planner).
+- `memory_check`: the up-front "does it fit" check (the memory planner's ledger), the planner's predicted
+  step peak, and the largest micro-batch that fits (the recommendation's train command).
 """
 
 from ampkit.api import bench as run

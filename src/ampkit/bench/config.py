@@ -61,13 +61,23 @@ class BenchConfig:
     seq_len: int = seq_len_field(0, note="0 = auto: 256 on CPU, 512 on CUDA")
     batch_size: int = batch_size_field(0, note="0 = auto: 8 on CPU, 16 on CUDA")
     budget_s: float = field(
-        default=12.0, metadata={"help": "wall seconds of measured steps per precision (min/max steps still apply)"}
+        default=12.0,
+        metadata={
+            "help": "wall seconds of measured steps per precision: min steps are kept only within 2x of it (and "
+            "the bench's total), a step beyond it is not timed (an emulated dtype) or runs on a smaller batch"
+        },
     )
-    min_steps: int = field(default=5, metadata={"help": "measured steps per precision at least, even past the budget"})
+    min_steps: int = field(
+        default=5, metadata={"help": "measured steps per precision at least, while they fit 2x the budget"}
+    )
     max_steps: int = field(default=1000, metadata={"help": "measured steps per precision at most"})
     steps: int = field(default=0, metadata={"help": "exactly this many measured steps per precision (0 = by budget)"})
     warmup_steps: int = field(
-        default=3, metadata={"help": "untimed steps before measuring (allocation, kernel set-up)"}
+        default=3,
+        metadata={
+            "help": "untimed steps before measuring (allocation, kernel set-up); at least 2 run: the first, and "
+            "the last, which is profiled; fewer when half the budget cannot pay for them"
+        },
     )
     lr: float = lr_field(3e-3, note="same schedule for every precision")
     seed: int = seed_field(note="same for every precision")

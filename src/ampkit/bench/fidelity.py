@@ -68,6 +68,12 @@ def _subsample(grad: torch.Tensor) -> torch.Tensor:
     return grad[::stride].clone()
 
 
+def fidelity_file(path: str, rows: int, main_rows: int) -> str:
+    """The capture file for `rows` rows: `path` itself for the main capture, else beside it
+    (`fp32.fidelity-1row.pt`: fp32's 1-row capture, for a precision that could only afford 1 row)."""
+    return path if rows == main_rows else path.replace(".fidelity.pt", f".fidelity-{rows}row.pt")
+
+
 def fixed_batch(val_batches: list, *, rows: int = FIDELITY_ROWS):
     """The capture batch: the first held-out batch, cut to `rows` rows (same in every precision)."""
     if not val_batches:

@@ -1,16 +1,38 @@
-"""Will the bench's runs fit? Each precision's training step, planned by the memory planner's ledger
-(`ampkit.plan.fit_check`), against the device's free memory (CUDA) or the host's available memory
-(CPU), before any worker starts; `--no-fit-check` skips it.
+"""Will the bench's runs fit, what does the planner predict each step holds, and what batch fits here?
 
-A precision that does not fit is refused (UsageError, exit 2) with the estimate, the capacity and
-the largest micro-batch that fits. Units: bytes; GiB = 1024**3 bytes.
+- `check_bench_fits`: each precision's training step, planned by the memory planner's ledger
+  (`ampkit.plan.fit_check`), against the device's free memory (CUDA) or the host's available memory
+  (CPU), before any worker starts; `--no-fit-check` skips it. A precision that does not fit is refused
+  (UsageError, exit 2) with the estimate, the capacity and the largest micro-batch that fits.
+- `predict_step_peak`: the planner's prediction of one training step's tensor peak (the analytic
+  ledger for a language model; the traced ledger of `ampkit.plan.task_plan` for any other task), set
+  beside the peak each worker measured on its profiled step (`bench.profile`).
+- `largest_batch`: the largest micro-batch the planner says fits this device (the recommendation's
+  `ampkit train ... --batch-size N`).
+Units: bytes; GiB = 1024**3 bytes.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from ampkit.plan.fit_check import FitEstimate, fit_check_for
+from ampkit.errors import UsageError
+from ampkit.plan.fit_check import (
+    CPU_DYNAMIC_FACTOR,
+    CPU_FIXED_BYTES,
+    CUDA_WORKSPACE_BYTES,
+    FitEstimate,
+    _capacity,
+    _describe,
+    _vocab_size,
+    estimate_fit,
+    fit_check_for,
+)
+from ampkit.plan.ledger import analytic_ledger
+from ampkit.plan.setting import FRAGMENTATION, StepSetting
+from ampkit.tasks.lm import LanguageModelTask
 
 
 def check_bench_fits(config, precisions: list[str], *, device: torch.device) -> list[FitEstimate]:
@@ -31,3 +53,75 @@ class _Run:
 
     def __init__(self, **fields):
         self.__dict__.update(fields)
+
+
+def _setting(precision: str, batch_size: int, seq_len: int) -> StepSetting:
+    return StepSetting(precision=precision, optimizer="adamw", micro_batch=batch_size, seq_len=max(1, seq_len))
+
+
+def predict_step_peak(config, task, precision: str, *, batch_size: int, seq_len: int | None = None) -> dict[str, Any]:
+    """{"bytes", "source", "note"}: the planner's tensor peak of one step at this batch (no framework
+    reserve: what the allocator holds), or bytes None with why it is not predicted."""
+    try:
+        if isinstance(task, LanguageModelTask):
+            desc = _describe(config.model, _vocab_size(config.model))
+            if desc is None:
+                return {
+                    "bytes": None,
+                    "source": None,
+                    "note": "not predicted: the planner does not describe this model",
+                }
+            ledger = analytic_ledger(
+                desc, _setting(precision, batch_size, seq_len or config.seq_len), context_bytes=0, fragmentation=0
+            )
+            return {"bytes": ledger.tensor_peak, "source": "analytic", "note": None}
+        ledger = _task_ledger(task, precision, batch_size, config.seed, context_bytes=0, fragmentation=0)
+        return {"bytes": ledger.tensor_peak, "source": "traced", "note": None}
+    except Exception as err:  # noqa: BLE001 - a prediction the planner cannot make is said, not fatal
+        why = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        return {"bytes": None, "source": None, "note": f"not predicted: {why}"}
+
+
+def _task_ledger(task, precision: str, batch_size: int, seed: int, *, context_bytes: int, fragmentation: float):
+    from ampkit.plan.task_plan import task_ledger  # fake-tensor machinery: loaded only for tasks
+
+    batch = task.train_stream(batch_size=batch_size, seed=seed).next_batch()
+    setting = _setting(precision, batch_size, 1)
+    ledger, _ = task_ledger(task, setting, batch=batch, context_bytes=context_bytes, fragmentation=fragmentation)
+    return ledger
+
+
+def largest_batch(config, task, precision: str, *, device: torch.device) -> dict[str, Any]:
+    """{"batch_size", "capacity_bytes", "capacity_label", "source"}: the largest micro-batch whose step
+    the planner fits in what this device can give (batch_size None: not predicted, with a "note")."""
+    found = _capacity(device)
+    if found is None:
+        return {"batch_size": None, "note": "this device does not report its free memory"}
+    capacity, label = found
+    try:
+        if isinstance(task, LanguageModelTask):
+            desc = _describe(config.model, _vocab_size(config.model))
+            if desc is None:
+                raise UsageError("the planner does not describe this model")
+            estimate = estimate_fit(desc, _setting(precision, config.batch_size, config.seq_len), device)
+            best = estimate.max_micro_batch if estimate is not None else None
+            source = "analytic"
+        else:
+            best, source = _largest_task_batch(config, task, precision, capacity, device), "traced"
+    except Exception as err:  # noqa: BLE001 - said, not fatal
+        return {"batch_size": None, "note": f"not predicted: {str(err).strip()[:160] or type(err).__name__}"}
+    return {"batch_size": best, "capacity_bytes": capacity, "capacity_label": label, "source": source}
+
+
+def _largest_task_batch(config, task, precision: str, capacity: int, device: torch.device) -> int | None:
+    """A task's step memory is affine in the batch: traces at b and 2b give the slope."""
+    from ampkit.plan.task_plan import _largest_batch
+
+    if device.type != "cpu":  # an accelerator's caching allocator: a workspace and fragmentation
+        context, fragmentation = CUDA_WORKSPACE_BYTES, FRAGMENTATION
+    else:
+        context, fragmentation = CPU_FIXED_BYTES, CPU_DYNAMIC_FACTOR - 1
+    b = config.batch_size
+    at_b = _task_ledger(task, precision, b, config.seed, context_bytes=context, fragmentation=fragmentation).total
+    at_2b = _task_ledger(task, precision, 2 * b, config.seed, context_bytes=context, fragmentation=fragmentation).total
+    return _largest_batch(b, at_b, at_2b, capacity)

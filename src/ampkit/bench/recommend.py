@@ -38,6 +38,8 @@ class Candidate:
     """the device runs this precision's compute dtype in hardware (else: emulated)"""
     native_note: str = ""
     """e.g. "native: amx_bf16" or "emulated: no avx512_bf16/amx_bf16" """
+    not_timed: str | None = None
+    """why the budget left it untimed ("not timed: emulated, bf16 matmuls run at 0.05x ..."), or None"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +90,8 @@ def native_support(info: DeviceInfo, precision_spec: PrecisionSpec) -> tuple[boo
 
 def disqualification(c: Candidate, *, threshold: float) -> str | None:
     """Why `c` cannot be recommended, or None."""
+    if c.not_timed:
+        return c.not_timed if c.not_timed.startswith("not timed") else f"not timed: {c.not_timed}"
     if not c.ok:
         return f"failed: {c.error}"
     if not c.stable:

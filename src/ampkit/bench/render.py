@@ -34,6 +34,11 @@ def _ok(summary: dict) -> list[dict]:
     return [e for e in summary["precisions"] if e["status"] == "ok"]
 
 
+def _with_fidelity(summary: dict) -> list[dict]:
+    """Precisions compared with fp32 (the timed ones, and those the budget left untimed)."""
+    return [e for e in summary["precisions"] if e.get("fidelity")]
+
+
 def _num(value, fmt: str, empty: str = "-") -> str:
     return empty if value is None else format(value, fmt)
 
@@ -57,7 +62,13 @@ def _steps(entry: dict) -> str:
     if not s:
         return "-"
     text = f"{s['measured']} (+{s['warmup']} warmup)"
-    return text + (f", {s['stalled']} stalled" if s["stalled"] else "")
+    budget = entry.get("budget") or {}
+    marks = [f"{s['stalled']} stalled"] if s["stalled"] else []
+    if budget.get("few_steps"):
+        marks.append("few steps")
+    if budget.get("mode") == "reduced-batch":
+        marks.append(f"batch {budget.get('batch_size')}")
+    return text + "".join(f", {m}" for m in marks)
 
 
 def _ms(value: float) -> str:
@@ -87,6 +98,10 @@ def _scale(entry: dict) -> str:
 
 
 def _status(entry: dict, recommended: str | None, reference: str) -> str:
+    if entry["status"] == "not-timed":
+        fid = entry["fidelity"]
+        verdict = f"; fidelity {fid['verdict']}" if fid else ""
+        return ((entry.get("budget") or {}).get("reason") or "not timed") + verdict
     if entry["status"] != "ok":
         return f"failed: {entry['error']}"
     words = []
@@ -113,7 +128,7 @@ def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
         "MFU",
         "peak memory",
         "memory vs fp32",
-        "loss (final)",
+        loss_header(summary),
         "logits cos",
         "skipped / non-finite",
         "status",
@@ -132,13 +147,39 @@ def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
                 _mfu(e),
                 _mib(e["memory"] and e["memory"]["peak_bytes"]),
                 _memory_ratio(e),
-                _num(e["loss"] and e["loss"]["final"], ".4f"),
+                _num(_loss_cell(e), ".4f"),
                 _cos(fid and fid["logits_cosine"]),
                 _scale(e),
                 _status(e, recommended, summary["reference"]),
             ]
         )
     return headers, rows
+
+
+def _loss_cell(entry: dict):
+    """The loss at the common step (a summary written before it existed: the final loss)."""
+    loss = entry["loss"]
+    if not loss:
+        return None
+    return loss["at_common_step"] if "at_common_step" in loss else loss.get("final")
+
+
+def loss_header(summary: dict) -> str:
+    """The loss column: every comparable precision's loss at the last step they all reached."""
+    step = summary.get("loss_common_step")
+    return f"loss @ step {step}" if step else ("loss" if "loss_common_step" in summary else "loss (final)")
+
+
+def profile_table(summary: dict) -> Table:
+    """The console's compact breakdown: one row per profiled precision."""
+    headers, rows = profile_rows(summary)
+    short = {"matmul/attention": "matmul/attn", "normalisation": "norm", "dtype casts": "casts"}
+    table = Table(title="where the step's time goes (torch.profiler, one step)", title_justify="left")
+    for i, header in enumerate(headers):
+        table.add_column(short.get(header, header), justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def console_table(summary: dict) -> Table:
@@ -156,6 +197,77 @@ def recommendation_text(summary: dict) -> str:
     """ "Recommendation: bf16-mixed: 2.14x tokens/s, ..." (the reason starts with the precision's name)."""
     rec = summary["recommendation"]
     return f"Recommendation: {rec['reason']}" if rec["precision"] else rec["reason"].capitalize()
+
+
+def train_text(summary: dict) -> str | None:
+    """ "Train with it: ampkit train ... --batch-size 212 (...)", or None when nothing is recommended."""
+    train = summary["recommendation"].get("train")
+    if not train:
+        return None
+    unit = _unit(summary)
+    if train.get("batch_source"):
+        where = f"{train['capacity_bytes'] / 1024**3:.1f} GiB {train['capacity_label']}"
+        why = f"the largest micro-batch the planner fits in the {where}"
+        why += f"; {train['batch_note']}" if train.get("batch_note") else ""
+    else:
+        why = f"bench's batch: {train.get('batch_note')}"
+    rate = train.get("expected_items_per_s")
+    expect = f"; expect ~{rate:,.0f} {unit}/s, as measured here at batch {train['measured_batch_size']}" if rate else ""
+    return f"Train with it: {train['command']} ({why}{expect})"
+
+
+PROFILE_KEYS = ("matmul", "norm", "elementwise", "casts", "optimizer", "data", "other")
+PROFILE_COLORS = ("#4c72b0", "#8172b3", "#55a868", "#c44e52", "#dd8452", "#937860", "#bbbbbb")
+
+
+def _labels(summary: dict) -> list[str]:
+    names = (summary.get("profile") or {}).get("categories") or {}
+    return [names.get(key, key) for key in PROFILE_KEYS]
+
+
+def _profiled(summary: dict) -> list[dict]:
+    return [e for e in _ok(summary) if e.get("profile")]
+
+
+def profile_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
+    """Each profiled step's time by category, as shares of it, and the step's milliseconds."""
+    headers = ["precision", *_labels(summary), "profiled step ms"]
+    rows = []
+    for e in _profiled(summary):
+        shares = e["profile"]["shares"]
+        rows.append(
+            [e["name"], *(f"{100 * shares.get(k, 0.0):.0f}%" for k in PROFILE_KEYS), _ms(e["profile"]["step_ms"])]
+        )
+    return headers, rows
+
+
+def why_lines(summary: dict) -> list[str]:
+    """Amdahl's ceiling from the fp32 profile, each precision's measured speedup beside its matmul-speed
+    prediction, and autocast's cast overhead where it exceeds the threshold."""
+    block = summary.get("profile")
+    if not block:
+        return []
+    share = block["reference_matmul_share"]
+    lines = [
+        f"matmuls/attention are {share:.0%} of the fp32 step: even 2x faster matmuls give at most "
+        f"{block['ceiling_2x']:.2f}x"
+        + (f" (infinitely fast ones {block['ceiling_unbounded']:.2f}x)" if block["ceiling_unbounded"] else "")
+    ]
+    for e in _profiled(summary):
+        if e["name"] == summary["reference"] or not e["vs_fp32"]:
+            continue
+        prof = e["profile"]
+        line = f"{e['name']}: measured {_ratio(e['vs_fp32']['speedup'])}"
+        if prof.get("matmul_ratio"):
+            line += (
+                f"; its matmuls run at {_ratio(prof['matmul_ratio'])} fp32's speed here, for which Amdahl's law "
+                f"gives {_ratio(prof['amdahl_speedup'])}"
+            )
+        casts = prof["shares"].get("casts", 0.0)
+        if casts > block.get("cast_threshold", 0.1):
+            line += f"; autocast's dtype casts take {casts:.0%} of its step"
+        lines.append(line)
+    return lines
 
 
 def _title(summary: dict) -> str:
@@ -188,9 +300,9 @@ def setup_text(summary: dict) -> list[str]:
         + ").",
         _model_line(summary),
         f"Each precision ran in its own process from the same initial weights on the same batches: "
-        f"{c['warmup_steps']} untimed warmup steps, then {budget}. {_unit(summary).capitalize()}/s counts real "
-        f"{_unit(summary)} (no padding); steps stalled by something outside the process (over 4x the median) are "
-        "left out of it and counted.",
+        f"up to {max(2, c['warmup_steps'])} untimed warmup steps (the last one profiled), then {budget}. "
+        f"{_unit(summary).capitalize()}/s counts real {_unit(summary)} (no padding); steps stalled by something "
+        "outside the process (over 4x the median) are left out of it and counted.",
         _mfu_note(summary),
         _memory_note(summary),
     ]
@@ -232,11 +344,12 @@ def _mfu_note(summary: dict) -> str:
         for dtype, src, flops in sorted(sources, key=lambda s: s[0])
         if flops
     ]
+    notes = sorted({f"{e['name']}: {e['mfu']['note']}" for e in _ok(summary) if e["mfu"] and e["mfu"].get("note")})
     return (
-        f"MFU = {_unit(summary)}/s x FLOPs per item / the device's peak for that precision's compute dtype -- "
+        f"MFU = {_unit(summary)}/s x FLOPs per item / the device's peak for the compute dtype really used -- "
         + "; ".join(parts)
         + f". Denominators differ by dtype, so compare {_unit(summary)}/s across precisions, "
-        "MFU within one."
+        "MFU within one." + "".join(f" {note}." for note in notes)
     )
 
 
@@ -261,10 +374,8 @@ def fidelity_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
         "verdict",
     ]
     rows = []
-    for e in _ok(summary):
+    for e in _with_fidelity(summary):
         f = e["fidelity"]
-        if not f:
-            continue
         curve = f["loss_curve"]
         gap = (
             "-"
@@ -292,13 +403,49 @@ def memory_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
         "max allocated" if cuda else "peak RSS",
         "max reserved" if cuda else "run (growth)",
         "vs fp32",
+        "step peak, measured" + ("" if cuda else " (allocator)"),
+        "step peak, predicted (planner)",
+        "measured / predicted",
     ]
     rows = []
     for e in _ok(summary):
         mem = e["memory"]
         second = mem.get("max_reserved_bytes") if cuda else mem.get("run_bytes")
-        rows.append([e["name"], _mib(mem["peak_bytes"]), _mib(second), _memory_ratio(e)])
+        predicted = mem.get("predicted_bytes")
+        source = f" ({mem.get('predicted_source')})" if predicted else ""
+        rows.append(
+            [
+                e["name"],
+                _mib(mem["peak_bytes"]),
+                _mib(second),
+                _memory_ratio(e),
+                _mib(mem.get("step_peak_bytes")),
+                (_mib(predicted) + source) if predicted else (mem.get("predicted_note") or "not predicted"),
+                _num(mem.get("predicted_ratio"), ".3f"),
+            ]
+        )
     return headers, rows
+
+
+def budget_lines(summary: dict) -> list[str]:
+    """How the budget was kept: the promise, the time spent, and each precision it shaped."""
+    b = summary.get("budget")
+    lines = []
+    if b and b.get("bound_s") is not None:
+        expected = f"expected ~{b['expected_s']:.0f} s, " if b.get("expected_s") else ""
+        lines.append(
+            f"Budget: {b['budget_s']:g} s of measured steps x {b['timed_precisions']} timed precisions; {expected}"
+            f"took {b['wall_s']:.0f} s (measured steps {b['measured_s']:.0f} s, fidelity {b['fidelity_s']:.1f} s, "
+            f"start-up {b['startup_s']:.0f} s: processes, models, warmup), within the promise of "
+            f"(budget x precisions + start-up + fidelity) x 1.2 = {b['bound_s']:.0f} s: "
+            + ("yes" if b["within_bound"] else "no")
+            + "."
+        )
+    for e in summary["precisions"]:
+        reason = (e.get("budget") or {}).get("reason")
+        if reason:
+            lines.append(f"{e['name']}: {reason}.")
+    return lines
 
 
 def _color(name: str) -> str:
@@ -390,7 +537,7 @@ def step_time_figure(summary: dict):
 
 def fidelity_figure(summary: dict):
     """1 - cosine on a log scale: 0.9996 and 0.99 are far apart there, and the thresholds are lines."""
-    entries = [e for e in _ok(summary) if e["fidelity"] and e["name"] != summary["reference"]]
+    entries = [e for e in _with_fidelity(summary) if e["name"] != summary["reference"]]
     fig, ax = plt.subplots(figsize=(11, 3.6))
     floor = 1e-9
     width = 0.38
@@ -420,41 +567,108 @@ def fidelity_figure(summary: dict):
     return fig
 
 
+def profile_figure(summary: dict):
+    """One horizontal bar per precision: its profiled step's milliseconds, stacked by category."""
+    entries = _profiled(summary)
+    fig, ax = plt.subplots(figsize=(11, 0.9 + 0.55 * len(entries)))
+    names = [e["name"] for e in entries]
+    left = [0.0] * len(entries)
+    for key, label, color in zip(PROFILE_KEYS, _labels(summary), PROFILE_COLORS):
+        widths = [e["profile"]["ms"].get(key, 0.0) for e in entries]
+        ax.barh(names, widths, left=left, color=color, label=label, edgecolor="white", linewidth=0.5)
+        for i, (width, e) in enumerate(zip(widths, entries)):
+            share = e["profile"]["shares"].get(key, 0.0)
+            if share >= 0.08:
+                ax.text(left[i] + width / 2, i, f"{share:.0%}", ha="center", va="center", fontsize=8, color="white")
+        left = [a + b for a, b in zip(left, widths)]
+    ax.invert_yaxis()
+    ax.set_xlabel("ms of the profiled step (torch.profiler; labels: share of the step)")
+    ax.set_title("where one training step's time goes")
+    ax.legend(fontsize=8, ncol=4, loc="lower right")
+    ax.margins(x=0.02)
+    fig.tight_layout()
+    return fig
+
+
 def build_report(summary: dict) -> Report:
     report = Report(title=_title(summary))
     report.text(recommendation_text(summary), kind="note")
     for line in summary["recommendation"]["advice"] + summary["warnings"]:
         report.text(line, kind="warn")
     for e in summary["precisions"]:
-        if e["status"] != "ok":
+        if e["status"] == "failed":
             report.text(f"{e['name']} failed: {e['error']}", kind="warn")
     report.heading("Setup")
-    for line in setup_text(summary):
+    for line in setup_text(summary) + budget_lines(summary):
         report.text(line)
+    train = train_text(summary)
+    if train:
+        report.text(train, kind="note")
     report.heading("Side by side")
     report.table(*main_rows(summary))
+    if summary.get("loss_common_step"):
+        report.text(
+            f"The loss column is each precision's training loss at step {summary['loss_common_step']}, the last step "
+            "every precision measured on fp32's batches reached (same batch, same initial weights); the loss-curve "
+            "gap in the fidelity table compares every step."
+        )
     if _ok(summary):
         report.figure(
             throughput_figure(summary), f"{_unit(summary)}/s and peak memory per precision (labels: ratio to fp32)"
         )
-        report.heading("Fidelity against fp32")
-        report.text(
-            "Same initial weights, same fixed held-out batch: cosine similarity of the logits "
-            "(>= 0.99 healthy, < 0.9 a layer's error is being amplified), their max absolute difference, "
-            "the loss difference, the cosine of the whole gradient vector, and the gap between the loss "
-            "curves over the steps both precisions ran."
-        )
-        report.table(*fidelity_rows(summary))
-        if any(e["name"] != summary["reference"] and e["fidelity"] for e in _ok(summary)):
-            report.figure(fidelity_figure(summary), "1 - cosine similarity vs fp32 (log scale)")
+        _fidelity_section(report, summary)
+        _why_section(report, summary)
         report.heading("Loss curves")
         report.figure(loss_figure(summary), "training loss per step")
         report.heading("Step time")
         report.figure(step_time_figure(summary), "distribution of measured step times")
-        report.heading("Memory")
-        report.text(_memory_note(summary))
-        report.table(*memory_rows(summary))
+        _memory_section(report, summary)
     return report
+
+
+def _fidelity_section(report: Report, summary: dict) -> None:
+    report.heading("Fidelity against fp32")
+    report.text(
+        "Same initial weights, same fixed held-out batch: cosine similarity of the logits "
+        "(>= 0.99 healthy, < 0.9 a layer's error is being amplified), their max absolute difference, "
+        "the loss difference, the cosine of the whole gradient vector, and the gap between the loss "
+        "curves over the steps both precisions ran."
+    )
+    report.table(*fidelity_rows(summary))
+    if any(e["name"] != summary["reference"] for e in _with_fidelity(summary)):
+        report.figure(fidelity_figure(summary), "1 - cosine similarity vs fp32 (log scale)")
+
+
+def _why_section(report: Report, summary: dict) -> None:
+    if not _profiled(summary):
+        return
+    report.heading("Why it is faster, or not")
+    report.text(
+        "One training step per precision under torch.profiler (the last untimed warmup step), its time by "
+        "category: matmul/attention, normalisation modules, elementwise ops and reductions, dtype casts, the "
+        "optimizer phase (unscale, clipping, step), the batch fetch, and the rest (layout, allocation, the "
+        "autograd engine, Python)."
+    )
+    for line in why_lines(summary):
+        report.text(line)
+    report.table(*profile_rows(summary))
+    report.figure(profile_figure(summary), "profiled step time by category")
+
+
+def _memory_section(report: Report, summary: dict) -> None:
+    report.heading("Memory")
+    report.text(_memory_note(summary))
+    how = (
+        "the caching allocator's max_memory_allocated over the step"
+        if summary["device"]["type"] != "cpu"
+        else "what was held when it began plus the running sum of torch.profiler's allocation events"
+    )
+    report.text(
+        f"Step peak: the profiled step's peak as the allocator saw it ({how}), beside the memory planner's "
+        "prediction of the same step's tensor peak (`ampkit plan`: the analytic ledger for a language model, one "
+        "step traced on fake tensors for any other task)."
+    )
+    report.table(*memory_rows(summary))
 
 
 def render_report(summary: dict, run_dir: str | Path) -> tuple[Path, Path]:

@@ -24,8 +24,11 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ampkit.bench.config import BenchConfig, resolve_for_device
-from ampkit.bench.memory_check import check_bench_fits
+from ampkit.bench.budget import PrecisionPlan
+from ampkit.bench.config import BenchConfig, parse_precisions, resolve_for_device
+from ampkit.bench.memory_check import check_bench_fits, largest_batch, predict_step_peak
+from ampkit.bench.peaks import measure_peaks
+from ampkit.bench.session import BenchSession
 from ampkit.bench.summary import build_summary
 from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
@@ -59,6 +62,10 @@ class BenchPlan:
     """the task's description (`ampkit.tasks.optional.describe`): name, unit, parameters, ..."""
     task_pickle: str | None = None
     """a pickled task object for the workers (the Python API), or None: they build it from config.task"""
+    requested: tuple[str, ...] = ()
+    """the precisions `--precisions` named (an emulated one among them is timed, not skipped)"""
+    task_object: Any = None
+    """the task built for the checks (the planner's predictions use it)"""
 
 
 def plan_bench(config: BenchConfig, *, task_object=None) -> BenchPlan:
@@ -74,7 +81,15 @@ def plan_bench(config: BenchConfig, *, task_object=None) -> BenchPlan:
     task = task_object if task_object is not None else build_task(resolved)
     if isinstance(task, LanguageModelTask):  # the planner's ledger, before any worker (language models)
         check_bench_fits(resolved, names, device=torch.device(info.type))
-    return BenchPlan(config=resolved, info=info, precisions=names, warnings=warnings, task=optional.describe(task))
+    return BenchPlan(
+        config=resolved,
+        info=info,
+        precisions=names,
+        warnings=warnings,
+        task=optional.describe(task),
+        requested=tuple(parse_precisions(config.precisions)[1:] if config.precisions else ()),
+        task_object=task,
+    )
 
 
 def main_script() -> str | None:
@@ -118,8 +133,9 @@ def busy_host_warning(load: dict) -> list[str]:
     ]
 
 
-def worker_timeout_s(config: BenchConfig) -> float:
-    return max(MIN_WORKER_TIMEOUT_S, 20.0 * config.budget_s)
+def worker_timeout_s(config: BenchConfig, expected_s: float | None = None) -> float:
+    """Hang protection only: far beyond what the budget's plan expects of the worker."""
+    return max(MIN_WORKER_TIMEOUT_S, 20.0 * config.budget_s, 4.0 * (expected_s or 0.0))
 
 
 def run_worker(job_path: Path, log_path: Path, *, on_event: Callable[[dict], None], timeout_s: float) -> str | None:
@@ -151,7 +167,7 @@ def run_worker(job_path: Path, log_path: Path, *, on_event: Callable[[dict], Non
             watchdog.cancel()
             code = proc.wait()
     if timed_out.is_set():
-        return f"no result after {timeout_s:g} s; killed (lower --max-steps or --budget-s)"
+        return f"no result after {timeout_s:g} s, far past what its budget plan expected; killed as hung (see its log)"
     if code < 0:
         return f"worker killed by signal {-code} (signal 9 is usually the out-of-memory killer)"
     return None
@@ -162,18 +178,31 @@ def _last_log_line(log_path: Path) -> str:
     return next((line for line in reversed(lines) if line), "no output")[:300]
 
 
-def measure_precision(name: str, plan: BenchPlan, run_dir: Path, progress) -> dict[str, Any]:
+def measure_precision(
+    name: str,
+    plan: BenchPlan,
+    run_dir: Path,
+    progress,
+    *,
+    job_plan: PrecisionPlan | None = None,
+    on_event: Callable[[dict], None] | None = None,
+) -> dict[str, Any]:
     """One worker for `name`: writes workers/<name>.json (the job) and reads back <name>.result.json."""
     workers = run_dir / WORKERS_DIR
     paths = {
         key: workers / f"{name}.{suffix}"
         for key, suffix in (("job", "job.json"), ("result", "result.json"), ("log", "log"), ("fidelity", "fidelity.pt"))
     }
+    reference = get_spec(name).is_reference
+    worker_plan = _worker_plan(job_plan, reference=reference) if job_plan is not None else None
     write_json_atomic(
         paths["job"],
         {
             "config": plan.config.to_dict(),
             "precision": name,
+            "reference": reference,
+            "plan": worker_plan,
+            "spawned_at": time.time(),
             "result_path": str(paths["result"]),
             "fidelity_path": str(paths["fidelity"]),
             "task_pickle": plan.task_pickle,
@@ -182,22 +211,47 @@ def measure_precision(name: str, plan: BenchPlan, run_dir: Path, progress) -> di
             else None,
         },
     )
-    death = run_worker(
-        paths["job"],
-        paths["log"],
-        on_event=lambda event: progress.update(name, event),
-        timeout_s=worker_timeout_s(plan.config),
-    )
-    if paths["result"].is_file():
-        result = json.loads(paths["result"].read_text(encoding="utf-8"))
-    else:
-        why = death or f"worker exited without a result ({_last_log_line(paths['log'])})"
-        result = {"precision": name, "status": "failed", "error": why, "error_kind": "killed" if death else "error"}
+    progress.start(name, job_plan)
+
+    def event(message: dict) -> None:
+        progress.update(name, message)
+        if on_event is not None:
+            on_event(message)
+
+    expected = job_plan.estimated_total_s if job_plan is not None else None
+    death = run_worker(paths["job"], paths["log"], on_event=event, timeout_s=worker_timeout_s(plan.config, expected))
+    result = _read_result(name, paths, death, worker_plan)
     rel: dict[str, str | None] = {key: str(path.relative_to(run_dir)) for key, path in paths.items() if key != "job"}
     rel["fidelity"] = rel["fidelity"] if paths["fidelity"].is_file() else None
     result["files"] = rel
+    result["job_plan"] = job_plan.to_dict() if job_plan is not None else None
     progress.finish(name, result)
     return result
+
+
+def _worker_plan(job_plan: PrecisionPlan, *, reference: bool) -> dict[str, Any]:
+    rows = [job_plan.fidelity_rows] + ([1] if reference and job_plan.fidelity_rows != 1 else [])
+    return {
+        "mode": job_plan.mode,
+        "batch_size": job_plan.batch_size,
+        "fidelity_rows": rows,
+        "max_measure_s": job_plan.max_measure_s,
+        "reason": job_plan.reason,
+        "may_reduce": job_plan.mode != "exact-steps",
+    }
+
+
+def _read_result(name: str, paths: dict[str, Path], death: str | None, worker_plan) -> dict[str, Any]:
+    if paths["result"].is_file():
+        return json.loads(paths["result"].read_text(encoding="utf-8"))
+    why = death or f"worker exited without a result ({_last_log_line(paths['log'])})"
+    return {
+        "precision": name,
+        "status": "failed",
+        "error": why,
+        "error_kind": "killed" if death else "error",
+        "plan": worker_plan,
+    }
 
 
 def _refuse_without_reference(result: dict[str, Any]) -> None:
@@ -251,23 +305,29 @@ def _measure_all(
     load_start: list | None,
     task_object=None,
 ) -> dict[str, Any]:
-    """Every precision's worker, then summary.json (returned)."""
+    """The device's matmul peaks, every precision's worker (`BenchSession`), then summary.json (returned)."""
     make_dir(run_dir / WORKERS_DIR)
     if task_object is not None:
         plan = dataclasses.replace(plan, task_pickle=str(pickle_task(task_object, run_dir / WORKERS_DIR)))
     write_json_atomic(run_dir / "config.json", plan.config.to_dict())
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)  # one line, never folded
-    results = []
+    device = pick_device(plan.config.device)
+    peaks = measure_peaks(plan.info, plan.precisions, device)
     with BenchProgress(console, plan, enabled=show_progress) as progress:
-        for name in plan.precisions:
-            result = measure_precision(name, plan, run_dir, progress)
-            results.append(result)
-            if result["status"] != "ok":
-                if get_spec(name).is_reference:
-                    _refuse_without_reference(result)
-                console.print(f"[red]{name} failed:[/] {result['error']}", soft_wrap=True)
+        session = BenchSession(
+            plan,
+            console,
+            progress,
+            peaks,
+            started=started,
+            measure=lambda name, job_plan, on_event: measure_precision(
+                name, plan, run_dir, progress, job_plan=job_plan, on_event=on_event
+            ),
+        )
+        results = session.run(_refuse_without_reference)
     load = {"cpus": os.cpu_count() or 0, "start": load_start, "end": host_load()}
+    budget = session.budget_block(results, wall_s=time.perf_counter() - started)
     summary = build_summary(
         config=plan.config,
         info=plan.info,
@@ -277,19 +337,26 @@ def _measure_all(
         run_dir=run_dir,
         wall_s=time.perf_counter() - started,
         host_load=load,
+        peaks=peaks,
+        predict=lambda name, batch, seq: predict_step_peak(
+            plan.config, plan.task_object, name, batch_size=batch, seq_len=seq
+        ),
+        fit_batch=lambda name: largest_batch(plan.config, plan.task_object, name, device=device),
+        budget=budget,
     )
     write_json_atomic(run_dir / SUMMARY_FILE, summary)
     return summary
 
 
 class BenchProgress:
-    """One bar per precision on stderr, fed by the workers' progress events; `enabled=False` is silent."""
+    """One bar per precision on stderr, fed by the workers' progress events, and a first row with the
+    bench's expected time left; `enabled=False` is silent."""
 
     _PHASES = {
         "build": "building",
         "fidelity": "fidelity capture",
         "warmup": "warmup (untimed)",
-        "peak": "measuring matmul peak",
+        "profile": "profiling one step",
     }
 
     def __init__(self, console: Console, plan: BenchPlan, *, enabled: bool):
@@ -302,7 +369,10 @@ class BenchProgress:
             console=console,
             disable=not enabled,
         )
+        self.total = self.progress.add_task("bench", total=None, status="time left: estimated after fp32's warmup")
         self.tasks = {name: self.progress.add_task(name, total=1.0, status="waiting") for name in plan.precisions}
+        self.expected_end: float | None = None
+        self.windows: dict[str, float] = {}
         self._context = self.progress if enabled else nullcontext()
 
     def __enter__(self) -> "BenchProgress":
@@ -312,25 +382,49 @@ class BenchProgress:
     def __exit__(self, *exc) -> None:
         self._context.__exit__(*exc)
 
+    def set_expected_end(self, when: float) -> None:
+        self.expected_end = when
+        self._tick()
+
+    def _tick(self) -> None:
+        if self.expected_end is not None:
+            left = max(0.0, self.expected_end - time.perf_counter())
+            self.progress.update(self.total, status=f"~{left:.0f} s left (expected)")
+
+    def start(self, name: str, job_plan: PrecisionPlan | None) -> None:
+        if job_plan is not None and not job_plan.timed:
+            self.progress.update(self.tasks[name], status="fidelity only (not timed)")
+
     def update(self, name: str, event: dict) -> None:
         task = self.tasks[name]
-        if event.get("event") == "phase":
+        kind = event.get("event")
+        if kind == "phase":
             self.progress.update(task, status=self._PHASES.get(event.get("phase", ""), "measuring"))
-        elif event.get("event") == "step":
+        elif kind == "step":
             self.progress.update(task, completed=self._fraction(event), status=self._step_text(event))
+        elif kind == "reduced":
+            self.progress.update(task, status=f"batch reduced to {event.get('batch_size')}")
+        self._tick()
 
     def _fraction(self, event: dict) -> float:
         config = self.plan.config
         _, most = config.measured_steps_range
         if config.steps:
             return event["measured"] / most
+        left = event.get("left_s")
+        if left is not None:
+            done = event["elapsed_s"] / max(1e-9, event["elapsed_s"] + left)
+            return min(0.99, max(done, event["measured"] / most))
         return min(0.99, max(event["elapsed_s"] / config.budget_s, event["measured"] / most))
 
-    @staticmethod
-    def _step_text(event: dict) -> str:
+    def _step_text(self, event: dict) -> str:
         rate = event.get("tokens", 0) / event["elapsed_s"] if event.get("elapsed_s") else 0.0
-        return f"{event['measured']} steps · {rate:,.0f} tok/s"
+        unit = self.plan.task.get("unit", "tokens")
+        short = {"tokens": "tok", "samples": "samples"}.get(unit, unit)
+        left = f" · {event['left_s']:.0f} s left" if event.get("left_s") is not None else ""
+        return f"{event['measured']} steps · {rate:,.0f} {short}/s{left}"
 
     def finish(self, name: str, result: dict) -> None:
-        status = "done" if result["status"] == "ok" else "[red]failed[/]"
+        status = {"ok": "done", "not-timed": "fidelity only (not timed)"}.get(result["status"], "[red]failed[/]")
         self.progress.update(self.tasks[name], completed=1.0, status=status)
+        self._tick()

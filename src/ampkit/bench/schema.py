@@ -1,8 +1,10 @@
 """The shape of `summary.json` ("ampkit.bench/2"), checked without any schema library.
 
 A spec is a Python type (or tuple of types), `Opt(spec)` for "may be null", `ListOf(spec)`, or a
-dict of key -> spec (every key required; extra keys allowed, so adding a field is not a breaking
-change -- removing or retyping one is, and bumps SCHEMA_VERSION). docs/bench.md describes each field.
+dict of key -> spec (every key required unless its spec is `Absent(spec)`, "may be missing": a field
+added within version 2, which older summaries lack; extra keys allowed, so adding a field is not a
+breaking change -- removing or retyping one is, and bumps SCHEMA_VERSION). docs/bench.md describes
+each field.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ class ListOf:
     spec: Any
 
 
+@dataclass(frozen=True)
+class Absent:
+    """A key that may be missing (added within the schema version); when present, `spec` applies."""
+
+    spec: Any
+
+
 NUM = (int, float)
 OPT_NUM = Opt(NUM)
 
@@ -37,7 +46,38 @@ TIMING = {
     "step_ms_max": NUM,
     "step_ms": ListOf(NUM),
 }
-MEMORY = {"kind": str, "peak_bytes": int, "run_bytes": int}
+MEMORY = {
+    "kind": str,
+    "peak_bytes": int,
+    "run_bytes": int,
+    "step_peak_bytes": Absent(Opt(int)),
+    "predicted_bytes": Absent(Opt(int)),
+    "predicted_source": Absent(Opt(str)),
+    "predicted_note": Absent(Opt(str)),
+    "predicted_ratio": Absent(OPT_NUM),
+}
+SHARES = {key: NUM for key in ("matmul", "norm", "elementwise", "casts", "optimizer", "data", "other")}
+PROFILE = {
+    "step_ms": NUM,
+    "ms": SHARES,
+    "shares": SHARES,
+    "top_ops": ListOf(list),
+    "matmul_ratio": Absent(OPT_NUM),
+    "amdahl_speedup": Absent(OPT_NUM),
+}
+BUDGET_ENTRY = {
+    "mode": str,
+    "few_steps": bool,
+    "reason": Opt(str),
+    "batch_size": Opt(int),
+    "warmup_steps": Opt(int),
+    "fidelity_rows": Opt(int),
+    "estimated_step_s": OPT_NUM,
+    "measured_step_s": OPT_NUM,
+    "estimated_total_s": OPT_NUM,
+    "max_measure_s": OPT_NUM,
+    "measured_s": NUM,
+}
 FIDELITY = {
     "logits_cosine": OPT_NUM,
     "logits_max_abs_diff": OPT_NUM,
@@ -48,6 +88,7 @@ FIDELITY = {
     "verdict": str,
     "passed": bool,
     "loss_curve": {"steps_compared": int, "max_gap": OPT_NUM, "mean_gap": OPT_NUM, "final_gap": OPT_NUM},
+    "rows": Absent(int),
 }
 PRECISION = {
     "name": str,
@@ -57,9 +98,19 @@ PRECISION = {
     "native_note": str,
     "steps": Opt({"warmup": int, "measured": int, "stalled": int}),
     "timing": Opt(TIMING),
-    "mfu": Opt({"value": OPT_NUM, "peak_flops": OPT_NUM, "peak_source": str, "peak_dtype": str}),
+    "mfu": Opt(
+        {"value": OPT_NUM, "peak_flops": OPT_NUM, "peak_source": str, "peak_dtype": str, "note": Absent(Opt(str))}
+    ),
     "memory": Opt(MEMORY),
-    "loss": Opt({"first": OPT_NUM, "final": OPT_NUM, "last": OPT_NUM, "curve": ListOf(OPT_NUM)}),
+    "loss": Opt(
+        {
+            "first": OPT_NUM,
+            "final": OPT_NUM,
+            "last": OPT_NUM,
+            "curve": ListOf(OPT_NUM),
+            "at_common_step": Absent(OPT_NUM),
+        }
+    ),
     "stability": Opt(
         {
             "stable": bool,
@@ -70,9 +121,20 @@ PRECISION = {
             "final_loss_scale": OPT_NUM,
         }
     ),
-    "vs_fp32": Opt({"speedup": NUM, "steps_compared": int, "memory_ratio": NUM}),
+    "vs_fp32": Opt({"speedup": NUM, "steps_compared": int, "memory_ratio": NUM, "same_batches": Absent(bool)}),
     "fidelity": Opt(FIDELITY),
     "files": {"result": str, "log": str, "fidelity": Opt(str)},
+    "budget": Absent(Opt(BUDGET_ENTRY)),
+    "profile": Absent(Opt(PROFILE)),
+}
+PEAK = {"peak_flops": OPT_NUM, "source": str, "dtype": str}
+TRAIN = {
+    "command": str,
+    "batch_size": int,
+    "batch_source": Opt(str),
+    "batch_note": Opt(str),
+    "expected_items_per_s": OPT_NUM,
+    "measured_batch_size": Opt(int),
 }
 SUMMARY = {
     "schema": str,
@@ -109,8 +171,42 @@ SUMMARY = {
     "data": {"corpus": Opt(str), "seq_len": Opt(int), "batch_size": int},
     "reference": str,
     "warnings": ListOf(str),
+    "loss_common_step": Absent(Opt(int)),
+    "profile": Absent(
+        Opt(
+            {
+                "categories": dict,
+                "reference_matmul_share": NUM,
+                "ceiling_2x": NUM,
+                "ceiling_unbounded": OPT_NUM,
+                "cast_threshold": NUM,
+            }
+        )
+    ),
+    "peaks": Absent(Opt(dict)),
+    "budget": Absent(
+        Opt(
+            {
+                "budget_s": NUM,
+                "timed_precisions": int,
+                "measured_s": NUM,
+                "fidelity_s": NUM,
+                "startup_s": NUM,
+                "expected_s": OPT_NUM,
+                "wall_s": NUM,
+                "bound_s": OPT_NUM,
+                "within_bound": Opt(bool),
+            }
+        )
+    ),
     "precisions": ListOf(PRECISION),
-    "recommendation": {"precision": Opt(str), "reason": str, "disqualified": dict, "advice": ListOf(str)},
+    "recommendation": {
+        "precision": Opt(str),
+        "reason": str,
+        "disqualified": dict,
+        "advice": ListOf(str),
+        "train": Absent(Opt(TRAIN)),
+    },
 }
 
 
@@ -123,6 +219,8 @@ def _type_ok(value: Any, types: Any) -> bool:
 
 def check(value: Any, spec: Any, path: str = "summary") -> list[str]:
     """Every mismatch between `value` and `spec`, as "path: problem" lines ([] when it conforms)."""
+    if isinstance(spec, Absent):
+        return check(value, spec.spec, path)
     if isinstance(spec, Opt):
         return [] if value is None else check(value, spec.spec, path)
     if isinstance(spec, ListOf):
@@ -132,7 +230,9 @@ def check(value: Any, spec: Any, path: str = "summary") -> list[str]:
     if isinstance(spec, dict):
         if not isinstance(value, dict):
             return [f"{path}: expected an object, got {type(value).__name__}"]
-        errors = [f"{path}.{key}: missing" for key in spec if key not in value]
+        errors = [
+            f"{path}.{key}: missing" for key, sub in spec.items() if key not in value and not isinstance(sub, Absent)
+        ]
         return errors + [
             err for key, sub in spec.items() if key in value for err in check(value[key], sub, f"{path}.{key}")
         ]

@@ -10,13 +10,16 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from ampkit import __version__
+from ampkit.bench.budget import amdahl_speedup
 from ampkit.bench.config import BenchConfig
-from ampkit.bench.fidelity import compare_fidelity, loss_curve_gap
+from ampkit.bench.fidelity import FIDELITY_ROWS, compare_fidelity, fidelity_file, loss_curve_gap
+from ampkit.bench.peaks import matmul_ratio, mfu_denominator, mfu_value
+from ampkit.bench.profile import CATEGORIES
 from ampkit.bench.recommend import Candidate, native_support, recommend
 from ampkit.bench.timing import summarize_steps
 from ampkit.precision import REFERENCE, get_spec
@@ -25,6 +28,7 @@ SCHEMA = "ampkit.bench/2"
 SCHEMA_VERSION = 2  # 2: throughput as items_per_s in the task's "unit"; model.flops_per_item
 MAX_SKIPPED_FRACTION = 0.25  # an fp16 run that skips more than this share of its steps is unstable
 FINAL_LOSS_WINDOW = 5  # "loss after the run" is the mean of the last few step losses (one batch is noisy)
+CAST_NOTE_SHARE = 0.10  # autocast's dtype casts above this share of a step are named in the report
 
 
 def assess_stability(result: dict[str, Any]) -> tuple[bool, str | None]:
@@ -42,21 +46,60 @@ def assess_stability(result: dict[str, Any]) -> tuple[bool, str | None]:
 
 def _loss_block(curve: list[float]) -> dict[str, Any]:
     tail = curve[-FINAL_LOSS_WINDOW:]
-    return {"first": curve[0], "final": sum(tail) / len(tail), "last": curve[-1], "curve": curve}
-
-
-def _mfu_block(items_per_s: float, flops_per_item: float | None, peak: dict[str, Any]) -> dict[str, Any]:
-    """MFU = items/s x training FLOPs per item / the peak FLOP/s of the precision's compute dtype."""
-    value = items_per_s * flops_per_item / peak["peak_flops"] if peak["peak_flops"] and flops_per_item else None
     return {
-        "value": value,
-        "peak_flops": peak["peak_flops"],
-        "peak_source": peak["source"],
-        "peak_dtype": peak["dtype"],
+        "first": curve[0],
+        "final": sum(tail) / len(tail),
+        "last": curve[-1],
+        "curve": curve,
+        "at_common_step": None,  # set by `add_common_step_loss`
     }
 
 
-def precision_entry(result: dict[str, Any], *, info) -> dict[str, Any]:
+def _mfu_block(items_per_s: float, flops_per_item: float | None, denominator: dict[str, Any]) -> dict[str, Any]:
+    """MFU = items/s x training FLOPs per item / the peak FLOP/s of the compute dtype really used
+    (`bench.peaks.mfu_denominator`); never above 1 (`mfu_value`)."""
+    value, note = mfu_value(items_per_s, flops_per_item, denominator)
+    return {
+        "value": value,
+        "peak_flops": denominator.get("peak_flops"),
+        "peak_source": denominator.get("source", "unknown"),
+        "peak_dtype": denominator.get("dtype", "fp32"),
+        "note": note,
+    }
+
+
+def _denominator(result: dict[str, Any], info, peaks: dict[str, Any] | None) -> dict[str, Any]:
+    if peaks is not None:
+        return mfu_denominator(result["precision"], info, peaks)
+    return {**(result.get("peak") or {"peak_flops": None, "source": "unknown", "dtype": "fp32"}), "note": None}
+
+
+def _budget_entry(result: dict[str, Any]) -> dict[str, Any]:
+    """How the budget shaped this precision's run (the parent's plan, then what the worker did)."""
+    job, done = result.get("job_plan") or {}, result.get("plan") or {}
+    mode = done.get("mode") or job.get("mode") or "full"
+    few = bool(result.get("few_steps"))
+    reasons = [r for r in (done.get("reason") or job.get("reason"), result.get("few_steps_reason")) if r]
+    return {
+        "mode": mode,
+        "few_steps": few,
+        "reason": "; ".join(dict.fromkeys(reasons)) or None,
+        "batch_size": done.get("batch_size") or job.get("batch_size"),
+        "warmup_steps": result.get("warmup_steps"),
+        "fidelity_rows": result.get("fidelity_rows") or job.get("fidelity_rows"),
+        "estimated_step_s": job.get("estimated_step_s"),
+        "measured_step_s": result.get("estimated_step_s"),
+        "estimated_total_s": job.get("estimated_total_s"),
+        "max_measure_s": job.get("max_measure_s"),
+        "measured_s": sum(result.get("step_s") or []),
+        "startup_s": done.get("startup_s"),
+        "fidelity_s": done.get("fidelity_s"),
+    }
+
+
+def precision_entry(
+    result: dict[str, Any], *, info, peaks: dict[str, Any] | None = None, flops_per_item: float | None = None
+) -> dict[str, Any]:
     """One precision's block, without the parts measured against fp32 (added by `add_comparisons`)."""
     name = result["precision"]
     native, note = native_support(info, get_spec(name))
@@ -75,10 +118,13 @@ def precision_entry(result: dict[str, Any], *, info) -> dict[str, Any]:
         "vs_fp32": None,
         "fidelity": None,
         "files": result["files"],
+        "budget": _budget_entry(result),
+        "profile": None,
     }
     if result["status"] != "ok":
         return entry
     stats = summarize_steps(result["step_s"], result["tokens"], result["slots"])
+    flops = flops_per_item if flops_per_item is not None else result.get("flops_per_item")
     stable, why = assess_stability(result)
     entry.update(
         steps={"warmup": result["warmup_steps"], "measured": stats.measured_steps, "stalled": stats.stalled_steps},
@@ -93,8 +139,9 @@ def precision_entry(result: dict[str, Any], *, info) -> dict[str, Any]:
             "step_ms_max": stats.step_ms_max,
             "step_ms": [1000.0 * s for s in result["step_s"]],
         },
-        mfu=_mfu_block(stats.items_per_s, result.get("flops_per_item"), result["peak"]),
-        memory=result["memory"],
+        mfu=_mfu_block(stats.items_per_s, flops, _denominator(result, info, peaks)),
+        memory={**result["memory"], "step_peak_bytes": result.get("step_peak_bytes")},
+        profile=result.get("profile"),
         loss=_loss_block(result["loss_curve"]),
         stability={
             "stable": stable,
@@ -118,39 +165,123 @@ def common_speedup(result: dict[str, Any], reference: dict[str, Any]) -> tuple[f
     return mine.items_per_s / ref.items_per_s, n
 
 
+def _same_batches(entry: dict[str, Any], ref: dict[str, Any]) -> bool:
+    return entry["budget"]["batch_size"] == ref["budget"]["batch_size"]
+
+
+def _vs_fp32(entry, result, ref, ref_result) -> dict[str, Any]:
+    """Speedup over the steps both ran on the same batches; per item when the batches differ (a reduced batch)."""
+    same = _same_batches(entry, ref)
+    if same:
+        speedup, steps = common_speedup(result, ref_result)
+    else:
+        speedup, steps = entry["timing"]["items_per_s"] / ref["timing"]["items_per_s"], 0
+    return {
+        "speedup": speedup,
+        "steps_compared": steps,
+        "memory_ratio": entry["memory"]["peak_bytes"] / ref["memory"]["peak_bytes"],
+        "same_batches": same,
+    }
+
+
 def add_comparisons(
     entries: list[dict[str, Any]], results: list[dict[str, Any]], run_dir: Path, *, threshold: float
 ) -> None:
-    """Speedup, memory ratio and fidelity of every measured precision against the fp32 entry."""
-    pairs = [(e, r) for e, r in zip(entries, results) if e["status"] == "ok"]
-    found = next(((e, r) for e, r in pairs if get_spec(e["name"]).is_reference), None)
+    """Speedup, memory ratio and fidelity of every measured precision against the fp32 entry; fidelity
+    also for a precision that was not timed (compared with fp32's capture on as many rows)."""
+    pairs = [(e, r) for e, r in zip(entries, results) if e["status"] in ("ok", "not-timed")]
+    found = next(((e, r) for e, r in pairs if get_spec(e["name"]).is_reference and e["status"] == "ok"), None)
     if found is None:
         return
     ref, ref_result = found
-    ref_capture = _load_capture(run_dir, ref)
+    ref_rows = ref_result.get("fidelity_rows") or FIDELITY_ROWS
     for entry, result in pairs:
-        speedup, steps = common_speedup(result, ref_result)
-        entry["vs_fp32"] = {
-            "speedup": speedup,
-            "steps_compared": steps,
-            "memory_ratio": entry["memory"]["peak_bytes"] / ref["memory"]["peak_bytes"],
-        }
-        capture = ref_capture if entry is ref else _load_capture(run_dir, entry)
+        if entry["status"] == "ok":
+            entry["vs_fp32"] = _vs_fp32(entry, result, ref, ref_result)
+        rows = result.get("fidelity_rows") or FIDELITY_ROWS
+        if entry["files"].get("fidelity") is None:
+            continue
+        ref_capture = _load_capture(run_dir, fidelity_file(ref["files"]["fidelity"], rows, ref_rows))
+        capture = ref_capture if entry is ref else _load_capture(run_dir, entry["files"]["fidelity"])
         fidelity = compare_fidelity(ref_capture, capture, threshold=threshold).to_dict()
-        fidelity["loss_curve"] = loss_curve_gap(ref["loss"]["curve"], entry["loss"]["curve"])
+        fidelity["rows"] = rows
+        comparable = entry["status"] == "ok" and entry["vs_fp32"]["same_batches"]
+        fidelity["loss_curve"] = loss_curve_gap(ref["loss"]["curve"], entry["loss"]["curve"] if comparable else [])
         entry["fidelity"] = fidelity
 
 
-def _load_capture(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
-    return torch.load(run_dir / entry["files"]["fidelity"], weights_only=True)
+def _load_capture(run_dir: Path, relative: str) -> dict[str, Any]:
+    return torch.load(run_dir / relative, weights_only=True)
+
+
+def add_common_step_loss(entries: list[dict[str, Any]]) -> int | None:
+    """The last step every comparable precision reached (same batches as fp32), and each one's loss
+    there: losses at equal steps, on the same batches, from the same initial weights."""
+    comparable = [
+        e
+        for e in entries
+        if e["status"] == "ok"
+        and (get_spec(e["name"]).is_reference or (e["vs_fp32"] is not None and e["vs_fp32"]["same_batches"]))
+    ]
+    if not comparable:
+        return None
+    step = min(len(e["loss"]["curve"]) for e in comparable)
+    for entry in comparable:
+        entry["loss"]["at_common_step"] = entry["loss"]["curve"][step - 1]
+    return step
+
+
+def profile_block(entries: list[dict[str, Any]], peaks: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Amdahl's ceiling from the fp32 profile, and each profiled precision's matmul-speed prediction."""
+    ref = next((e for e in entries if get_spec(e["name"]).is_reference and e.get("profile")), None)
+    if ref is None:
+        return None
+    share = ref["profile"]["shares"]["matmul"]
+    for entry in entries:
+        if entry.get("profile") is None:
+            continue
+        ratio = matmul_ratio(entry["name"], peaks) if peaks else None
+        entry["profile"]["matmul_ratio"] = ratio
+        entry["profile"]["amdahl_speedup"] = amdahl_speedup(share, ratio) if ratio else None
+    return {
+        "categories": dict(CATEGORIES),
+        "reference_matmul_share": share,
+        "ceiling_2x": amdahl_speedup(share, 2.0),
+        "ceiling_unbounded": 1.0 / (1.0 - share) if share < 1 else None,
+        "cast_threshold": CAST_NOTE_SHARE,
+    }
+
+
+def add_predictions(entries, results, predict: Callable | None) -> None:
+    """The planner's predicted step peak beside the profiled step's measured peak, and their ratio."""
+    for entry, result in zip(entries, results):
+        if entry["status"] != "ok" or entry["memory"] is None:
+            continue
+        memory = entry["memory"]
+        memory.update(predicted_bytes=None, predicted_source=None, predicted_note="not predicted", predicted_ratio=None)
+        if predict is None:
+            continue
+        batch = result.get("profiled_batch_size") or entry["budget"]["batch_size"] or 1
+        width = (result.get("profiled_slots") or 0) // batch or None
+        found = predict(entry["name"], batch, width)
+        memory.update(predicted_bytes=found["bytes"], predicted_source=found["source"], predicted_note=found["note"])
+        measured = memory.get("step_peak_bytes")
+        if found["bytes"] and measured:
+            memory["predicted_ratio"] = measured / found["bytes"]
 
 
 def candidate_from(entry: dict[str, Any], reference_items_per_s: float | None) -> Candidate:
     """The recommendation's view of one summary entry. Its tokens/s is fp32's times the same-batch
     speedup, so every candidate is ranked on batches it shares with the reference."""
     if entry["status"] != "ok":
+        not_timed = (entry["budget"]["reason"] or "not timed") if entry["status"] == "not-timed" else None
         return Candidate(
-            name=entry["name"], ok=False, error=entry["error"], native=entry["native"], native_note=entry["native_note"]
+            name=entry["name"],
+            ok=False,
+            error=entry["error"],
+            native=entry["native"],
+            native_note=entry["native_note"],
+            not_timed=not_timed,
         )
     fidelity = entry["fidelity"] or {}
     return Candidate(
@@ -207,6 +338,41 @@ FLOPS_FORMULAS = {
 }
 
 
+def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, Any], fit: dict[str, Any]) -> dict:
+    """The recommendation made actionable: `ampkit train` with this precision and the largest micro-batch
+    the planner fits on this device, and the throughput measured here."""
+    found = fit.get("batch_size")
+    batch = found if found else config.batch_size
+    rows = task.get("train_samples")  # a batch beyond the training set only repeats it
+    capped = bool(found and isinstance(rows, int) and 0 < rows < found)
+    batch = rows if capped else batch
+    name = entry["name"]
+    if config.task:
+        head = f"ampkit train --task {config.task}"
+    elif task.get("seq_len") is not None:  # the language model
+        data = f" --data {config.data}" if config.data != "default" else ""
+        head = f"ampkit train --model {config.model}{data} --seq-len {config.seq_len}"
+    else:  # a task object of the Python API
+        head = None
+    command = (
+        f"{head} --precision {name} --batch-size {batch}"
+        if head
+        else f"ampkit.train.run(task, precision={name!r}, batch_size={batch})"
+    )
+    return {
+        "command": command,
+        "batch_size": batch,
+        "batch_source": fit.get("source") if found else None,
+        "batch_note": (f"capped at its {rows:,} training samples (the planner fits {found:,})" if capped else None)
+        if found
+        else (fit.get("note") or "the planner found no batch that fits"),
+        "capacity_bytes": fit.get("capacity_bytes"),
+        "capacity_label": fit.get("capacity_label"),
+        "expected_items_per_s": entry["timing"]["items_per_s"] if entry.get("timing") else None,
+        "measured_batch_size": entry["budget"]["batch_size"],
+    }
+
+
 def build_summary(
     *,
     config: BenchConfig,
@@ -217,20 +383,19 @@ def build_summary(
     run_dir: Path,
     wall_s: float,
     host_load: dict[str, Any] | None = None,
+    peaks: dict[str, Any] | None = None,
+    predict: Callable | None = None,
+    fit_batch: Callable | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    entries = [precision_entry(r, info=info) for r in results]
-    add_comparisons(entries, results, run_dir, threshold=config.fidelity_threshold)
-    ref_ips = next(
-        (e["timing"]["items_per_s"] for e in entries if get_spec(e["name"]).is_reference and e["timing"]), None
-    )
-    rec = recommend(
-        [candidate_from(e, ref_ips) for e in entries],
-        threshold=config.fidelity_threshold,
-        tie_tolerance=config.tie_tolerance,
-        capacity_bytes=info.total_memory_bytes,
-        unit=task["unit"],
-    )
+    """summary.json from the workers' results; `peaks` (the device's, `bench.peaks`), `predict` (the
+    planner's step peak), `fit_batch` (the largest batch that fits) and `budget` come from the runner."""
     flops = _flops(results)
+    entries = [precision_entry(r, info=info, peaks=peaks, flops_per_item=flops["flops_per_item"]) for r in results]
+    add_comparisons(entries, results, run_dir, threshold=config.fidelity_threshold)
+    common_step = add_common_step_loss(entries)
+    add_predictions(entries, results, predict)
+    rec = _recommendation(config, info, task, entries, fit_batch)
     summary = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -257,10 +422,33 @@ def build_summary(
         },
         "reference": REFERENCE,
         "warnings": warnings,
+        "loss_common_step": common_step,
+        "profile": profile_block(entries, peaks),
+        "peaks": peaks,
+        "budget": budget,
         "precisions": entries,
-        "recommendation": rec.to_dict(),
+        "recommendation": rec,
     }
     return json_safe(summary)
+
+
+def _recommendation(config, info, task, entries, fit_batch: Callable | None) -> dict[str, Any]:
+    ref_ips = next(
+        (e["timing"]["items_per_s"] for e in entries if get_spec(e["name"]).is_reference and e["timing"]), None
+    )
+    rec = recommend(
+        [candidate_from(e, ref_ips) for e in entries],
+        threshold=config.fidelity_threshold,
+        tie_tolerance=config.tie_tolerance,
+        capacity_bytes=info.total_memory_bytes,
+        unit=task["unit"],
+    ).to_dict()
+    chosen = next((e for e in entries if e["name"] == rec["precision"]), None)
+    rec["train"] = None
+    if chosen is not None and chosen["status"] == "ok":
+        fit = fit_batch(chosen["name"]) if fit_batch is not None else {"batch_size": None, "note": "not predicted"}
+        rec["train"] = train_command(config, task, chosen, fit)
+    return rec
 
 
 def json_safe(value: Any) -> Any:

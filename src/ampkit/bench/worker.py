@@ -5,9 +5,14 @@ autocast caches, TF32 flags, oneDNN primitives) leaks from one precision into th
 
 Order of work (the parent relies on it):
     build (device check -> data -> model -> policy -> optimizer; same seed = same weights and batches)
-    -> fidelity capture at the initial weights on a fixed held-out batch (written to a .pt file)
-    -> `warmup_steps` untimed steps -> measured steps until the budget (min/max steps apply)
-    -> peak memory reading -> the MFU denominator (peak FLOP/s of this precision's compute dtype).
+    -> fidelity capture at the initial weights on a fixed held-out batch (written to a .pt file; fp32
+       also on its first row alone, for precisions whose 4-row capture would not fit the budget)
+    -> [a "not-timed" plan ends here] -> untimed warmup steps, the last under torch.profiler (the step's
+       time by category and its memory peak, `bench.profile`); a first step beyond the budget reduces
+       the batch -> a "warm" event (the step time the parent plans with) -> measured steps in the
+       budget's window (`bench.budget.measure_window`) -> peak memory reading.
+The job's "plan" (`bench.budget.PrecisionPlan`, from the parent) sets the batch, the fidelity rows and
+the most the measured window may take; the device's peak FLOP/s are measured by the parent.
 Progress goes to stdout as JSON lines (the parent draws the bars); the result goes to the job's
 `result_path` as JSON, also when the run fails (status "failed" and a one-line error).
 """
@@ -27,13 +32,13 @@ from typing import Any
 
 import torch
 
+from ampkit.bench.budget import FULL_FIDELITY_ROWS, Window, measure_window, reduced_batch, warmup_plan
 from ampkit.bench.config import BenchConfig
-from ampkit.bench.fidelity import capture_fidelity, fixed_batch
+from ampkit.bench.fidelity import capture_fidelity, fidelity_file, fixed_batch
+from ampkit.bench.profile import profile_step
 from ampkit.bench.timing import make_step_timer, synchronize
 from ampkit.errors import TrainingError, UsageError, WriteFailed
-from ampkit.hardware import matmul_size_for, measure_matmul_flops, measured_peak_flops, peak_flops
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
-from ampkit.precision import get_spec
 from ampkit.runs import atomic_write, write_json_atomic
 from ampkit.tasks import optional
 from ampkit.tasks.flops import flops_per_item
@@ -116,34 +121,112 @@ def current_rss_bytes() -> int:
         return 0
 
 
-def measure_steps(objs, config: BenchConfig, emit: ProgressEmitter) -> dict[str, Any]:
-    """Untimed warmup, then timed steps until the budget is spent (min/max steps apply)."""
+def _timed_step(trainer, device: torch.device):
+    """One untimed-loop step with its wall time (a sync on CUDA: warmup only)."""
+    start = time.perf_counter()
+    result = trainer.train_step()
+    synchronize(device)
+    return result, time.perf_counter() - start
+
+
+def _reduce_batch(objs, config: BenchConfig, plan: dict[str, Any], step_s: float, emit: ProgressEmitter) -> None:
+    """One step overran the budget: go on with a batch whose step takes a fraction of it, and say so."""
+    batch = plan["batch_size"]
+    smaller = reduced_batch(batch, step_s, config.budget_s)
+    if smaller >= batch:
+        return
+    objs.trainer.sampler = objs.task.train_stream(batch_size=smaller, seed=config.seed)
+    plan["batch_size"], plan["mode"] = smaller, "reduced-batch"
+    plan["reason"] = (
+        f"reduced batch {smaller} (of {batch}): one step took {step_s:.1f} s > --budget-s {config.budget_s:g}"
+    )
+    emit.emit("reduced", batch_size=smaller, reason=plan["reason"])
+
+
+def warm_up(objs, config: BenchConfig, plan: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
+    """Untimed steps, the last one profiled (`bench.profile`): a cold step, then as many as the budget
+    affords (`budget.warmup_plan`). A step beyond the budget reduces the batch (not under --steps): the
+    cold first one only when over twice the budget (it pays one-time costs), else a steady one, after
+    which one more untimed step measures the reduced batch's step time."""
     trainer, device = objs.trainer, objs.device
-    results = []
+    may_reduce = plan["mode"] != "exact-steps" and plan.get("may_reduce", True)
     emit.emit("phase", phase="warmup")
-    for _ in range(config.warmup_steps):
-        results.append(trainer.train_step())
+    first, first_s = _timed_step(trainer, device)
+    results, times = [first], [first_s]
+    if may_reduce and first_s > 2 * config.budget_s:
+        _reduce_batch(objs, config, plan, first_s, emit)
+    total = warmup_plan(first_s, warmup_steps=config.warmup_steps, budget_s=config.budget_s)
+    while len(results) < total - 1:
+        result, seconds = _timed_step(trainer, device)
+        results.append(result)
+        times.append(seconds)
+    emit.emit("phase", phase="profile")
+    profiled_batch = plan["batch_size"]
+    profiled, profile, step_peak = profile_step(trainer, device=device)
+    results.append(profiled)
+    profiled_slots = profiled.n_slots
+    step_s = times[-1] if len(times) > 1 else profile["step_ms"] / 1e3
+    if may_reduce and step_s > config.budget_s and plan["batch_size"] > 1:
+        _reduce_batch(objs, config, plan, step_s, emit)
+        result, step_s = _timed_step(trainer, device)
+        results.append(result)
+    return {
+        "results": results,
+        "profile": profile,
+        "step_peak_bytes": step_peak,
+        "step_s": step_s,
+        "profiled_batch_size": profiled_batch,
+        "profiled_slots": profiled_slots,
+    }
+
+
+def measure_steps(objs, config: BenchConfig, emit: ProgressEmitter, plan: dict[str, Any]) -> dict[str, Any]:
+    """Warmup (the last step profiled), then timed steps in the budget's window (`budget.measure_window`)."""
+    trainer, device = objs.trainer, objs.device
+    warm = warm_up(objs, config, plan, emit)
+    results, step_s = list(warm["results"]), warm["step_s"]
+    emit.emit(
+        "warm",
+        step_s=step_s,
+        batch_size=plan["batch_size"],
+        warmup_steps=len(results),
+        matmul_share=warm["profile"]["shares"]["matmul"],
+        startup_s=plan["startup_s"],
+        fidelity_s=plan["fidelity_s"],
+    )
+    lo, hi = config.measured_steps_range
+    if config.steps:
+        window = Window(timed_s=math.inf, min_steps=hi, few_steps=False)
+    else:
+        window = measure_window(step_s, budget_s=config.budget_s, min_steps=lo, max_measure_s=plan["max_measure_s"])
     synchronize(device)  # the measured window starts with an idle device
     timer = make_step_timer(device)
-    lo, hi = config.measured_steps_range
-    budget_s = math.inf if config.steps else config.budget_s
     start = time.perf_counter()
     measured = tokens = 0
+    last_s = step_s
     emit.emit("phase", phase="measure")
-    while measured < hi and (measured < lo or time.perf_counter() - start < budget_s):
+    while measured < hi and window.keep_going(measured, time.perf_counter() - start, last_s):
+        began = time.perf_counter()
         timer.start()
         results.append(trainer.train_step())
         timer.stop()
         measured += 1
         tokens += results[-1].n_tokens
-        emit.emit("step", force=measured == hi, measured=measured, tokens=tokens, elapsed_s=time.perf_counter() - start)
-    step_s = timer.seconds()
-    measured_results = results[config.warmup_steps :]
+        now = time.perf_counter()
+        last_s = now - began
+        left = max(0.0, window.timed_s - (now - start)) if math.isfinite(window.timed_s) else (hi - measured) * last_s
+        emit.emit("step", force=measured == hi, measured=measured, tokens=tokens, elapsed_s=now - start, left_s=left)
+    return _step_facts(objs, results, warm, timer.seconds(), window)
+
+
+def _step_facts(objs, results: list, warm: dict[str, Any], step_s: list[float], window: Window) -> dict[str, Any]:
+    warmup = len(warm["results"])
+    measured_results = results[warmup:]
     losses = torch.stack([r.loss.float() for r in results]).cpu().tolist()  # one sync for the whole run
     grad_norms = torch.stack([r.grad_norm.float() for r in results]).cpu().tolist()
     return {
-        "warmup_steps": config.warmup_steps,
-        "measured_steps": measured,
+        "warmup_steps": warmup,
+        "measured_steps": len(measured_results),
         "step_s": step_s,
         "tokens": [r.n_tokens for r in measured_results],
         "slots": [r.n_slots for r in measured_results],
@@ -152,6 +235,13 @@ def measure_steps(objs, config: BenchConfig, emit: ProgressEmitter) -> dict[str,
         "nonfinite_loss_steps": sum(not math.isfinite(v) for v in losses),
         "nonfinite_grad_steps": sum(not math.isfinite(v) for v in grad_norms),
         "final_loss_scale": objs.policy.loss_scale(),
+        "few_steps": window.few_steps,
+        "few_steps_reason": window.reason,
+        "profile": warm["profile"],
+        "step_peak_bytes": warm["step_peak_bytes"],
+        "profiled_slots": warm["profiled_slots"],
+        "profiled_batch_size": warm["profiled_batch_size"],
+        "estimated_step_s": warm["step_s"],
     }
 
 
@@ -176,60 +266,81 @@ def memory_reading(device: torch.device, rss_before: int) -> dict[str, Any]:
     }
 
 
-def peak_flops_for(precision: str, device: torch.device, info) -> dict[str, Any]:
-    """The MFU denominator: the GPU table's dense peak for this precision's compute dtype, else
-    (CPU, unknown GPU) a matmul measured here in that dtype."""
-    spec = get_spec(precision)
-    key = spec.matmul_key
-    if info.gpu_model is not None:  # a card of the GPU table (NVIDIA, AMD)
-        table = peak_flops(info, key)
-        if table:
-            return {"peak_flops": table, "source": "gpu-table", "dtype": key}
-    if key == "tf32":
-        measured = measure_matmul_flops(
-            torch.float32, device=device, size=matmul_size_for(info, "tf32"), allow_tf32=True
-        )
-    elif key == "fp8":  # no fp8 matmul probe here: an unknown fp8 GPU gets no MFU
-        return {"peak_flops": None, "source": "unknown", "dtype": key}
-    else:
-        measured = measured_peak_flops(device, spec.compute_dtype)
-    return {"peak_flops": measured, "source": "measured-matmul", "dtype": key}
+def default_plan(config: BenchConfig) -> dict[str, Any]:
+    """A job without a budget plan (`bench --sweep`): the bench's batch, min steps kept within 2x the budget."""
+    return {
+        "mode": "exact-steps" if config.steps else "full",
+        "batch_size": config.batch_size,
+        "fidelity_rows": [FULL_FIDELITY_ROWS],
+        "max_measure_s": 2 * config.budget_s,
+        "reason": None,
+    }
+
+
+def capture_all(objs, job: dict[str, Any], rows_list: list[int]) -> dict[str, Any]:
+    """The fidelity captures at the initial weights (fp32: 4 rows and 1, for the precisions whose
+    4-row capture would not fit the budget); returns the main capture's batch and the seconds spent."""
+    start = time.perf_counter()
+    batch = None
+    for rows in rows_list:
+        cut = fixed_batch(objs.val_batches, rows=rows).to(objs.device)
+        batch = batch if batch is not None else cut
+        capture = capture_fidelity(model=objs.model, policy=objs.policy, batch=cut, task=objs.task)
+        capture["rows"] = rows
+        with atomic_write(fidelity_file(job["fidelity_path"], rows, rows_list[0])) as fh:  # WriteFailed on error
+            torch.save(capture, fh)
+    synchronize(objs.device)
+    return {"batch": batch, "fidelity_s": time.perf_counter() - start}
+
+
+def build_for(job: dict[str, Any], config: BenchConfig, plan: dict[str, Any]):
+    """The run at the bench's batch (held-out batches, hence the fidelity batch, are the same in every
+    precision); a plan's smaller batch replaces the training stream only."""
+    train_config = train_config_for(config, job["precision"])
+    if job.get("features"):  # `bench --sweep`: one combination of throughput switches
+        train_config = dataclasses.replace(train_config, features=Features(**job["features"]))
+    objs = build_run(train_config, task=load_pickled_task(job.get("task_pickle"), job.get("main_path")))
+    if plan["batch_size"] != config.batch_size:
+        objs.trainer.sampler = objs.task.train_stream(batch_size=plan["batch_size"], seed=config.seed)
+    return objs
 
 
 def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
     config = BenchConfig(**job["config"])
     precision = job["precision"]
+    plan = {**default_plan(config), **(job.get("plan") or {})}
     rss_before = current_rss_bytes()
     emit.emit("phase", phase="build")
-    train_config = train_config_for(config, precision)
-    if job.get("features"):  # `bench --sweep`: one combination of throughput switches
-        train_config = dataclasses.replace(train_config, features=Features(**job["features"]))
-    objs = build_run(train_config, task=load_pickled_task(job.get("task_pickle"), job.get("main_path")))
+    objs = build_for(job, config, plan)
     reset_peak_memory(objs.device)
+    facts: dict[str, Any] = {}
     with objs.policy.run_context():
+        plan["startup_s"] = time.time() - job.get("spawned_at", time.time())
         emit.emit("phase", phase="fidelity")
-        batch = fixed_batch(objs.val_batches).to(objs.device)
-        capture = capture_fidelity(model=objs.model, policy=objs.policy, batch=batch, task=objs.task)
-        with atomic_write(job["fidelity_path"]) as fh:  # a failure to write: WriteFailed, no partial file
-            torch.save(capture, fh)
-        flops = flops_per_item(objs.task, objs.model, batch, batch_size=config.batch_size)  # after: no weight moved
-        steps = measure_steps(objs, config, emit)
-    memory = memory_reading(objs.device, rss_before)  # before the peak matmul: its buffers are not the run's
-    emit.emit("phase", phase="peak")
-    peak = peak_flops_for(precision, objs.device, objs.device_info)
-    return {
+        captured = capture_all(objs, job, list(plan["fidelity_rows"]))
+        plan["fidelity_s"] = captured["fidelity_s"]
+        if job.get("reference", True):  # FLOPs per item: the reference's count serves every precision
+            facts = flops_per_item(objs.task, objs.model, captured["batch"], batch_size=config.batch_size).to_dict()
+        if plan["mode"] != "not-timed":
+            facts.update(measure_steps(objs, config, emit, plan))
+    base = {
         "precision": precision,
-        "status": "ok",
+        "status": "ok" if plan["mode"] != "not-timed" else "not-timed",
         "error": None,
         "threads": torch.get_num_threads(),
         "fidelity_path": job["fidelity_path"],
-        **steps,
-        "memory": memory,
-        "peak": peak,
-        **flops.to_dict(),
+        "fidelity_rows": plan["fidelity_rows"][0],
+        "plan": {k: v for k, v in plan.items() if k != "fidelity_rows"},
         "unit": objs.task.unit,
         "parameters": sum(p.numel() for p in objs.model.parameters()),  # distinct elements (ties once)
         "task": optional.describe(objs.task),
+    }
+    if plan["mode"] == "not-timed":
+        return base
+    return {
+        **base,
+        **facts,
+        "memory": memory_reading(objs.device, rss_before),
         "throughput": objs.features_summary(),
     }
 

@@ -43,7 +43,13 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ampkit.bench.render import console_table, recommendation_text  # matplotlib loads with the report
+    from ampkit.bench.render import (  # matplotlib loads with the report
+        console_table,
+        profile_table,
+        recommendation_text,
+        train_text,
+        why_lines,
+    )
 
     config = resolve_config(BenchConfig, args, toml_path=args.config)
     if config.serving.inference:
@@ -56,8 +62,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = Console(width=None if sys.stdout.isatty() else WIDE_COLUMNS)  # a pipe or file gets the whole row
     out.print(console_table(summary))
+    if summary.get("profile"):
+        out.print(profile_table(summary))
+        for line in why_lines(summary):
+            out.print(line, highlight=False, soft_wrap=True)
     rec_style = "bold green" if summary["recommendation"]["precision"] else "bold red"
     out.print(f"[{rec_style}]{recommendation_text(summary)}[/]", highlight=False, soft_wrap=True)
+    train = train_text(summary)
+    if train:
+        out.print(train, highlight=False, soft_wrap=True)
     for line in summary["recommendation"]["advice"]:
         out.print(f"[yellow]{line}[/]", soft_wrap=True)
     out.print(f"run directory: {run_dir} (report.html, report.md, summary.json)")

@@ -99,6 +99,9 @@ class HostBackend:
     def reset_peak_memory(self) -> None:
         """ru_maxrss cannot be reset: the CPU reading is the process's peak since it started."""
 
+    def empty_cache(self) -> None:
+        """No caching allocator on the host: nothing to give back."""
+
     def peak_memory_bytes(self) -> dict[str, int]:
         """The process's peak RSS (it includes the interpreter and torch itself, ~300-400 MiB)."""
         return {"max_rss_bytes": host_peak_rss_bytes()}
@@ -125,6 +128,10 @@ class AcceleratorBackend:
 
     def reset_peak_memory(self) -> None:
         self.api.reset_peak_memory_stats(self.device)
+
+    def empty_cache(self) -> None:
+        """The caching allocator's unused blocks go back to the device (other processes can use them)."""
+        self.api.empty_cache()
 
     def peak_memory_bytes(self) -> dict[str, int]:
         """The caching allocator's maxima since the last reset: tensors (allocated) and the pool (reserved)."""

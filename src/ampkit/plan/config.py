@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ampkit.distributed.settings import PARALLEL_MODES
 from ampkit.errors import UsageError
@@ -24,6 +24,13 @@ from ampkit.plan.optim import OPTIMIZERS, check_optimizer
 from ampkit.precision import precision_names_help
 
 DEFAULT_KV_GPU = "A100-80GB"
+DEFAULT_SEQ_LEN = 2048  # plan's --seq-len, unless the model's maximum positions are fewer
+DEFAULT_CONTEXT_LEN = 4096  # kv's --context-len, likewise
+
+
+def _within(default: int, max_positions: int) -> int:
+    """`default`, or a model's maximum positions when it has fewer (0: no limit known)."""
+    return min(default, max_positions) if max_positions else default
 
 
 def split_list(text: str, flag: str) -> list[str]:
@@ -59,7 +66,9 @@ class PlanConfig:
         metadata={"help": f"comma-separated activation checkpointing modes: {', '.join(CHECKPOINTING_MODES)}"},
     )
     micro_batch: int = batch_size_field(1)
-    seq_len: int = seq_len_field(2048)
+    seq_len: int = seq_len_field(
+        0, note=f"0 = {DEFAULT_SEQ_LEN}, or the model's maximum positions when fewer (GPT-2: 1024)"
+    )
     grad_accum: int = grad_accum_field()
     world_size: int = field(default=1, metadata={"help": "data-parallel GPUs (with --parallel fsdp: shards)"})
     parallel: str = parallel_field()
@@ -71,7 +80,9 @@ class PlanConfig:
     fragmentation: float = field(default=0.05, metadata={"help": "allocator slack as a fraction of the tensor peak"})
 
     def __post_init__(self):
-        _positive(self, ("micro_batch", "seq_len", "grad_accum", "world_size"))
+        _positive(self, ("micro_batch", "grad_accum", "world_size"))
+        if self.seq_len < 0:
+            raise UsageError(f"--seq-len must be a positive integer (0: the default), got {self.seq_len}")
         parse_precisions(self.precisions)
         for name in split_list(self.optimizers, "--optimizers"):
             check_optimizer(name)
@@ -84,6 +95,10 @@ class PlanConfig:
             raise UsageError(f"--mfu must be in (0, 1], got {self.mfu}")
         if self.context_gib < 0 or self.fragmentation < 0:
             raise UsageError("--context-gib and --fragmentation must be >= 0")
+
+    def for_model(self, max_positions: int) -> "PlanConfig":
+        """--seq-len 0 resolved: the default, or the model's maximum positions when fewer."""
+        return self if self.seq_len else replace(self, seq_len=_within(DEFAULT_SEQ_LEN, max_positions))
 
     def precision_list(self) -> list[str]:
         return parse_precisions(self.precisions)
@@ -109,7 +124,13 @@ class KvConfig:
     kv_dtypes: str = field(
         default="fp32,fp16,bf16,fp8", metadata={"help": "comma-separated KV-cache dtypes to compare"}
     )
-    context_len: int = field(default=4096, metadata={"help": "tokens per request, for the concurrent-request count"})
+    context_len: int = field(
+        default=0,
+        metadata={
+            "help": f"tokens per request, for the concurrent-request count (0 = {DEFAULT_CONTEXT_LEN}, or the "
+            "model's maximum positions when fewer)"
+        },
+    )
     batched_tokens: int = field(
         default=8192, metadata={"help": "largest tokens one forward batches (sizes the activation reserve)"}
     )
@@ -123,7 +144,9 @@ class KvConfig:
     )
 
     def __post_init__(self):
-        _positive(self, ("context_len", "batched_tokens"))
+        _positive(self, ("batched_tokens",))
+        if self.context_len < 0:
+            raise UsageError(f"--context-len must be a positive integer (0: the default), got {self.context_len}")
         if not 0 < self.utilization <= 1:
             raise UsageError(f"--utilization must be in (0, 1], got {self.utilization}")
         check_dtype(self.weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")
@@ -133,6 +156,10 @@ class KvConfig:
             raise UsageError("--overhead-gib and --activation-reserve-gib must be >= 0")
         if not (self.gpu or self.gpu_mem):  # the seeds' 80 GB card
             object.__setattr__(self, "gpu", DEFAULT_KV_GPU)
+
+    def for_model(self, max_positions: int) -> "KvConfig":
+        """--context-len 0 resolved: the default, or the model's maximum positions when fewer."""
+        return self if self.context_len else replace(self, context_len=_within(DEFAULT_CONTEXT_LEN, max_positions))
 
     def kv_dtype_list(self) -> list[str]:
         return split_list(self.kv_dtypes, "--kv-dtypes")

@@ -38,6 +38,7 @@ def read_bench(run_dir: str | Path) -> dict[str, Any]:
 
 def measured_budget(config, bench: dict[str, Any]) -> dict[str, Any]:
     """The summary of `ampkit kv --from-bench` (schema "ampkit.kv-measured/1")."""
+    config = config.for_model(bench["model"].get("max_seq_len") or 0)  # --context-len 0: the default, capped
     target = resolve_target(config.gpu, config.gpu_mem)
     assert target is not None, "KvConfig defaults --gpu when neither --gpu nor --gpu-mem is given"
     serving = bench["config"]["serving"]

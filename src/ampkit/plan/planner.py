@@ -13,7 +13,7 @@ from typing import Any
 from ampkit.hardware import GpuSpec
 from ampkit.plan.advice import base_precision, cheapest_fix, fp8_note
 from ampkit.plan.compute import step_compute
-from ampkit.plan.config import KvConfig, PlanConfig
+from ampkit.plan.config import DEFAULT_SEQ_LEN, KvConfig, PlanConfig
 from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.engines import hf_traced_engine, primary_engine
 from ampkit.plan.fit import Target, resolve_target
@@ -52,6 +52,7 @@ _FROM_CONFIG = ("micro_batch", "seq_len", "grad_accum", "world_size", "parallel"
 def _setting(config: PlanConfig, *, precision: str, optimizer: str, checkpointing: str) -> StepSetting:
     """A step with `config`'s batch, sequence and parallelism."""
     shared = {name: getattr(config, name) for name in _FROM_CONFIG}
+    shared["seq_len"] = config.seq_len or DEFAULT_SEQ_LEN  # 0: not resolved for a model (a task's plan)
     return StepSetting(precision=precision, optimizer=optimizer, checkpointing=checkpointing, **shared)
 
 
@@ -152,6 +153,7 @@ def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | 
 
 def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> dict[str, Any]:
     desc = desc or describe_model(config.model)
+    config = config.for_model(desc.max_positions)  # --seq-len 0: 2048, or the model's positions when fewer
     target = resolve_target(config.gpu, config.gpu_mem)
     primary = primary_engine(desc, **ledger_kwargs(config))
     engines = (primary, hf_traced_engine(desc, primary, **ledger_kwargs(config)))
@@ -186,6 +188,7 @@ def _config_dict(config) -> dict[str, Any]:
 
 def build_kv(config: KvConfig, *, desc: ModelDescription | None = None) -> dict[str, Any]:
     desc = desc or describe_model(config.model)
+    config = config.for_model(desc.max_positions)  # --context-len 0: 4096, or the model's positions when fewer
     target = resolve_target(config.gpu, config.gpu_mem)
     assert target is not None, "KvConfig defaults --gpu when neither --gpu nor --gpu-mem is given"
     weights = weight_bytes(desc, config.weight_dtype)

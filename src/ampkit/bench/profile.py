@@ -1,0 +1,260 @@
+"""Why a precision is faster, or not: one training step under torch.profiler, its time by category,
+and its memory peak as the allocator saw it.
+
+Categories (`CATEGORIES`), each op's *self* time filed under the first rule that matches:
+1. `data`: inside the step's batch fetch and its move to the device (a scope around the sampler);
+2. `optimizer`: the step's optimizer phase (unscale, clipping, the optimizer step, zero_grad; a scope
+   opened by the trainer's phase hook) or torch's own `Optimizer.step` ranges;
+3. `casts` and `matmul`: the nearest enclosing op that is a dtype cast (`aten::to`, `_to_copy`,
+   autocast's casts) or a matmul/attention op (mm, addmm, bmm, linear, convolutions, SDPA kernels),
+   forward and backward (autograd's backward ops are aten ops too);
+4. `norm`: inside a normalisation module (class name containing "Norm": RMSNorm, LayerNorm,
+   BatchNorm, ...), or the backward of an op recorded there (matched by autograd sequence number),
+   or a native norm kernel (layer_norm, rms_norm, batch_norm, group_norm);
+5. `elementwise`: any other computing aten op (pointwise ops and reductions: add, mul, GELU, softmax,
+   the loss);
+6. `other`: the rest of the step's wall time: layout and copies (views, cat, index, embedding
+   lookups), allocation, the autograd engine and Python between ops.
+Shares are of the profiled step's wall time (CPU: host self time; CUDA: each op's kernel time, the
+rest of the wall time -- launch gaps -- under `other`), so they sum to 100%.
+Memory: on CPU the running sum of the allocator's reported allocations and frees during the step
+plus what was held when it began (parameters, gradients, optimizer states), as
+`ampkit.plan.measure` does; on CUDA `max_memory_allocated` over the step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from ampkit.hardware.backend import backend_for
+from ampkit.plan.measure import _allocator_peak, _held_bytes
+
+CATEGORIES = {
+    "matmul": "matmul/attention",
+    "norm": "normalisation",
+    "elementwise": "elementwise",
+    "casts": "dtype casts",
+    "optimizer": "optimizer",
+    "data": "data",
+    "other": "other",
+}
+DATA_SCOPE, OPTIMIZER_SCOPE, NORM_SCOPE = "ampkit::data", "ampkit::optimizer", "ampkit::norm"
+_BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+_CASTS = {"to", "_to_copy", "_autocast_to_reduced_precision", "_autocast_to_full_precision", "type_as"}
+_MATMULS = {"matmul", "linear", "einsum", "mv", "addmv", "dot", "vdot", "_mkl_linear", "mkldnn_linear"}
+_NORMS = ("layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm")
+_LAYOUT = frozenset(
+    "view _unsafe_view reshape _reshape_alias as_strided transpose t permute expand expand_as slice select squeeze "
+    "unsqueeze empty empty_like empty_strided new_empty new_empty_strided resize_ detach detach_ alias contiguous "
+    "clone copy_ lift_fresh split split_with_sizes chunk narrow unbind flatten unflatten view_as set_ item "
+    "_local_scalar_dense is_nonzero index index_select gather scatter scatter_add_ index_put_ _index_put_impl_ "
+    "embedding embedding_dense_backward masked_select nonzero cat stack zeros zeros_like ones ones_like full "
+    "arange randperm select_backward slice_backward".split()
+)
+
+
+def _aten(name: str) -> str | None:
+    return name[6:] if name.startswith("aten::") else None
+
+
+def _direct_kind(name: str) -> str | None:
+    """ "casts" or "matmul" for an op that is one, else None."""
+    base = _aten(name)
+    if base is None:
+        return None
+    if base in _CASTS:
+        return "casts"
+    if base in _MATMULS or base.endswith("mm") or "convolution" in base or base.startswith("conv"):
+        return "matmul"
+    if "scaled_dot_product" in base or "attention" in base:
+        return "matmul"
+    return None
+
+
+def _is_norm_op(name: str) -> bool:
+    base = _aten(name)
+    return base is not None and any(n in base for n in _NORMS)
+
+
+def _is_compute(name: str) -> bool:
+    base = _aten(name)
+    return base is not None and base not in _LAYOUT
+
+
+def _chain(event) -> list:
+    out = []
+    while event is not None:
+        out.append(event)
+        event = event.cpu_parent
+    return out
+
+
+def _norm_sequence_numbers(events) -> set[int]:
+    """Autograd sequence numbers of the ops recorded inside a normalisation module's forward."""
+    found = set()
+    for event in events:
+        if event.sequence_nr >= 0 and _aten(event.name) and any(e.name == NORM_SCOPE for e in _chain(event)):
+            found.add(event.sequence_nr)
+    return found
+
+
+def category_of(chain: list, norm_seq: set[int]) -> str:
+    """The category of the first event of `chain` (the event, then its ancestors), by the rules above."""
+    names = [e.name for e in chain]
+    if DATA_SCOPE in names:
+        return "data"
+    if OPTIMIZER_SCOPE in names or any(n.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) for n in names):
+        return "optimizer"
+    for name in names:
+        kind = _direct_kind(name)
+        if kind is not None:
+            return kind
+    if NORM_SCOPE in names or any(_is_norm_op(n) for n in names):
+        return "norm"
+    if any(e.name.startswith(_BACKWARD_PREFIX) and e.sequence_nr in norm_seq for e in chain):
+        return "norm"
+    if any(_is_compute(n) for n in names):
+        return "elementwise"
+    return "other"
+
+
+def categorize(events, *, device_time: bool = False) -> dict[str, float]:
+    """Self time per category in microseconds (`other` holds only the ops filed there)."""
+    norm_seq = _norm_sequence_numbers(events)
+    totals = dict.fromkeys(CATEGORIES, 0.0)
+    for event in events:
+        spent = event.self_device_time_total if device_time else event.self_cpu_time_total
+        if spent > 0:
+            totals[category_of(_chain(event), norm_seq)] += spent
+    return totals
+
+
+def breakdown(times_us: dict[str, float], wall_s: float) -> dict[str, Any]:
+    """Shares of the step's wall time; `other` takes the time no op accounts for (never negative)."""
+    named = {key: times_us.get(key, 0.0) for key in CATEGORIES if key != "other"}
+    total_us = max(wall_s * 1e6, sum(times_us.values()))
+    ms = {key: value / 1e3 for key, value in named.items()}
+    ms["other"] = (total_us - sum(named.values())) / 1e3
+    return {
+        "step_ms": total_us / 1e3,
+        "ms": ms,
+        "shares": {key: value * 1e3 / total_us for key, value in ms.items()},
+    }
+
+
+class _Scoped:
+    """A batch whose move to the device runs inside the data scope."""
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def to(self, device, **kwargs):
+        with record_function(DATA_SCOPE):
+            return self.batch.to(device, **kwargs)
+
+
+class _ScopedSampler:
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def next_batch(self):
+        with record_function(DATA_SCOPE):
+            return _Scoped(self.sampler.next_batch())
+
+
+class _PhaseScopes:
+    """The trainer's phase hook: the optimizer phase runs in a scope (closed after the step)."""
+
+    def __init__(self) -> None:
+        self.open: Any = None
+
+    def enter(self, phase: str) -> None:
+        self.close()
+        if phase == "optimizer":
+            self.open = record_function(OPTIMIZER_SCOPE)
+            self.open.__enter__()
+
+    def close(self) -> None:
+        if self.open is not None:
+            self.open.__exit__(None, None, None)
+            self.open = None
+
+
+def _norm_hooks(model: nn.Module) -> list:
+    """Forward hooks that run every normalisation module's forward inside the norm scope."""
+    stack: list = []
+
+    def pre(module, args):
+        scope = record_function(NORM_SCOPE)
+        scope.__enter__()
+        stack.append(scope)
+
+    def post(module, args, output):
+        if stack:
+            stack.pop().__exit__(None, None, None)
+
+    handles = []
+    for module in model.modules():
+        if "Norm" in type(module).__name__:
+            handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    return handles
+
+
+@contextlib.contextmanager
+def scoped_step(trainer):
+    """The trainer with its sampler, phases and normalisation modules scoped for the profiler."""
+    sampler, phases = trainer.sampler, trainer.phases
+    scopes = _PhaseScopes()
+    handles = _norm_hooks(trainer.model)
+    trainer.sampler, trainer.phases = _ScopedSampler(sampler), scopes
+    try:
+        yield
+    finally:
+        scopes.close()
+        trainer.sampler, trainer.phases = sampler, phases
+        for handle in handles:
+            handle.remove()
+
+
+_DEVICE_ACTIVITY = {"cuda": ProfilerActivity.CUDA, "xpu": ProfilerActivity.XPU}
+"""The profiler's device-side activity per torch device type (ROCm is "cuda"); MPS: host-side events only."""
+
+
+def profile_step(trainer, *, device: torch.device):
+    """One training step under torch.profiler: (StepResult, breakdown, step peak bytes)."""
+    backend = backend_for(device)
+    accelerator = device.type != "cpu"
+    activity = _DEVICE_ACTIVITY.get(device.type)
+    activities = [ProfilerActivity.CPU] + ([activity] if activity is not None else [])
+    held = 0 if accelerator else _held_bytes(trainer.model, trainer.optimizer, [])
+    if accelerator:
+        backend.synchronize()
+        backend.reset_peak_memory()
+    with profile(activities=activities, profile_memory=not accelerator) as prof, scoped_step(trainer):
+        start = time.perf_counter()
+        result = trainer.train_step()
+        backend.synchronize()  # sync point on an accelerator: the profiled step's end (untimed by the bench)
+        wall_s = time.perf_counter() - start
+    if accelerator:
+        peak = backend.peak_memory_bytes()["max_allocated_bytes"]
+    else:
+        peak = held + _allocator_peak(prof)
+    device_time = activity is not None
+    report = breakdown(categorize(prof.events(), device_time=device_time), wall_s)
+    report["top_ops"] = _top_ops(prof, device_time)
+    return result, report, peak
+
+
+def _top_ops(prof, device_time: bool, count: int = 6) -> list[list]:
+    """The ops with the most self time: [name, ms]."""
+    rows = [
+        (e.key, (e.self_device_time_total if device_time else e.self_cpu_time_total) / 1e3) for e in prof.key_averages()
+    ]
+    rows.sort(key=lambda row: -row[1])
+    return [[name, round(ms, 3)] for name, ms in rows[:count]]

@@ -1,0 +1,156 @@
+"""The budget is a promise (`ampkit.bench.budget`): the decisions on synthetic step times, and whole
+benches on a simulated worker (the real worker's warmup/window logic on a fake clock) on an AVX2-only
+CPU (bf16/fp16 emulated) and an AMX one (native), each within (budget x precisions + start-up +
+fidelity) x 1.2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import ampkit.bench.runner as runner
+from ampkit.bench.budget import (
+    BudgetAccount,
+    ReferenceWarm,
+    amdahl_speedup,
+    bound_s,
+    estimate_step_s,
+    fidelity_rows,
+    measure_window,
+    plan_precision,
+    reduced_batch,
+    warmup_plan,
+)
+from ampkit.bench.config import BenchConfig
+from ampkit.bench.schema import validate_summary
+from ampkit.cli import main
+from bench_fakes import AMX_CPU, AVX2_CPU, SimWorker, bound_holds, peaks_of, step_times
+
+
+def test_amdahl_and_the_step_estimate():
+    assert amdahl_speedup(0.63, 2.0) == pytest.approx(1.46, abs=0.005)  # the issue's example
+    assert amdahl_speedup(0.0, 10.0) == 1.0 and amdahl_speedup(1.0, 4.0) == pytest.approx(4.0)
+    # emulated bf16 matmuls 20x slower on 60% of the step: 0.4 + 0.6 x 20 = 12.4x the fp32 step
+    assert estimate_step_s(1.0, matmul_share=0.6, matmul_ratio=0.05) == pytest.approx(12.4)
+    assert estimate_step_s(1.0, matmul_share=None, matmul_ratio=0.05) == pytest.approx(20.0)  # no profile: all of it
+    assert estimate_step_s(2.0, matmul_share=0.5, matmul_ratio=None) == 2.0
+
+
+def test_warmup_is_cut_to_half_the_budget_but_keeps_two_steps():
+    assert warmup_plan(0.1, warmup_steps=3, budget_s=12) == 3
+    assert warmup_plan(2.0, warmup_steps=3, budget_s=5) == 2  # 1 step affordable: cold + profiled stay
+    assert warmup_plan(0.1, warmup_steps=0, budget_s=12) == 2
+
+
+def test_min_steps_are_kept_within_twice_the_budget_and_the_allowance_only():
+    normal = measure_window(0.5, budget_s=5, min_steps=5, max_measure_s=6)
+    assert not normal.few_steps and normal.min_steps == 5
+    within = measure_window(1.8, budget_s=5, min_steps=5, max_measure_s=10)  # 9 s <= 2 x 5 s: kept
+    assert not within.few_steps and within.min_steps == 5
+    tight = measure_window(1.8, budget_s=5, min_steps=5, max_measure_s=6)  # but not past the bench's allowance
+    assert tight.few_steps and tight.min_steps == 1 and "what the bench's total allows" in tight.reason
+    over = measure_window(3.0, budget_s=5, min_steps=5, max_measure_s=100)  # 15 s > 2 x 5 s
+    assert over.few_steps and over.reason.startswith("few steps: 5 steps would take ~15 s, over 2x --budget-s 5")
+    assert over.keep_going(0, 0.0, 3.0) and over.keep_going(1, 3.0, 3.0) is False  # 3 + 1.5 > 5: stop
+
+
+def test_reduced_batch_fidelity_rows_and_the_account():
+    assert reduced_batch(8, step_s=40.0, budget_s=5.0) == 1 and reduced_batch(8, 4.0, 5.0) == 2
+    assert fidelity_rows(1.0, 8, 5.0) == 4 and fidelity_rows(40.0, 8, 5.0) == 1
+    account = BudgetAccount(5.0)
+    assert account.reference_allowance() == pytest.approx(6.0)
+    account.timed = 3
+    account.spend(6.0)
+    assert account.allowance(still_to_come=1) == pytest.approx(18.0 - 6.0 - 5.0)
+    assert bound_s(budget_s=5, timed=3, startup_s=20, fidelity_s=2) == pytest.approx(1.2 * 37)
+
+
+def _ref(step_s: float) -> ReferenceWarm:
+    return ReferenceWarm(step_s=step_s, batch_size=8, matmul_share=0.6, startup_s=3.0, fidelity_s=0.5)
+
+
+def test_an_emulated_precision_too_slow_for_the_budget_is_not_timed_unless_named():
+    config = BenchConfig(budget_s=5.0, batch_size=8)
+    kwargs = {"matmul_ratio": 0.05, "emulated": True, "dtype": "bf16", "max_measure_s": 5.0}
+    skipped = plan_precision("bf16-mixed", config, _ref(3.0), forced=False, **kwargs)
+    assert skipped.mode == "not-timed" and not skipped.timed and skipped.fidelity_rows == 1
+    assert (
+        "bf16 matmuls run at 0.05x fp32's speed here" in skipped.reason and "--precisions bf16-mixed" in skipped.reason
+    )
+    forced = plan_precision("bf16-mixed", config, _ref(3.0), forced=True, **kwargs)
+    assert forced.mode == "reduced-batch" and forced.batch_size == 1 and forced.reason.startswith("reduced batch 1")
+    fits = plan_precision("bf16-mixed", config, _ref(0.05), forced=False, **kwargs)
+    assert fits.mode == "full" and fits.batch_size == 8
+    native = plan_precision("bf16-mixed", config, _ref(3.0), forced=False, **{**kwargs, "matmul_ratio": 3.7})
+    assert native.mode == "full" and native.estimated_step_s < 3.0
+
+
+def _run(tmp_path, capsys, monkeypatch, *, kind: str, fp32_step_s: float, argv=()):
+    cpu = AVX2_CPU if kind == "avx2" else AMX_CPU
+    monkeypatch.setattr(runner, "describe_device", lambda device: cpu)
+    monkeypatch.setattr(runner, "measure_peaks", lambda info, precisions, device: peaks_of(kind))
+    sim = SimWorker(monkeypatch, step_times(kind, fp32_step_s))
+    monkeypatch.setattr(runner, "run_worker", sim)
+    out = tmp_path / f"run-{kind}-{fp32_step_s}"
+    code = main(["bench", "--seq-len", "32", "--batch-size", "8", *argv, "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads((out / "summary.json").read_text())
+    assert validate_summary(summary) == []
+    return summary, sim, captured.err
+
+
+@pytest.mark.parametrize("kind", ["avx2", "amx"])
+@pytest.mark.parametrize("fp32_step_s, budget", [(0.09, 12.0), (0.09, 5.0), (2.5, 5.0), (2.5, 12.0), (30.0, 5.0)])
+def test_the_whole_bench_keeps_its_promise(tmp_path, capsys, monkeypatch, kind, fp32_step_s, budget):
+    """tiny-like (90 ms), small-like (2.5 s) and 7B-like (30 s) fp32 steps, budgets of 5 and 12 s."""
+    summary, sim, err = _run(
+        tmp_path, capsys, monkeypatch, kind=kind, fp32_step_s=fp32_step_s, argv=["--budget-s", str(budget)]
+    )
+    wall, bound = bound_holds(summary, sim)
+    assert wall <= bound, (wall, bound, summary["budget"])
+    assert "expected: ~" in err  # the expected total, printed before fp32's measured steps
+    by_name = {e["name"]: e for e in summary["precisions"]}
+    for entry in summary["precisions"]:
+        mfu = entry["mfu"]
+        assert mfu is None or mfu["value"] is None or mfu["value"] <= 1.0
+    if kind == "avx2" and fp32_step_s >= 2.5:  # an emulated step of ~30 s and more: not timed, evidence shown
+        assert by_name["bf16-mixed"]["status"] == "not-timed"
+        assert "0.05x fp32's speed" in by_name["bf16-mixed"]["budget"]["reason"]
+        assert by_name["bf16-mixed"]["fidelity"]["rows"] == 1  # fidelity always runs, on 1 row
+        assert summary["recommendation"]["disqualified"]["bf16-mixed"].startswith("not timed: emulated")
+    if kind == "amx":
+        assert all(e["status"] == "ok" for e in summary["precisions"])
+
+
+def test_naming_an_emulated_precision_times_it_on_a_reduced_batch(tmp_path, capsys, monkeypatch):
+    summary, sim, _ = _run(
+        tmp_path,
+        capsys,
+        monkeypatch,
+        kind="avx2",
+        fp32_step_s=2.5,
+        argv=["--budget-s", "5", "--precisions", "bf16-mixed"],
+    )
+    bf16 = next(e for e in summary["precisions"] if e["name"] == "bf16-mixed")
+    assert bf16["status"] == "ok" and bf16["budget"]["mode"] == "reduced-batch" and bf16["budget"]["batch_size"] == 1
+    assert bf16["vs_fp32"]["same_batches"] is False and bf16["loss"]["at_common_step"] is None
+    assert bf16["fidelity"]["loss_curve"]["steps_compared"] == 0  # other batches: no curve gap
+    wall, bound = bound_holds(summary, sim)
+    assert wall <= bound
+
+
+def test_few_steps_are_flagged_and_losses_compared_at_equal_steps(tmp_path, capsys, monkeypatch):
+    summary, _, _ = _run(tmp_path, capsys, monkeypatch, kind="amx", fp32_step_s=2.5, argv=["--budget-s", "5"])
+    fp32 = summary["precisions"][0]
+    assert fp32["budget"]["few_steps"] and fp32["steps"]["measured"] < 5
+    from ampkit.bench.render import main_rows
+
+    headers, rows = main_rows(summary)
+    step = summary["loss_common_step"]
+    assert f"loss @ step {step}" in headers and "few steps" in rows[0][1]
+    curves = [e["loss"]["curve"] for e in summary["precisions"]]
+    assert step == min(len(c) for c in curves)
+    for entry in summary["precisions"]:
+        assert entry["loss"]["at_common_step"] == entry["loss"]["curve"][step - 1]

@@ -1,0 +1,74 @@
+"""Memory predicted vs measured (`ampkit.bench.memory_check`): the planner's step peak against the
+allocator's peak of a real profiled CPU step (acceptance: within 10% for tiny and small under fp32),
+a task's traced prediction, and the largest micro-batch the recommendation's command names."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ampkit.bench.config import BenchConfig
+from ampkit.bench.memory_check import largest_batch, predict_step_peak
+from ampkit.bench.profile import profile_step
+from ampkit.bench.worker import train_config_for
+from ampkit.tasks.load import build_task
+from ampkit.train import build_run
+
+
+def _measured_step_peak(config: BenchConfig, precision: str) -> tuple[int, int, object]:
+    objs = build_run(train_config_for(config, precision))
+    with objs.policy.run_context():
+        objs.trainer.train_step()  # the optimizer states exist from here on: the steady state
+        result, _, peak = profile_step(objs.trainer, device=objs.device)
+    return peak, result.n_slots, objs.task
+
+
+@pytest.mark.parametrize("model, seq_len, batch_size", [("tiny", 256, 8), ("small", 128, 4)])
+def test_predicted_step_peak_is_within_10_percent_of_the_measured_one(model, seq_len, batch_size):
+    config = BenchConfig(model=model, seq_len=seq_len, batch_size=batch_size)
+    measured, slots, task = _measured_step_peak(config, "fp32")
+    predicted = predict_step_peak(config, task, "fp32", batch_size=batch_size, seq_len=slots // batch_size)
+    assert predicted["source"] == "analytic" and predicted["note"] is None
+    assert measured == pytest.approx(predicted["bytes"], rel=0.10)
+
+
+def test_a_tasks_step_is_predicted_by_tracing_it():
+    config = BenchConfig(task="mlp", batch_size=64, seq_len=256)
+    measured, _, task = _measured_step_peak(config, "fp32")
+    predicted = predict_step_peak(config, task, "fp32", batch_size=64)
+    assert predicted["source"] == "traced" and predicted["bytes"] > 0
+    assert measured == pytest.approx(predicted["bytes"], rel=0.25)
+
+
+def test_an_unpredictable_step_says_why_instead_of_failing():
+    class Broken:
+        name, unit = "broken", "samples"
+
+        def train_stream(self, *, batch_size, seed):
+            raise RuntimeError("no data here")
+
+    found = predict_step_peak(BenchConfig(task="x"), Broken(), "fp32", batch_size=2)
+    assert found == {"bytes": None, "source": None, "note": "not predicted: no data here"}
+
+
+def test_the_largest_batch_that_fits_grows_with_the_capacity(monkeypatch):
+    import ampkit.bench.memory_check as memory_check
+    import ampkit.plan.fit_check as fit_check
+
+    lm = BenchConfig(model="tiny", seq_len=256, batch_size=8)
+    task = build_task(lm)
+    mlp_config = BenchConfig(task="mlp", batch_size=32, seq_len=256)
+    mlp = build_task(mlp_config)
+    sizes = {}
+    for gib in (2, 8):
+        for module in (memory_check, fit_check):
+            monkeypatch.setattr(module, "_capacity", lambda device, g=gib: (g * 1024**3, "available (test)"))
+        sizes[gib] = (
+            largest_batch(lm, task, "fp32", device=torch.device("cpu")),
+            largest_batch(mlp_config, mlp, "bf16-mixed", device=torch.device("cpu")),
+        )
+    (lm2, mlp2), (lm8, mlp8) = sizes[2], sizes[8]
+    assert lm2["source"] == "analytic" and mlp2["source"] == "traced"
+    assert 8 < lm2["batch_size"] < lm8["batch_size"] and 32 < mlp2["batch_size"] < mlp8["batch_size"]
+    monkeypatch.setattr(memory_check, "_capacity", lambda device: None)
+    assert largest_batch(lm, task, "fp32", device=torch.device("cpu"))["batch_size"] is None
