@@ -166,3 +166,17 @@ def test_nf4_where_unsupported_exits_2(tmp_path, monkeypatch):
         nf4_module._probe_result.cache_clear()
     assert code == 2 and "no 4-bit kernels" in err and "use --base-dtype bf16" in err
     assert not (tmp_path / "q").exists()  # refused before any run directory or model
+
+
+def test_grad_stats_every_meters_the_adapters_updates(tmp_path):
+    run = tmp_path / "meter"
+    args = [*TINY_ARGS, "--precision", "fp16-mixed", "--lora", "4", "--steps", "3", "--grad-stats-every", "1"]
+    code, _, err = cli("train", *args, "--out", str(run))
+    assert code == 0, err
+    records = [r for r in read_metrics(run / "metrics.jsonl") if r["event"] == "update_stats"]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    names = [layer["name"] for layer in records[-1]["layers"]]
+    assert names[0] == "blocks.0.attn.q_proj.lora_A.default" and len(names) == 2 * 28
+    assert all(0.0 <= layer["lost_fraction"] <= 1.0 for layer in records[-1]["layers"])
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["diagnostics"]["frozen_layers"] == []
