@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ampkit.errors import UsageError
+from ampkit.lora import LoraSettings, check_lora_run, lora_field
 from ampkit.options import (
     batch_size_field,
     data_field,
@@ -81,6 +82,7 @@ class BenchConfig:
         default=True,
         metadata={"help": "refuse up front a run whose step the memory planner says cannot fit this device"},
     )
+    lora: LoraSettings = lora_field()  # --lora RANK: every precision on the LoRA workload (adapters' gradients)
 
     def __post_init__(self):
         if not (self.budget_s > 0 and math.isfinite(self.budget_s)):
@@ -150,6 +152,10 @@ def resolve_for_device(config: BenchConfig, info) -> tuple[BenchConfig, list[str
     """
     defaults = CUDA_DEFAULTS if info.type == "cuda" else CPU_DEFAULTS
     names = parse_precisions(config.precisions) or default_precisions(info)
+    if config.lora.enabled and not config.precisions:  # fp8 swaps the Linear layers LoRA adapts
+        names = [n for n in names if SPECS[n].fp8 is None]
+    for name in names:
+        check_lora_run(config.lora, precision=name)
     warnings: list[str] = []
     for name in names:
         warnings.extend(check_supported(name, info))

@@ -30,6 +30,7 @@ import torch
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import capture_fidelity, fixed_batch
 from ampkit.bench.timing import make_step_timer, synchronize
+from ampkit.config import resolve_config
 from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.hardware import matmul_size_for, measure_matmul_flops, measured_peak_flops, peak_flops
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
@@ -78,6 +79,7 @@ def train_config_for(config: BenchConfig, precision: str) -> TrainConfig:
         seed=config.seed,
         eval_batches=1,
         fit_check=False,  # the parent checked every precision before any worker started
+        lora=config.lora,  # --lora: the base stored as this precision implies, fp32 adapters
     )
 
 
@@ -197,7 +199,7 @@ def peak_flops_for(precision: str, device: torch.device, info) -> dict[str, Any]
 
 
 def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
-    config = BenchConfig(**job["config"])
+    config = resolve_config(BenchConfig, base=job["config"], base_source="the bench job")  # sections too ([lora])
     precision = job["precision"]
     rss_before = current_rss_bytes()
     emit.emit("phase", phase="build")
