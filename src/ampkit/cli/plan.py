@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     if config.task:
         return _run_task(config, args)
     desc = describe_model(config.model)  # bad model or config.json: refused before the run dir exists
+    if config.lora.enabled:
+        return _run_lora(config, args, desc)
     summary = build_plan(config, desc=desc)
     run_dir = create_run_dir(args.out, "plan")
     with summary_marks_write_failure(run_dir, "plan"):  # disk full: "status": "failed", exit 1
@@ -93,4 +95,26 @@ def _run_task(config: PlanConfig, args: argparse.Namespace) -> int:
         console.print(summary["analytic_note"], soft_wrap=True)
         console.print(f"run directory: {run_dir} (summary.json, report.html)")
     write_task_plan_report(summary, run_dir)
+    return 0
+
+
+def _run_lora(config: PlanConfig, args: argparse.Namespace, desc) -> int:
+    """`--lora RANK`: the LoRA ledger rows and full fine-tuning vs LoRA vs QLoRA (`ampkit.plan.lora_plan`)."""
+    from ampkit.plan.lora_plan import build_lora_plan, lora_rows_table, methods_table
+
+    summary = build_lora_plan(config, desc=desc)  # a model or precision LoRA plans refuse: before the run dir
+    run_dir = create_run_dir(args.out, "plan")
+    with summary_marks_write_failure(run_dir, "plan"):
+        write_json_atomic(run_dir / "config.json", summary["config"])
+        write_json_atomic(run_dir / "summary.json", summary)
+        if args.json:
+            print(json.dumps(summary, indent=2), flush=True)
+        else:
+            console = wide_console()
+            console.print(model_table(summary["model"]))
+            console.print(lora_rows_table(summary))
+            console.print(methods_table(summary))
+            for note in summary["notes"]:
+                console.print(note, soft_wrap=True)
+            console.print(f"run directory: {run_dir} (summary.json)")
     return 0

@@ -19,7 +19,7 @@ traced step, `ampkit.plan.lora_trace`, and a real CPU step).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -232,3 +232,61 @@ def analytic_lora_ledger(
         peak_moment=result.peak_moment,
         reserve=framework_reserve(result.peak, context_bytes=context_bytes, fragmentation=fragmentation),
     )
+
+
+def lora_largest(
+    desc: ModelDescription,
+    setting: StepSetting,
+    plan: LoraPlan,
+    capacity: int,
+    *,
+    field: str = "micro_batch",
+    context_bytes: int = CUDA_CONTEXT_BYTES,
+    fragmentation: float = FRAGMENTATION,
+    limit: int = 1 << 20,
+) -> int:
+    """Largest micro-batch (or sequence length) whose LoRA step fits `capacity` (0: not even 1).
+    Memory grows with either, so a doubling then a bisection finds it (each probe: one replay)."""
+
+    def fits(value: int) -> bool:
+        probe = replace(setting, micro_batch=value) if field == "micro_batch" else replace(setting, seq_len=value)
+        ledger = analytic_lora_ledger(desc, probe, plan, context_bytes=context_bytes, fragmentation=fragmentation)
+        return ledger.total <= capacity
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high <= limit and fits(high):
+        low, high = high, high * 2
+    high = min(high, limit + 1)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+@dataclass(frozen=True)
+class LoraFit:
+    """The LoRA ledger for the pre-build fit check (`ampkit.plan.fit_check`)."""
+
+    desc: ModelDescription
+    plan: LoraPlan
+
+    def ledger(self, setting: StepSetting) -> Ledger:
+        return analytic_lora_ledger(self.desc, setting, self.plan, context_bytes=0, fragmentation=0)
+
+    def largest(self, setting: StepSetting, capacity: int, *, context_bytes: int, fragmentation: float) -> int:
+        return lora_largest(
+            self.desc, setting, self.plan, capacity, context_bytes=context_bytes, fragmentation=fragmentation
+        )
+
+
+def lora_fit_for(desc: ModelDescription, settings: LoraSettings, precision: str) -> LoraFit | None:
+    """A LoRA run's fit planner, or None where the LoRA ledger does not plan it (not checked then)."""
+    plan = LoraPlan(settings=settings, precision=precision)
+    try:
+        check_lora_plannable(desc, plan)
+        lora_dims(desc, StepSetting(precision=precision), plan)
+    except UsageError:
+        return None
+    return LoraFit(desc=desc, plan=plan)

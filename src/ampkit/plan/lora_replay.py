@@ -326,13 +326,19 @@ class LoraReplay:
         self.sum_into(total, f"{p}.gb", width=din)
 
     def adapter_grad(self, name: str, elements: int) -> None:
-        """An adapter's weight gradient, cast to fp32 under autocast, lands in `.grad`."""
+        """An adapter's weight gradient, cast to fp32 under autocast, lands in `.grad` (with gradients held
+        from earlier micro-batches it is added into them in place, and freed)."""
+        held = "gradients" in self.static_lines
         if self.out_bytes() != F:
-            self.r.alloc(name + ".32", "gradients", F * elements)
+            self.r.alloc(name + ".32", "temporaries" if held else "gradients", F * elements)
             self.free(name)
-        else:
+        elif not held:
             self.r.move(name, "gradients")
             self.r.rename(name, name + ".32")
+        else:
+            self.r.rename(name, name + ".32")
+        if held:
+            self.free(name + ".32")
 
     def last_reader(self, shared: str) -> str:
         """The projection whose adapter backward runs last among those saving `shared` (autograd order)."""

@@ -16,6 +16,7 @@ not run on fake tensors in a way the tracker can see inside; the real CPU measur
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -74,7 +75,7 @@ class Emulated4bit(nn.Linear):
         nested = math.ceil(blocks / NF4_NESTED_BLOCK)
         self.nested_absmax = nn.Parameter(torch.empty(nested, dtype=torch.float32, device=device), requires_grad=False)
         self.tables = nn.Parameter(torch.empty(NF4_TABLE_BYTES, dtype=torch.uint8, device=device), requires_grad=False)
-        self.bias = None
+        self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
@@ -117,7 +118,12 @@ def lora_meta_model(desc: ModelDescription, plan: LoraPlan) -> LlamaLM:
 
 
 def trace_lora_step(desc: ModelDescription, setting: StepSetting, plan: LoraPlan) -> StorageTracker:
-    return trace_step(desc, setting, model=lora_meta_model(desc, plan))
+    """One steady-state LoRA step on fake tensors (`ampkit.plan.trace.trace_step` on the adapted model)."""
+    with warnings.catch_warnings():
+        # the tracer's labels are module backward hooks; block 0's input (the frozen embedding's output)
+        # needs no gradient, and torch says so once per block
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        return trace_step(desc, setting, model=lora_meta_model(desc, plan))
 
 
 def traced_lora_ledger(
