@@ -180,3 +180,14 @@ def test_grad_stats_every_meters_the_adapters_updates(tmp_path):
     assert all(0.0 <= layer["lost_fraction"] <= 1.0 for layer in records[-1]["layers"])
     summary = json.loads((run / "summary.json").read_text())
     assert summary["diagnostics"]["frozen_layers"] == []
+
+
+def test_any_task_with_linear_layers(tmp_path):
+    run = tmp_path / "mlp"
+    code, _, err = cli(
+        "train", "--task", "mlp", "--lora", "4", "--steps", "20", "--batch-size", "32", "--out", str(run)
+    )
+    assert code == 0, err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["lora"]["target_names"] == ["fc1", "fc2"] and summary["lora"]["targets_source"] == "every nn.Linear"
+    assert summary["eval_loss"] < summary["eval_loss_initial"]
