@@ -8,8 +8,10 @@ line. Unknown TOML keys and wrong types are user errors (exit 2), never silently
 Sections: a field whose type is itself a config dataclass (`scaler: ScalerConfig`) groups settings.
 Its fields are flags under their own names, without a prefix (`[scaler] init_scale` <->
 `--init-scale`), so every setting name is unique across a config and its sections (a clash is a
-`TypeError` when the class is first used). A section is a `[scaler]` table in TOML, a nested dict in
-`dataclasses.asdict` and `config.json`, and a `[scaler]` table in `--print-config`'s output. Files
+`TypeError` when the class is first used). One name may repeat: a section's *head* setting, named
+like the section (`[lora] lora = 8` <-> `--lora 8`; `lora = 8` at top level means the same). A
+section is a `[scaler]` table in TOML, a nested dict in `dataclasses.asdict` and `config.json`, and a
+`[scaler]` table in `--print-config`'s output. Files
 written before a setting moved into a section (`init_scale = 4096.0` at top level) are still
 accepted: a section's setting given at top level is mapped into its section.
 """
@@ -112,7 +114,7 @@ def _make_layout(cls: Any) -> Layout:
             settings[f.name] = Setting(f.name, _base_type(hints[f.name]), None, help_text, _default_of(f))
             continue
         for sub in _section_settings(sections[f.name][0], f.name, _default_of(f)):
-            if sub.name in top or sub.name in settings:
+            if (sub.name in top and sub.name != f.name) or sub.name in settings:  # its head: `[lora] lora`
                 other = "the top level" if sub.name in top else f"[{settings[sub.name].section}]"
                 raise TypeError(
                     f"{cls.__name__}: setting '{sub.name}' of section [{f.name}] clashes with '{sub.name}' of "
@@ -211,6 +213,9 @@ def _entries(layout: Layout, data: dict[str, Any], source: str) -> Iterator[tupl
             if "name" in value:
                 yield key, value["name"], f"[{key}] of {source}"
             yield f"{key}_args", rest, f"[{key}] of {source}"
+            continue
+        if key in layout.sections and not isinstance(value, dict) and key in layout.settings:
+            yield key, value, source  # a section's head setting at top level: `lora = 8` for `[lora] lora = 8`
             continue
         if key in layout.sections:
             if not isinstance(value, dict):

@@ -14,6 +14,7 @@ from typing import Any
 
 from ampkit.bench.inference import InferenceSettings
 from ampkit.errors import UsageError
+from ampkit.lora import LoraSettings, check_lora_run, lora_field
 from ampkit.options import (
     batch_size_field,
     data_field,
@@ -95,6 +96,7 @@ class BenchConfig:
     serving: InferenceSettings = field(
         default_factory=InferenceSettings, metadata={"help": "bench --inference: prefill, decode and the KV cache"}
     )
+    lora: LoraSettings = lora_field()  # --lora RANK: every precision on the LoRA workload (adapters' gradients)
 
     def __post_init__(self):
         if not (self.budget_s > 0 and math.isfinite(self.budget_s)):
@@ -165,6 +167,10 @@ def resolve_for_device(config: BenchConfig, info) -> tuple[BenchConfig, list[str
     """
     defaults = CPU_DEFAULTS if info.type == "cpu" else CUDA_DEFAULTS  # every accelerator: the GPU shape
     names = parse_precisions(config.precisions) or default_precisions(info)
+    if config.lora.enabled and not config.precisions:  # fp8 swaps the Linear layers LoRA adapts
+        names = [n for n in names if SPECS[n].fp8 is None]
+    for name in names:
+        check_lora_run(config.lora, precision=name)
     warnings: list[str] = []
     for name in names:
         warnings.extend(check_supported(name, info))

@@ -5,7 +5,8 @@ fixed held-out batch: the logits at real (non-padding) positions, the loss, and 
 The parent compares each precision's capture with fp32's:
 - cosine similarity of the logits (the seeds' rule: >= 0.99 healthy, < 0.9 a layer's error is being
   amplified) and their max absolute difference,
-- the loss difference and the cosine similarity of the gradient vectors,
+- the loss difference and the cosine similarity of the gradient vectors (of the trainable parameters:
+  under `--lora`, the adapters' gradients),
 - and, over the training steps both ran, the gap between the loss curves.
 Cosines are computed in float64 and written so that a vector compared with itself gives exactly 1.0.
 """

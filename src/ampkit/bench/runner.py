@@ -32,6 +32,7 @@ from ampkit.bench.session import BenchSession
 from ampkit.bench.summary import build_summary
 from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
+from ampkit.lora.build import check_lora_available
 from ampkit.precision import REFERENCE, get_spec
 from ampkit.runs import (
     SUMMARY_FILE,
@@ -78,6 +79,8 @@ def plan_bench(config: BenchConfig, *, task_object=None) -> BenchPlan:
             f"--data {resolved.data} does not exist; pass a .txt/.md/.jsonl file or a folder, "
             "or leave --data out for the embedded corpus"
         )
+    for name in names:  # peft present; nf4 runs on this device at each precision's compute dtype
+        check_lora_available(resolved.lora, device=torch.device(info.type), precision=name)
     task = task_object if task_object is not None else build_task(resolved)
     if isinstance(task, LanguageModelTask):  # the planner's ledger, before any worker (language models)
         check_bench_fits(resolved, names, device=torch.device(info.type))

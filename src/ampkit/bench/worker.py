@@ -37,6 +37,7 @@ from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import capture_fidelity, fidelity_file, fixed_batch
 from ampkit.bench.profile import profile_step
 from ampkit.bench.timing import make_step_timer, synchronize
+from ampkit.config import resolve_config
 from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.runs import atomic_write, write_json_atomic
@@ -83,6 +84,7 @@ def train_config_for(config: BenchConfig, precision: str) -> TrainConfig:
         seed=config.seed,
         eval_batches=1,
         fit_check=False,  # the parent checked every precision before any worker started
+        lora=config.lora,  # --lora: the base stored as this precision implies, fp32 adapters
     )
 
 
@@ -306,7 +308,7 @@ def build_for(job: dict[str, Any], config: BenchConfig, plan: dict[str, Any]):
 
 
 def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
-    config = BenchConfig(**job["config"])
+    config = resolve_config(BenchConfig, base=job["config"], base_source="the bench job")  # sections too ([lora])
     precision = job["precision"]
     plan = {**default_plan(config), **(job.get("plan") or {})}
     rss_before = current_rss_bytes()

@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     if config.task:
         return _run_task(config, args)
     desc = describe_model(config.model)  # bad model or config.json: refused before the run dir exists
+    if config.lora.enabled:
+        return _run_lora(config, args, desc)
     summary = build_plan(config, desc=desc)
     return write_planned_run(args, "plan", summary, show=_print, write_report=write_plan_report)
 
@@ -65,7 +67,7 @@ def write_planned_run(
     summary: dict,
     *,
     show: Callable[[dict, Path], None],
-    write_report: Callable[[dict, Path], object],
+    write_report: Callable[[dict, Path], object] | None,
 ) -> int:
     """`plan`'s and `kv`'s run directory (config.json, summary.json, report.html) and answer: the
     summary as JSON with --json, else `show(summary, run_dir)`."""
@@ -77,7 +79,8 @@ def write_planned_run(
             print(json.dumps(summary, indent=2), flush=True)
         else:
             show(summary, run_dir)
-        write_report(summary, run_dir)  # after the answer is on screen: plotting takes a moment
+        if write_report is not None:
+            write_report(summary, run_dir)  # after the answer is on screen: plotting takes a moment
     return 0
 
 
@@ -114,3 +117,21 @@ def _run_task(config: PlanConfig, args: argparse.Namespace) -> int:
         console.print(f"run directory: {run_dir} (summary.json, report.html)")
 
     return write_planned_run(args, "plan", summary, show=show, write_report=write_task_plan_report)
+
+
+def _run_lora(config: PlanConfig, args: argparse.Namespace, desc) -> int:
+    """`--lora RANK`: the LoRA ledger rows and full fine-tuning vs LoRA vs QLoRA (`ampkit.plan.lora_plan`)."""
+    from ampkit.plan.lora_plan import build_lora_plan, lora_rows_table, methods_table
+
+    summary = build_lora_plan(config, desc=desc)  # a model or precision LoRA plans refuse: before the run dir
+
+    def show(summary: dict, run_dir) -> None:
+        console = wide_console()
+        console.print(model_table(summary["model"]))
+        console.print(lora_rows_table(summary))
+        console.print(methods_table(summary))
+        for note in summary["notes"]:
+            console.print(note, soft_wrap=True)
+        console.print(f"run directory: {run_dir} (summary.json)")
+
+    return write_planned_run(args, "plan", summary, show=show, write_report=None)

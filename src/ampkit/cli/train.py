@@ -38,7 +38,27 @@ def register(sub) -> argparse.ArgumentParser:
     parser.add_argument(
         "--print-config", action="store_true", help="print the resolved config as TOML (usable with --config) and exit"
     )
+    parser.add_argument(
+        "--export",
+        nargs=2,
+        metavar=("KIND", "RUN_DIR"),
+        help="write what a --lora run trained: merged (the merged model, safetensors, in the base's dtype) or "
+        "adapter (a peft adapter folder), to --out DIR or RUN_DIR/export-KIND-step-N; then exit",
+    )
     return parser
+
+
+def _export(args: argparse.Namespace, console: Console) -> int:
+    from ampkit.train.export import export_run
+
+    if args.resume or args.config or given_flags(TrainConfig, args):
+        raise UsageError("--export KIND RUN_DIR reads the run's saved config; drop the other settings (--out is kept)")
+    kind, run_dir = args.export
+    target = export_run(run_dir, kind, out=args.out)
+    console.print(f"exported {kind} of {run_dir} to {target}")
+    if args.json:
+        print(json.dumps({"export": kind, "run_dir": str(run_dir), "path": str(target)}))
+    return 0
 
 
 def _resume_config(args: argparse.Namespace) -> tuple[TrainConfig, Path]:
@@ -49,6 +69,8 @@ def _resume_config(args: argparse.Namespace) -> tuple[TrainConfig, Path]:
 
 def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
+    if getattr(args, "export", None):
+        return _export(args, console)
     if args.resume:
         config, run_dir = _resume_config(args)
     else:
@@ -86,6 +108,8 @@ def _train(objs, args: argparse.Namespace, *, run_dir: Path | None, console: Con
     main = objs.parallel.is_main  # rank 0 alone prints; every rank trains
     for warning in objs.warnings if main else ():
         console.print(f"[yellow]warning:[/] {warning}")
+    if objs.lora is not None and main:
+        console.print(objs.lora.line(), highlight=False, soft_wrap=True)  # the trainable count (peft's own rule)
     run_dir = run_dir or shared_run_dir(objs.parallel, lambda: create_run_dir(args.out, "train"))
     summary = run_training(
         objs,

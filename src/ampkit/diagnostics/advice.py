@@ -18,6 +18,7 @@ from ampkit.diagnostics.gradstats import LongTail, ScaleRange
 from ampkit.diagnostics.layer_fidelity import FidelityResult
 from ampkit.diagnostics.locator import ROOT, Finding
 from ampkit.diagnostics.smoke import SmokeResult
+from ampkit.diagnostics.underflow import FrozenLayer
 from ampkit.records import Record
 
 UNDERFLOW_DOMINATES = 0.01
@@ -50,6 +51,8 @@ class Evidence:
     smoke: SmokeResult | None = None
     smoke_fp32: SmokeResult | None = None
     fidelity: FidelityResult | None = None
+    frozen_layers: list[FrozenLayer] = field(default_factory=list)
+    """layers whose weights stopped changing (`ampkit.diagnostics.underflow`)"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,6 +290,27 @@ def _injected(ev: Evidence, caveat: str = "") -> list[str]:
     return [f"a fault was injected ({ev.injected}){caveat}"] if ev.injected else []
 
 
+def rule_frozen_layers(ev: Evidence) -> Advice | None:
+    """Weights that stopped changing: their updates round away (or their gradients flush to zero)."""
+    if not ev.frozen_layers:
+        return None
+    first = ev.frozen_layers[0]
+    names = ", ".join(f.name for f in ev.frozen_layers[:4]) + (", ..." if len(ev.frozen_layers) > 4 else "")
+    evidence = [
+        f"{f.name} ({f.dtype}) unchanged for {f.steps} optimizer steps since step {f.since_step}; "
+        f"{100 * f.zero_grad_fraction:.0f}% of its gradient exactly zero, "
+        f"{100 * f.flush_fraction:.0f}% flushing in fp16"
+        for f in ev.frozen_layers[:4]
+    ]
+    return Advice(
+        rule="frozen_layers",
+        severity="fix",
+        title=f"{len(ev.frozen_layers)} layer(s) froze: {names}",
+        evidence=evidence,
+        fix=first.fix,
+    )
+
+
 def _range_evidence(ev: Evidence) -> list[str]:
     r = ev.scale_range
     if r is None:
@@ -310,6 +334,7 @@ RULES: tuple[Callable[[Evidence], Advice | None], ...] = (
     rule_clip,
     rule_fidelity,
     rule_smoke,
+    rule_frozen_layers,
 )
 
 

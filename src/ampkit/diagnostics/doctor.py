@@ -9,6 +9,9 @@ Order (each part can be skipped; all share the same seed, model and data):
     3. smoke test (overfit 16 samples) under the precision and under fp32
     4. per-layer fidelity against fp32
     5. advice
+With `--lora RANK` every model is the task's base with LoRA adapters (`ampkit.lora`), its base stored in
+the dtype the diagnosed precision implies (fp32 for the fp32 references); the diagnostic run also
+measures the adapters' updates lost to rounding and names layers that froze (`ampkit.diagnostics.underflow`).
 """
 
 from __future__ import annotations
@@ -38,9 +41,12 @@ from ampkit.diagnostics.layer_fidelity import FidelityResult, compare_layers
 from ampkit.diagnostics.locator import Finding, NonFiniteLocator
 from ampkit.diagnostics.scale import ScaleTrajectory
 from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test
+from ampkit.diagnostics.underflow import FROZEN_AFTER, FrozenLayer, StepUpdateStats, UpdateUnderflowMeter
 from ampkit.diagnostics.unsafe import insert_unsafe_op
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
+from ampkit.lora import LoraSettings, check_lora_run, lora_field
+from ampkit.lora.build import build_lora_model, check_lora_available
 from ampkit.options import (
     batch_size_field,
     clip_grad_norm_field,
@@ -112,9 +118,11 @@ class DoctorConfig:
         default=True,
         metadata={"help": "refuse, before building the model, a step the memory planner says cannot fit this device"},
     )
+    lora: LoraSettings = lora_field()
 
     def __post_init__(self):
         object.__setattr__(self, "precision", canonical_name(self.precision))
+        check_lora_run(self.lora, precision=self.precision)
         for name in ("steps", "batch_size", "seq_len", "smoke_steps", "smoke_seq_len", "ring_size"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -148,6 +156,9 @@ class RunRecord:
     """backward infs/nans on steps the loss scaler skipped: its normal overflow handling, located"""
     fired: list[int] = field(default_factory=list)
     error: str | None = None
+    updates: list[StepUpdateStats] = field(default_factory=list)
+    """per step: the updates lost to rounding and the fp16 flush, per layer"""
+    frozen: list[FrozenLayer] = field(default_factory=list)
 
     @property
     def nonfinite_loss_steps(self) -> list[int]:
@@ -175,6 +186,7 @@ class _Setup:
         self.device = pick_device(config.device)
         self.info = describe_device(self.device)
         self.warnings = check_supported(config.precision, self.info)
+        check_lora_available(config.lora, device=self.device, precision=config.precision)
         self.spec = get_spec(config.precision)
         self.task = task if task is not None else build_task(config)  # the workload (`ampkit.tasks`)
         self.model_hook = model_hook
@@ -194,12 +206,13 @@ class _Setup:
         self.sampler.load_state_dict(self._data_start)
         return self.sampler
 
-    def fresh_model(self) -> nn.Module:
-        """The same initial weights every call (seeded), with the demo op and fp32 fixes applied."""
+    def fresh_model(self, precision: str | None = None) -> nn.Module:
+        """The same initial weights every call (seeded), with the demo op and fp32 fixes applied; with
+        `--lora`, the base stored as `precision` (default: the diagnosed one) implies, adapted."""
         cfg = self.config
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            model = self.task.build_model(device=self.device, seed=cfg.seed)
+            model = self._build(precision or cfg.precision)
             if cfg.unsafe_op:
                 insert_unsafe_op(model, cfg.unsafe_op)
             if self.model_hook is not None:
@@ -207,6 +220,12 @@ class _Setup:
         for path in cfg.fp32_paths:
             keep_in_fp32(model, path, device_type=self.device.type)
         return model.to(self.device)
+
+    def _build(self, precision: str) -> nn.Module:
+        cfg = self.config
+        if not cfg.lora.enabled:
+            return self.task.build_model(device=self.device, seed=cfg.seed)
+        return build_lora_model(self.task, cfg.lora, precision=precision, device=self.device, seed=cfg.seed)[0]
 
     def policy(self):
         cfg = self.config
@@ -239,27 +258,32 @@ def diagnostic_run(setup: _Setup) -> RunRecord:
     )
     locator = NonFiniteLocator(model, ring_size=cfg.ring_size)
     stats = GradientStatistics(model, every=1, scale_fn=policy.loss_scale)
+    frozen_after = max(1, min(FROZEN_AFTER, cfg.steps // 2))
+    updates = UpdateUnderflowMeter(model, trainer.optimizer, frozen_after=frozen_after, scale_fn=policy.loss_scale)
     injector = FaultInjector(model, cfg.fault) if cfg.fault else None
     record.trajectory.start(policy.loss_scale())
-    hooks = [h for h in (injector, locator, stats) if h is not None]
+    hooks = [h for h in (injector, locator, stats, updates) if h is not None]
     for hook in hooks:
         hook.attach()
     try:
         with policy.run_context():
-            _run_steps(trainer, policy, locator, stats, record, cfg.steps)
+            _run_steps(trainer, policy, (locator, stats, updates), record, cfg.steps)
     finally:
         for hook in hooks:
             hook.detach()
+    record.frozen = updates.frozen
     record.locator = locator.summary()
     record.nonfinite, record.near_max = locator.first_nonfinite, locator.first_near_max
     record.fired = list(injector.fired) if injector else []
     return record
 
 
-def _run_steps(trainer, policy, locator, stats, record: RunRecord, steps: int) -> None:
+def _run_steps(trainer, policy, meters, record: RunRecord, steps: int) -> None:
+    locator, stats, updates = meters
     for step in range(1, steps + 1):
         locator.begin_step(step)
         stats.begin_step(step)
+        updates.begin_step(step)
         try:
             result = trainer.train_step()
         except LossScaleCollapse as err:
@@ -274,6 +298,7 @@ def _run_steps(trainer, policy, locator, stats, record: RunRecord, steps: int) -
         record.grad_norms.append(norm)
         record.trajectory.record(step, policy.loss_scale(), stepped=result.stepped)
         record.grad_stats.extend(stats.drain())
+        record.updates.extend(updates.drain())
         _absorb_scaler_overflow(locator, record, stepped=result.stepped, loss=loss)
 
 
@@ -288,7 +313,7 @@ def _absorb_scaler_overflow(locator, record: RunRecord, *, stepped: bool, loss: 
 
 def gradient_snapshot(setup: _Setup):
     """True-scale fp32 gradients of the initial model on one batch: the distribution fp16 must hold."""
-    model = setup.fresh_model()
+    model = setup.fresh_model(REFERENCE)
     batch = setup.first_batch
     loss, _ = setup.task.loss(model, batch)  # fp32 model, no policy: the true-scale reference gradients
     loss.backward()
@@ -308,7 +333,7 @@ def smoke_tests(setup: _Setup) -> dict[str, SmokeResult]:
     results = {}
     for name in dict.fromkeys([cfg.precision, REFERENCE]):
         policy = setup.policy() if name == cfg.precision else build_precision(REFERENCE, device_type=setup.device.type)
-        model = policy.convert_module(setup.fresh_model())
+        model = policy.convert_module(setup.fresh_model(name))
         injector = FaultInjector(model, cfg.fault).attach() if cfg.fault and name == cfg.precision else None
         try:
             results[name] = run_smoke_test(
@@ -351,7 +376,7 @@ def run_doctor(
     fidelity = None
     if config.fidelity and not setup.spec.is_reference:
         progress("per-layer fidelity against fp32")
-        model = setup.fresh_model()
+        model = setup.fresh_model(REFERENCE)  # fp32 weights (a LoRA base too); compare_layers converts a copy
         fidelity = compare_layers(
             model,
             setup.first_batch,
@@ -389,6 +414,7 @@ def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity)
         smoke=smoke.get(cfg.precision),
         smoke_fp32=smoke.get(REFERENCE) if not spec.is_reference else None,
         fidelity=fidelity,
+        frozen_layers=run.frozen,
     )
 
 
@@ -435,6 +461,11 @@ def build_summary(
             "layer_norms_fp32": layer_norms,
             "steps": [s.to_dict() for s in run.grad_stats],
         },
+        "updates": {
+            "frozen_layers": [f.to_dict() for f in run.frozen],
+            "steps": [u.to_dict() for u in run.updates],
+        },
+        "lora": cfg.lora.describe(cfg.precision) if cfg.lora.enabled else None,
         "smoke": {name: r.to_dict() for name, r in smoke.items()},
         "fidelity": fidelity.to_dict() if fidelity else None,
         "advice": [a.to_dict() for a in advice],

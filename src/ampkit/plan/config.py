@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from ampkit.distributed.settings import PARALLEL_MODES
 from ampkit.errors import UsageError
+from ampkit.lora import LoraSettings, lora_field
 from ampkit.options import (
     CHECKPOINTING_MODES,
     batch_size_field,
@@ -78,6 +79,7 @@ class PlanConfig:
     )
     context_gib: float = field(default=0.5, metadata={"help": "CUDA context and workspaces outside the allocator, GiB"})
     fragmentation: float = field(default=0.05, metadata={"help": "allocator slack as a fraction of the tensor peak"})
+    lora: LoraSettings = lora_field()  # --lora RANK: the LoRA ledger, and full vs LoRA vs QLoRA (ampkit.plan.lora_plan)
 
     def __post_init__(self):
         _positive(self, ("micro_batch", "grad_accum", "world_size"))

@@ -98,8 +98,11 @@ def _capacity(device: torch.device) -> tuple[int, str] | None:
     return None if available is None else (available, "available on this host (MemAvailable)")
 
 
-def estimate_fit(desc: ModelDescription, setting: StepSetting, device: torch.device) -> FitEstimate | None:
-    """The step's peak against the device's capacity; None when the capacity is unknown."""
+def estimate_fit(
+    desc: ModelDescription, setting: StepSetting, device: torch.device, *, lora=None
+) -> FitEstimate | None:
+    """The step's peak against the device's capacity; None when the capacity is unknown. `lora`: a LoRA
+    run's planner (`ampkit.plan.lora.LoraFit`), whose ledger replaces full fine-tuning's."""
     found = _capacity(device)
     if found is None:
         return None
@@ -109,13 +112,16 @@ def estimate_fit(desc: ModelDescription, setting: StepSetting, device: torch.dev
     else:  # every rank of this node needs its share of the host
         capacity //= max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         context, fragmentation, held = CPU_FIXED_BYTES, CPU_DYNAMIC_FACTOR - 1, current_rss_bytes()
-    ledger = analytic_ledger(desc, setting, context_bytes=0, fragmentation=0)
+    ledger = analytic_ledger(desc, setting, context_bytes=0, fragmentation=0) if lora is None else lora.ledger(setting)
     static = sum(ledger.at_peak[line] for line in _STATIC_LINES)
     if device.type != "cpu":
         needed = int(ledger.tensor_peak * (1 + fragmentation)) + context
     else:
         needed = static + int(CPU_DYNAMIC_FACTOR * (ledger.tensor_peak - static)) + context
-    best = largest(desc, setting, capacity, field="micro_batch", context_bytes=context, fragmentation=fragmentation)
+    if lora is None:
+        best = largest(desc, setting, capacity, field="micro_batch", context_bytes=context, fragmentation=fragmentation)
+    else:
+        best = lora.largest(setting, capacity, context_bytes=context, fragmentation=fragmentation)
     return FitEstimate(
         peak_bytes=held + needed,
         needed_bytes=needed,
@@ -139,6 +145,7 @@ def check_fit(
     world_size: int = 1,
     vocab_size: int | None = None,
     command: str = "train",
+    lora=None,
 ) -> FitEstimate | None:
     """Refuse (UsageError) a run whose step cannot fit on `device`; returns the estimate (None: not
     checked: a model the planner cannot describe, or a capacity this host does not report)."""
@@ -155,7 +162,14 @@ def check_fit(
         world_size=max(1, world_size),
         parallel=parallel,
     )
-    estimate = estimate_fit(desc, setting, device)
+    lora_fit = None
+    if lora is not None and lora.enabled:
+        from ampkit.plan.lora import lora_fit_for  # a LoRA run: its own ledger (None: not one LoRA plans)
+
+        lora_fit = lora_fit_for(desc, lora, setting.precision)
+        if lora_fit is None:
+            return None
+    estimate = estimate_fit(desc, setting, device, lora=lora_fit)
     if estimate is None or estimate.fits:
         return estimate
     raise UsageError(
@@ -215,6 +229,7 @@ def fit_check_for(config, *, device: torch.device, command: str) -> FitEstimate 
         world_size=world if parallel != "none" else 1,
         vocab_size=_vocab_size(config.model),
         command=command,
+        lora=getattr(config, "lora", None),
     )
 
 

@@ -10,6 +10,7 @@ linear), so totals at b and 2b give the slope. Units: bytes; GiB in text (1024**
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -132,7 +133,7 @@ def build_task_plan(config, task: Task) -> dict[str, Any]:
         "schema": TASK_PLAN_SCHEMA,
         "command": "plan",
         "units": {"memory": "bytes; fields ending in _gib are GiB (1024**3 bytes)", "flops": "FLOPs"},
-        "config": {k: v for k, v in vars(config).items()},
+        "config": dataclasses.asdict(config),
         "task": optional.describe(task),
         "engine": "traced",
         "analytic_note": "the analytic ledger replays transformer shapes only; this task is planned by tracing "

@@ -113,7 +113,8 @@ def _tag_state(tracker: StorageTracker, model: nn.Module, optimizer: torch.optim
         tracker.tag(p, "parameters")
         if p.grad is not None:
             tracker.tag(p.grad, "gradients")
-        p.register_post_accumulate_grad_hook(lambda param: tracker.tag(param.grad, "gradients"))
+        if p.requires_grad:  # a frozen weight (a LoRA base) gets no gradient
+            p.register_post_accumulate_grad_hook(lambda param: tracker.tag(param.grad, "gradients"))
     for state in optimizer.state.values():
         for value in state.values():
             if isinstance(value, torch.Tensor):
@@ -142,7 +143,8 @@ def _install_labels(model: LlamaLM, tracker: StorageTracker) -> None:
     # the embedding's input (token ids) needs no gradient, so a module backward hook would not
     # fire cleanly; a hook on its output's gradient marks the same moment
     def mark_embedding_backward(module, inputs, output) -> None:
-        output.register_hook(label("backward: embedding"))
+        if output.requires_grad:  # a frozen embedding (LoRA) has no backward
+            output.register_hook(label("backward: embedding"))
 
     model.embed.register_forward_hook(mark_embedding_backward)
 
@@ -231,13 +233,14 @@ def _train_step(
     trainer.train_step()
 
 
-def trace_step(desc: ModelDescription, setting: StepSetting) -> StorageTracker:
-    """Run one steady-state training step on fake tensors; return the tracker with its figures."""
+def trace_step(desc: ModelDescription, setting: StepSetting, *, model: LlamaLM | None = None) -> StorageTracker:
+    """Run one steady-state training step on fake tensors; return the tracker with its figures.
+    `model`: a meta-device model to trace instead of `desc`'s (a LoRA model: `ampkit.plan.lora`)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     check_traceable(desc, setting)
     policy = build_precision(setting.precision, device_type="cpu")
-    model = _build(desc, policy)
+    model = model if model is not None else _build(desc, policy)
     tracker = StorageTracker()
     # bitsandbytes keeps two small real lookup tables (built at construction, where fake tensors
     # cannot answer .tolist()): let them in as constants

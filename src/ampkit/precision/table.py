@@ -67,11 +67,17 @@ class PrecisionSpec:
         return _DTYPE_KEYS[self.compute_dtype]
 
     @property
+    def compute_dtype_key(self) -> str:
+        """The dtype key ("fp32", "bf16", "fp16") of `compute_dtype` itself (tf32 and fp8 compute in
+        fp32 and bf16): what a LoRA base stored at the compute dtype is kept in."""
+        return _DTYPE_KEYS[self.compute_dtype]
+
+    @property
     def low_precision_key(self) -> str | None:
         """The 16-bit dtype key ("bf16" or "fp16") it computes in, whose native support the device
         check demands (refused on CUDA without it, warned about on CPU); None for fp32 and tf32.
         fp8 runs bf16 autocast around its float8 Linears, so it needs bf16 too."""
-        key = _DTYPE_KEYS[self.compute_dtype]
+        key = self.compute_dtype_key
         return None if key == "fp32" else key
 
     @property

@@ -26,6 +26,7 @@ from ampkit.distributed.wrap import reshard, wrap_model
 from ampkit.errors import UsageError
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.hardware.gpus import GPUS
+from ampkit.lora.build import build_lora_model, check_lora_available
 from ampkit.models.init import materialize
 from ampkit.plan.fit_check import fit_check_for
 from ampkit.precision import Fp8Options, Precision, build_precision, check_supported
@@ -65,6 +66,11 @@ class RunObjects:
     """The throughput switches applied (checkpointed blocks, compile time, ...)."""
     parallel: LocalRun = dataclasses.field(default_factory=LocalRun)
     """This process's place in a data-parallel job (`LocalRun`: a one-process run)."""
+
+    @property
+    def lora(self):
+        """What `--lora` built (`ampkit.lora.apply.LoraInfo`), or None for a run that trains every weight."""
+        return self.features.lora if self.features else None
 
     def features_summary(self) -> dict:
         """The summary's "throughput" section: switches, compile time, optimizer-state bytes, dedup."""
@@ -111,10 +117,20 @@ def build_run_model(
     6. the compile warm-up, timed (needs real weights; under FSDP2 it runs the sharded model).
     7. DDP (needs real weights: it checks them across ranks).
     The optimizer comes next, over the final parameters.
+
+    A LoRA run (`--lora`) replaces steps 1-2 and 5 with `ampkit.lora.build_lora_model`: the base born on
+    the meta device in its storage dtype, materialised, then adapted (peft wraps real modules; adapters
+    fp32, seeded); checkpointing and compile then see the adapted model. It runs in one process (no
+    FSDP2 or DDP: `check_lora_run`), so nothing is sharded before the adapters exist.
     """
-    model = policy.convert_module(new_model(task, device=device, seed=config.seed, policy=policy))
+    lora = None
+    if config.lora.enabled:
+        model, lora = build_lora_model(task, config.lora, precision=config.precision, device=device, seed=config.seed)
+    else:
+        model = policy.convert_module(new_model(task, device=device, seed=config.seed, policy=policy))
     blocks = optional.repeated_blocks(task, model)
     model, report = apply_model_features(model, config, blocks=blocks)
+    report.lora = lora
     fsdp = parallel.mode == "fsdp"
 
     def wrap(model: nn.Module) -> nn.Module:
@@ -161,6 +177,7 @@ def check_run_settings(config: TrainConfig, *, device: torch.device) -> None:
         features.check_compile_available(device)
     check_optimizer_available(config.features.optimizer)  # a missing library names its extra
     check_logger_available(config.log)
+    check_lora_available(config.lora, device=device, precision=config.precision)  # peft; nf4 on this device
 
 
 def build_run_data(config: TrainConfig, *, task: Task, parallel) -> tuple[object, list]:
@@ -232,5 +249,5 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
         dedup=optional.dedup_stats(task, batch_size=config.batch_size, seed=config.seed),
         features=feature_report,
         parallel=parallel,
-        checkpointer=build_checkpointer(config, parallel),
+        checkpointer=build_checkpointer(config, parallel, model=model if feature_report.lora else None),
     )

@@ -8,6 +8,8 @@ loading, restoring and keep-last-K. Two implementations, the same interface:
 - `FileCheckpointer`: one file per checkpoint (`ampkit.train.checkpoint`: atomic, sha256 manifest).
 - `ShardedCheckpointer`: a DCP directory per checkpoint, every rank writing its shards
   (`ampkit.distributed.checkpoint`); every rank calls it at the same step (collectives inside).
+A LoRA run's checkpoint holds the adapters in place of the model (`ampkit.lora.state`): the frozen
+base is rebuilt on resume, and its identity and checksum are in the manifest, checked on load.
 Callers say `checkpointer.save(objs, run_dir, progress)`; none asks whether the run is distributed.
 """
 
@@ -23,6 +25,7 @@ from torch import nn
 
 from ampkit.distributed import checkpoint as sharded
 from ampkit.errors import UsageError
+from ampkit.lora.state import adapter_state_dict, base_identity, load_adapter_state
 from ampkit.tasks import optional
 from ampkit.train import checkpoint as single
 from ampkit.train.checkpoint import CheckpointWriteFailed  # noqa: F401 (raised by the writers; re-exported)
@@ -49,6 +52,16 @@ def run_identity(config) -> dict[str, Any]:
     return identity
 
 
+def lora_identity(config, model: nn.Module) -> dict[str, Any]:
+    """A LoRA run's settings and its frozen base (description and sha256), checked on every load."""
+    return {
+        "lora": config.lora.describe(config.precision),
+        "base": base_identity(
+            model, model_spec=config.task or config.model, base_dtype=config.lora.resolved_base_dtype(config.precision)
+        ),
+    }
+
+
 def local_state_is_finite(model: nn.Module, optimizer: torch.optim.Optimizer) -> bool:
     """Whether every weight and floating optimizer-state tensor this process holds is finite.
 
@@ -62,7 +75,7 @@ def local_state_is_finite(model: nn.Module, optimizer: torch.optim.Optimizer) ->
     by_device: dict[torch.device, list[torch.Tensor]] = {}
     for t in tensors:
         t = t.to_local() if hasattr(t, "to_local") else t
-        if t.numel():
+        if t.numel() and t.is_floating_point():  # a 4-bit base (nf4) is packed bytes: nothing to check
             by_device.setdefault(t.device, []).append(t)
     for group in by_device.values():
         peaks = torch.stack([n.float() for n in torch._foreach_norm(group, math.inf)])
@@ -89,6 +102,7 @@ class _Checkpointer:
 
     def __init__(self, *, keep: int, identity: dict[str, Any]):
         self.keep, self.identity = keep, identity
+        self.adapters_only = "base" in identity  # a LoRA run: the frozen base is named, not saved
 
     def save(self, objs, run_dir: Path, progress: RunProgress) -> bool:
         """Write a checkpoint of the run at `progress.step`; False (nothing written) when the state
@@ -140,7 +154,7 @@ class FileCheckpointer(_Checkpointer):
 
     def _write(self, objs, run_dir: Path, progress: RunProgress) -> None:
         payload = {
-            "model": objs.model.state_dict(),
+            "model": adapter_state_dict(objs.model) if self.adapters_only else objs.model.state_dict(),
             "optimizer": objs.optimizer.state_dict(),
             **run_state(objs, progress),
         }
@@ -151,7 +165,10 @@ class FileCheckpointer(_Checkpointer):
 
     def _restore_training_state(self, objs, ckpt: dict[str, Any]) -> None:
         try:
-            objs.model.load_state_dict(ckpt["model"])
+            if self.adapters_only:
+                load_adapter_state(objs.model, ckpt["model"])
+            else:
+                objs.model.load_state_dict(ckpt["model"])
             objs.optimizer.load_state_dict(ckpt["optimizer"])
         except (RuntimeError, KeyError, ValueError) as err:
             first = str(err).strip().splitlines()[0][:160]
@@ -195,9 +212,12 @@ class ShardedCheckpointer(_Checkpointer):
         )
 
 
-def build_checkpointer(config, parallel) -> FileCheckpointer | ShardedCheckpointer:
-    """Single-file for a one-process run, sharded (DCP) for a data-parallel one: decided once."""
+def build_checkpointer(config, parallel, *, model: nn.Module | None = None) -> FileCheckpointer | ShardedCheckpointer:
+    """Single-file for a one-process run, sharded (DCP) for a data-parallel one: decided once. `model`:
+    a LoRA run's adapted model, whose frozen base (identity and checksum) joins the identity."""
     identity, keep = run_identity(config), config.keep_checkpoints
+    if model is not None:
+        identity |= lora_identity(config, model)
     if parallel.distributed:
         return ShardedCheckpointer(keep=keep, identity=identity, parallel=parallel)
     return FileCheckpointer(keep=keep, identity=identity)

@@ -13,6 +13,7 @@ from typing import Any
 from ampkit.config import flat_settings, resolve_config
 from ampkit.distributed.settings import check_parallel_settings
 from ampkit.errors import UsageError
+from ampkit.lora import LoraSettings, check_lora_run, lora_field
 from ampkit.options import (
     batch_size_field,
     clip_grad_norm_field,
@@ -67,6 +68,7 @@ class TrainConfig:
     features: Features = field(
         default_factory=Features, metadata={"help": "throughput switches, docs/throughput.md"}
     )  # applied by build_run via ampkit.train.features
+    lora: LoraSettings = lora_field()  # [lora]: --lora RANK ... --base-dtype (ampkit.lora, docs/lora.md)
     # Numerics safety and diagnostics (docs/doctor.md; ampkit.train.guard, ampkit.diagnostics).
     guard: bool = field(
         default=False,
@@ -138,6 +140,7 @@ class TrainConfig:
         check_log_kind(self.log)
         if self.fp8_recipe not in FP8_RECIPES:
             raise UsageError(f"unknown --fp8-recipe {self.fp8_recipe!r}; choose one of: {', '.join(FP8_RECIPES)}")
+        check_lora_run(self.lora, precision=self.precision, parallel=self.parallel)
 
 
 # Settings that may change when resuming; everything else must match the checkpoint. A section's

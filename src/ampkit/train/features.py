@@ -279,6 +279,8 @@ class FeatureReport:
     """Indices of the blocks whose activations are recomputed in the backward."""
     compile_s: float | None
     """Seconds spent compiling (forward + backward warm-up), reported apart from step time."""
+    lora: Any = None
+    """`--lora`: what was adapted (`ampkit.lora.apply.LoraInfo`; the summary's "lora" section), else None."""
 
     def to_dict(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
         """JSON-ready: the switches (dedup apart: `RunObjects.features_summary` reports it with what it

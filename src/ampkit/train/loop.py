@@ -418,5 +418,6 @@ def build_summary(
         "final_loss_scale": objs.policy.loss_scale(),
         "peak_memory": peak_memory_bytes(objs.device),
         "throughput": objs.features_summary(),
+        "lora": objs.lora.to_dict() if objs.lora is not None else None,
         "wall_s": wall_s,
     }

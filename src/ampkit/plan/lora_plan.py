@@ -1,0 +1,206 @@
+"""`ampkit plan --lora RANK [--base-dtype nf4]`: the LoRA ledger per precision x optimizer x checkpointing,
+its fit and largest micro-batch on a named GPU, and full fine-tuning vs LoRA vs QLoRA side by side.
+
+Rows: the analytic LoRA ledger (`ampkit.plan.lora`), and with `--trace` the traced one and their
+agreement. The comparison ("methods"): at the plan's micro-batch and sequence, under the GPU's
+precision (bf16-mixed, or fp16-mixed where bf16 is not native): full fine-tuning (the full ledger,
+AdamW over every weight), LoRA (the base in that precision's compute dtype) and QLoRA (an nf4 base), each
+with its total, whether it fits and its largest micro-batch. Compute (FLOPs, step time) is not planned
+for LoRA: its backward skips the base's weight gradients (about 4N FLOPs per token instead of 6N).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+from rich.table import Table
+
+from ampkit.errors import UsageError
+from ampkit.plan.advice import base_precision
+from ampkit.plan.config import PlanConfig
+from ampkit.plan.describe import ModelDescription
+from ampkit.plan.fit import Target, largest, resolve_target
+from ampkit.plan.ledger import analytic_ledger
+from ampkit.plan.lora import LoraPlan, analytic_lora_ledger, check_lora_plannable, lora_largest
+from ampkit.plan.planner import PLAN_SCHEMA, UNITS, agreement, ledger_kwargs
+from ampkit.plan.setting import GIB, Ledger, StepSetting
+
+LORA_PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
+"""What the LoRA ledger plans (the base dtype is --base-dtype; *-true and fp8 are not planned with --lora)."""
+PRECISION_TOLERANCE = 0.01
+"""analytic vs traced, on the tensor peak, for the LoRA ledger"""
+
+
+def lora_precisions(config: PlanConfig) -> list[str]:
+    names = config.precision_list()
+    if config.precisions.strip().lower() == "all":
+        return [n for n in names if n in LORA_PRECISIONS]
+    bad = [n for n in names if n not in LORA_PRECISIONS]
+    if bad:
+        raise UsageError(
+            f"plan --lora plans {', '.join(LORA_PRECISIONS)} (the base's dtype is --base-dtype), not {bad[0]}"
+        )
+    return names
+
+
+def _setting(config: PlanConfig, precision: str, optimizer: str, checkpointing: str) -> StepSetting:
+    return StepSetting(
+        precision=precision,
+        optimizer=optimizer,
+        checkpointing=checkpointing,
+        micro_batch=config.micro_batch,
+        seq_len=config.seq_len,
+        grad_accum=config.grad_accum,
+    )
+
+
+def _fit(desc, setting, plan, ledger: Ledger, target: Target | None, kwargs) -> dict[str, Any] | None:
+    if target is None:
+        return None
+    best = lora_largest(desc, setting, plan, target.capacity_bytes, **kwargs)
+    return {
+        "fits": ledger.total <= target.capacity_bytes,
+        "headroom_gib": round((target.capacity_bytes - ledger.total) / GIB, 3),
+        "max_micro_batch": best,
+    }
+
+
+def lora_row(desc, setting: StepSetting, config: PlanConfig, target: Target | None) -> dict[str, Any]:
+    kwargs = ledger_kwargs(config)
+    plan = LoraPlan(settings=config.lora, precision=setting.precision)
+    ledger = analytic_lora_ledger(desc, setting, plan, **kwargs)
+    row: dict[str, Any] = {
+        "setting": setting.to_dict(),
+        "lora": plan.describe(),
+        "analytic": ledger.to_dict(),
+        "traced": None,
+        "agreement": None,
+        "fit": _fit(desc, setting, plan, ledger, target, kwargs),
+    }
+    if config.trace:
+        from ampkit.plan.lora_trace import traced_lora_ledger
+
+        traced = traced_lora_ledger(desc, setting, plan, **kwargs)
+        agree = agreement(ledger, traced)
+        agree["within_lora_tolerance"] = abs(agree["tensor_peak_relative"]) <= PRECISION_TOLERANCE
+        row.update(traced=traced.to_dict(), agreement=agree)
+    return row
+
+
+def methods(desc: ModelDescription, config: PlanConfig, target: Target | None) -> dict[str, Any]:
+    """Full fine-tuning vs LoRA vs QLoRA at the plan's shape, under the GPU's precision."""
+    precision, reason = base_precision(target.gpu if target else None)
+    kwargs = ledger_kwargs(config)
+    setting = _setting(config, precision, config.optimizer_list()[0], "none")
+    full = analytic_ledger(desc, setting, **kwargs)
+    out = [_method("full fine-tuning", full, None, setting, desc, target, kwargs)]
+    for label, base in (("LoRA", "auto"), ("QLoRA (nf4)", "nf4")):
+        settings = dataclasses.replace(config.lora, base_dtype=base)
+        plan = LoraPlan(settings=settings, precision=precision)
+        ledger = analytic_lora_ledger(desc, setting, plan, **kwargs)
+        out.append(_method(label, ledger, plan, setting, desc, target, kwargs))
+    return {"precision": precision, "reason": reason, "setting": setting.to_dict(), "methods": out}
+
+
+def _method(label, ledger: Ledger, plan, setting, desc, target, kwargs) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "method": label,
+        "base_dtype": plan.base_dtype if plan else setting.precision,
+        "total_gib": round(ledger.total / GIB, 3),
+        "lines_at_peak_bytes": ledger.lines(),
+        "fits": None,
+        "max_micro_batch": None,
+    }
+    if target is not None:
+        entry["fits"] = ledger.total <= target.capacity_bytes
+        if plan is None:
+            entry["max_micro_batch"] = largest(desc, setting, target.capacity_bytes, field="micro_batch", **kwargs)
+        else:
+            entry["max_micro_batch"] = lora_largest(desc, setting, plan, target.capacity_bytes, **kwargs)
+    return entry
+
+
+def build_lora_plan(config: PlanConfig, *, desc: ModelDescription) -> dict[str, Any]:
+    """plan's summary.json for `--lora` (schema "ampkit.plan/1", with a "lora" section and LoRA rows)."""
+    check_lora_plannable(desc, LoraPlan(settings=config.lora, precision="bf16-mixed"))
+    config = config.for_model(desc.max_positions)  # --seq-len 0: 2048, or the model's positions when fewer
+    if config.parallel != "none":
+        raise UsageError("plan --lora plans one process (LoRA runs are not sharded); drop --parallel")
+    target = resolve_target(config.gpu, config.gpu_mem)
+    combos = itertools.product(lora_precisions(config), config.optimizer_list(), config.checkpointing_list())
+    rows = [lora_row(desc, _setting(config, p, o, c), config, target) for p, o, c in combos]
+    return {
+        "schema": PLAN_SCHEMA,
+        "units": UNITS,
+        "config": dataclasses.asdict(config),
+        "model": desc.to_dict(),
+        "target": target.to_dict() if target else None,
+        "lora": dataclasses.asdict(config.lora),
+        "rows": rows,
+        "methods": methods(desc, config, target),
+        "notes": [
+            "compute is not planned for LoRA: its backward skips the base's weight gradients (~4N FLOPs per token, "
+            "not 6N)"
+        ],
+    }
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f}"
+
+
+def lora_rows_table(summary: dict[str, Any]) -> Table:
+    lora = summary["lora"]
+    s0 = summary["rows"][0]["setting"] if summary["rows"] else {"micro_batch": 0, "seq_len": 0}
+    shape = f"mb {s0['micro_batch']} x {s0['seq_len']}"
+    table = Table(title=f"LoRA rank {lora['lora']} ledger · {summary['model']['name']} · {shape} (GiB, at the peak)")
+    for column in ("setting", "base", "params", "grads", "optim", "copies", "activ.", "temps", "total", "vs traced"):
+        table.add_column(column, justify="right" if column not in ("setting", "base") else "left")
+    table.add_column("max mb", justify="right")
+    for row in summary["rows"]:
+        s, lines = row["setting"], row["analytic"]["lines_at_peak_bytes"]
+        ckpt = "/ckpt" if s["checkpointing"] == "full" else ""
+        agree = row["agreement"]
+        traced = f"{100 * agree['tensor_peak_relative']:+.2f}%" if agree else "-"
+        best = row["fit"]["max_micro_batch"] if row["fit"] else "-"
+        table.add_row(
+            f"{s['precision']}/{s['optimizer']}{ckpt}",
+            row["lora"]["base_dtype"],
+            *(_gib(lines[k]) for k in ("parameters", "gradients", "optimizer_states", "weight_copies", "activations")),
+            _gib(lines["temporaries"]),
+            f"{row['analytic']['total_gib']:.2f}",
+            traced,
+            str(best),
+        )
+    return table
+
+
+def methods_table(summary: dict[str, Any]) -> Table:
+    info = summary["methods"]
+    target = summary["target"]
+    where = f" on {target['name']}" if target else ""
+    s = info["setting"]
+    table = Table(
+        title=f"full fine-tuning vs LoRA vs QLoRA{where} · {info['precision']} · mb {s['micro_batch']} x {s['seq_len']}"
+    )
+    for column in ("method", "base", "params", "grads", "optim", "activ.+temps", "total GiB"):
+        table.add_column(column, justify="left" if column in ("method", "base") else "right")
+    table.add_column("fits")
+    table.add_column("max mb", justify="right")
+    for m in info["methods"]:
+        lines = m["lines_at_peak_bytes"]
+        work = lines["activations"] + lines["temporaries"] + lines["weight_copies"]
+        table.add_row(
+            m["method"],
+            m["base_dtype"],
+            _gib(lines["parameters"]),
+            _gib(lines["gradients"]),
+            _gib(lines["optimizer_states"]),
+            _gib(work),
+            f"{m['total_gib']:.2f}",
+            "-" if m["fits"] is None else ("yes" if m["fits"] else "no"),
+            "-" if m["max_micro_batch"] is None else str(m["max_micro_batch"]),
+        )
+    return table

@@ -1,0 +1,35 @@
+"""`ampkit bench --lora RANK`: every precision on the LoRA workload (the base stored as each precision
+implies, fp32 adapters), fidelity compared on the adapters' gradients; fp8 (which swaps the Linear
+layers LoRA adapts) refused before any worker starts."""
+
+from __future__ import annotations
+
+import pytest
+
+import ampkit.bench
+from ampkit.bench.config import BenchConfig, resolve_for_device
+from ampkit.errors import UsageError
+from ampkit.hardware import describe_device, pick_device
+from ampkit.lora import LoraSettings
+
+pytest.importorskip("peft")
+SMALL = dict(model="tiny", seq_len=32, batch_size=2, steps=2, warmup_steps=1)
+
+
+@pytest.mark.slow
+def test_bench_compares_precisions_on_the_adapters(tmp_path):
+    summary = ampkit.bench.run(None, out=tmp_path / "bench", precisions="bf16-mixed", lora=4, **SMALL)
+    assert summary["config"]["lora"]["lora"] == 4
+    results = {r["name"]: r for r in summary["precisions"]}
+    assert set(results) == {"fp32", "bf16-mixed"} and all(r["status"] == "ok" for r in results.values())
+    trainable = 4 * (4 * 4 * (128 + 128) + 3 * 4 * (128 + 384))  # layers x rank x (in + out) per adapted Linear
+    assert results["bf16-mixed"]["fidelity"]["grad_elements"] == trainable == 40_960
+    assert results["bf16-mixed"]["fidelity"]["grad_cosine"] > 0.99
+
+
+def test_fp8_is_refused_and_dropped_from_the_defaults():
+    info = describe_device(pick_device("cpu"))
+    with pytest.raises(UsageError, match="fp8 swaps the Linear layers"):
+        resolve_for_device(BenchConfig(precisions="fp8-emulated", lora=LoraSettings(lora=4)), info)
+    _, names, _ = resolve_for_device(BenchConfig(lora=LoraSettings(lora=4)), info)
+    assert "fp32" in names and not any(n.startswith("fp8") for n in names)
