@@ -198,7 +198,9 @@ def test_bench_on_a_size_limited_disk(tmp_path):
 def test_doctor_on_a_size_limited_disk(tmp_path):
     out = tmp_path / "doctor"
     argv = ["doctor", "--steps", "3", "--no-smoke", "--no-fidelity", "--out", str(out), "--json"]
-    proc = ampkit_process(*argv, file_size_limit=87_000)  # summary.json (~80 KB) fits, the report's ~94 KB figures do not
+    proc = ampkit_process(
+        *argv, file_size_limit=87_000
+    )  # summary.json (~80 KB) fits, the report's ~94 KB figures do not
     assert proc.returncode == 1
     line = _failure_line(proc)
     assert "report-fig" in line and "File too large (EFBIG)" in line
