@@ -98,3 +98,25 @@ def test_memory_bound_advice_names_the_leanest_passing_precision():
     assert rec.advice[0].startswith("memory-bound: fp32 peaks at 90% of the device's 80.0 GiB")
     assert "bf16-mixed uses -44% memory vs fp32" in rec.advice[0]
     assert recommend([cand("fp32", 1000, cos=1.0)], capacity_bytes=80 * GIB).advice == []
+
+
+def test_a_leaner_passing_candidate_is_named_the_memory_lean_choice():
+    """bf16-true with stochastic rounding: not the fastest, but the smallest peak at passing fidelity."""
+    lean = cand("bf16-true+adamw-sr", 1800, mem=int(0.55 * GIB))
+    rec = recommend([cand("fp32", 1000, cos=1.0), cand("bf16-mixed", 2000, mem=int(0.8 * GIB)), lean])
+    assert rec.precision == "bf16-mixed"
+    assert rec.advice == [
+        "memory-lean: bf16-true+adamw-sr passes fidelity with -45% memory vs fp32 at 1.80x fp32's tokens/s"
+    ]
+    failing = cand("bf16-true+adamw-sr", 1800, cos=0.9, mem=int(0.55 * GIB))  # fidelity fails: not named
+    assert recommend([cand("fp32", 1000, cos=1.0), cand("bf16-mixed", 2000, mem=int(0.8 * GIB)), failing]).advice == []
+    barely = cand("bf16-true", 1800, mem=int(0.78 * GIB))  # within 10% of the chosen one's peak: not worth a line
+    assert recommend([cand("fp32", 1000, cos=1.0), cand("bf16-mixed", 2000, mem=int(0.8 * GIB)), barely]).advice == []
+
+
+def test_a_candidates_optimizer_ranks_it_just_after_its_precision():
+    """A tie between bf16-true and bf16-true+adamw-sr goes to the plain precision (one part fewer)."""
+    rec = recommend([cand("fp32", 1000, cos=1.0), cand("bf16-true+adamw-sr", 2000), cand("bf16-true", 2010)])
+    assert rec.precision == "bf16-true"
+    rec = recommend([cand("fp32", 1000, cos=1.0), cand("bf16-true+adamw-sr", 2000), cand("fp16-true", 2010)])
+    assert rec.precision == "bf16-true+adamw-sr"  # fp16-true's rank is above bf16-true's plus a half

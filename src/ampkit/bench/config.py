@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ampkit.bench.candidates import canonical_candidate, split_candidate
 from ampkit.bench.inference import InferenceSettings
 from ampkit.errors import UsageError
 from ampkit.lora import LoraSettings, check_lora_run, lora_field
@@ -26,7 +27,7 @@ from ampkit.options import (
     task_args_field,
     task_field,
 )
-from ampkit.precision import SPECS, canonical_name, check_supported, precision_names_help
+from ampkit.precision import SPECS, check_supported, precision_names_help
 
 REFERENCE = "fp32"
 """Every bench measures fp32 first: the reference for speedups, memory ratios and fidelity."""
@@ -129,8 +130,9 @@ class BenchConfig:
 
 
 def parse_precisions(text: str) -> list[str]:
-    """'bf16, fp16-mixed' -> canonical names in the given order, fp32 first, no duplicates ([] = defaults)."""
-    names = [canonical_name(part) for part in text.split(",") if part.strip()]
+    """'bf16, fp16-mixed' -> canonical names in the given order, fp32 first, no duplicates ([] = defaults).
+    An entry may name its optimizer: 'bf16-true+adamw-sr' (`bench.candidates`)."""
+    names = [canonical_candidate(part) for part in text.split(",") if part.strip()]
     if not names:
         return []
     ordered = [REFERENCE] + [n for n in names if n != REFERENCE]
@@ -170,10 +172,10 @@ def resolve_for_device(config: BenchConfig, info) -> tuple[BenchConfig, list[str
     if config.lora.enabled and not config.precisions:  # fp8 swaps the Linear layers LoRA adapts
         names = [n for n in names if SPECS[n].fp8 is None]
     for name in names:
-        check_lora_run(config.lora, precision=name)
+        check_lora_run(config.lora, precision=split_candidate(name)[0])
     warnings: list[str] = []
     for name in names:
-        warnings.extend(check_supported(name, info))
+        warnings.extend(check_supported(split_candidate(name)[0], info))
     model = str(defaults["model"]) if config.model == "auto" and not config.task else config.model  # a task: its own
     resolved = dataclasses.replace(
         config,

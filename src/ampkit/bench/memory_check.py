@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ampkit.bench.candidates import split_candidate
 from ampkit.errors import UsageError
 from ampkit.plan.fit_check import (
     CPU_DYNAMIC_FACTOR,
@@ -41,7 +42,14 @@ def check_bench_fits(config, precisions: list[str], *, device: torch.device) -> 
         return []
     found = []
     for name in precisions:
-        run = _Run(model=config.model, precision=name, batch_size=config.batch_size, seq_len=config.seq_len)
+        precision, optimizer = split_candidate(name)
+        run = _Run(
+            model=config.model,
+            precision=precision,
+            optimizer=optimizer or "adamw",
+            batch_size=config.batch_size,
+            seq_len=config.seq_len,
+        )
         estimate = fit_check_for(run, device=device, command="bench")
         if estimate is not None:
             found.append(estimate)
@@ -49,14 +57,19 @@ def check_bench_fits(config, precisions: list[str], *, device: torch.device) -> 
 
 
 class _Run:
-    """What one bench worker trains (ampkit.bench.worker.train_config_for: AdamW, no accumulation)."""
+    """What one bench worker trains (ampkit.bench.worker.train_config_for: AdamW or the candidate's
+    optimizer, no accumulation)."""
 
     def __init__(self, **fields):
         self.__dict__.update(fields)
 
 
-def _setting(precision: str, batch_size: int, seq_len: int) -> StepSetting:
-    return StepSetting(precision=precision, optimizer="adamw", micro_batch=batch_size, seq_len=max(1, seq_len))
+def _setting(name: str, batch_size: int, seq_len: int) -> StepSetting:
+    """The planner's step of candidate `name` (a precision, or 'bf16-true+adamw-sr')."""
+    precision, optimizer = split_candidate(name)
+    return StepSetting(
+        precision=precision, optimizer=optimizer or "adamw", micro_batch=batch_size, seq_len=max(1, seq_len)
+    )
 
 
 def predict_step_peak(config, task, precision: str, *, batch_size: int, seq_len: int | None = None) -> dict[str, Any]:

@@ -18,15 +18,15 @@ from typing import Any
 
 import torch
 
+from ampkit.bench.candidates import candidate_spec
 from ampkit.hardware import matmul_size_for, measure_matmul_flops, measured_peak_flops, peak_flops
 from ampkit.hardware.backend import backend_for
 from ampkit.hardware.matmul import MATMUL_DTYPES
-from ampkit.precision import get_spec
 
 
 def measure_peaks(info, precisions: list[str], device: torch.device) -> dict[str, dict[str, Any]]:
     """{dtype key: {"peak_flops", "source", "dtype"}} for fp32 and every compute dtype of `precisions`."""
-    keys = dict.fromkeys(["fp32"] + [get_spec(name).matmul_key for name in precisions])
+    keys = dict.fromkeys(["fp32"] + [candidate_spec(name).matmul_key for name in precisions])
     peaks = {key: _peak(key, info, device) for key in keys}
     backend_for(device).empty_cache()  # the probe's buffers go back to the device before any worker starts
     return peaks
@@ -49,20 +49,20 @@ def _peak(key: str, info, device: torch.device) -> dict[str, Any]:
 
 def is_native(precision: str, info) -> bool:
     """The precision's compute dtype runs in hardware here (fp8-emulated never does)."""
-    spec = get_spec(precision)
+    spec = candidate_spec(precision)
     return not spec.emulated and (spec.matmul_key == "fp32" or info.is_native(spec.matmul_key))
 
 
 def matmul_ratio(precision: str, peaks: dict[str, dict[str, Any]]) -> float | None:
     """The precision's compute-dtype peak over fp32's (0.05: 20x slower; None: not measured)."""
-    mine = (peaks.get(get_spec(precision).matmul_key) or {}).get("peak_flops")
+    mine = (peaks.get(candidate_spec(precision).matmul_key) or {}).get("peak_flops")
     fp32 = (peaks.get("fp32") or {}).get("peak_flops")
     return mine / fp32 if mine and fp32 else None
 
 
 def mfu_denominator(precision: str, info, peaks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """{"peak_flops", "source", "dtype", "note"}: the peak this precision's MFU is held to."""
-    spec = get_spec(precision)
+    spec = candidate_spec(precision)
     if is_native(precision, info):
         found = dict(peaks.get(spec.matmul_key) or {"peak_flops": None, "source": "unknown", "dtype": spec.matmul_key})
         return {**found, "note": None}

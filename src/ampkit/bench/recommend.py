@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ampkit.bench.candidates import candidate_rank, candidate_spec
+from ampkit.errors import UsageError
 from ampkit.hardware.device import BF16_CPU_FLAGS, FP16_CPU_FLAGS, DeviceInfo
 from ampkit.precision import REFERENCE, SPECS, PrecisionSpec
 
@@ -62,15 +64,20 @@ class Recommendation:
         }
 
 
-def simplicity_rank(name: str) -> int:
-    """`PrecisionSpec.simplicity`; a name outside the table ranks after every known precision."""
-    spec = SPECS.get(name)
-    return spec.simplicity if spec is not None else len(SPECS)
+def simplicity_rank(name: str) -> float:
+    """`PrecisionSpec.simplicity` (plus a half with its own optimizer, `bench.candidates`); a name
+    outside the table ranks after every known precision."""
+    try:
+        return candidate_rank(name)
+    except UsageError:
+        return len(SPECS)
 
 
 def _is_reference(name: str) -> bool:
-    spec = SPECS.get(name)
-    return spec is not None and spec.is_reference
+    try:
+        return candidate_spec(name).is_reference
+    except UsageError:
+        return False
 
 
 def native_support(info: DeviceInfo, precision_spec: PrecisionSpec) -> tuple[bool, str]:
@@ -144,7 +151,7 @@ def recommend(
         precision=chosen.name,
         reason=reason,
         disqualified=disqualified,
-        advice=_memory_advice(candidates, ref, passing, capacity_bytes),
+        advice=_memory_advice(candidates, ref, passing, capacity_bytes) or _memory_lean(chosen, ref, passing, unit),
     )
 
 
@@ -198,6 +205,23 @@ def _why_reference(
         notes.append(f"{c.name} {format_speedup(ratio)} {unit}/s ({qualifier})")
     head = f"fp32: nothing measured here beats it by more than {tie_tolerance:.0%}"
     return head + (": " + "; ".join(notes) if notes else "")
+
+
+LEAN_FRACTION = 0.9
+"""A passing candidate is named the memory-lean choice when its peak is below this share of the chosen one's."""
+
+
+def _memory_lean(chosen: Candidate, ref: Candidate, passing: list[Candidate], unit: str) -> list[str]:
+    """The passing candidate with the smallest peak, when it is not the chosen one and saves memory
+    (e.g. bf16-true+adamw-sr: bf16 weights and states whose updates are not rounded away)."""
+    leanest = min((c for c in passing if c.peak_bytes), key=_peak_bytes, default=None)
+    if leanest is None or leanest.name == chosen.name or not (chosen.peak_bytes and ref.peak_bytes):
+        return []
+    if _peak_bytes(leanest) >= LEAN_FRACTION * chosen.peak_bytes:
+        return []
+    change = format_memory_change(_peak_bytes(leanest) / ref.peak_bytes)
+    speed = format_speedup(_items_per_s(leanest) / _items_per_s(ref))
+    return [f"memory-lean: {leanest.name} passes fidelity with {change} vs fp32 at {speed} fp32's {unit}/s"]
 
 
 def _memory_advice(

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ampkit.bench.budget import PrecisionPlan
+from ampkit.bench.candidates import candidate_spec
 from ampkit.bench.config import BenchConfig, parse_precisions, resolve_for_device
 from ampkit.bench.memory_check import check_bench_fits, largest_batch, predict_step_peak
 from ampkit.bench.peaks import measure_peaks
@@ -33,7 +34,7 @@ from ampkit.bench.summary import build_summary
 from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.lora.build import check_lora_available
-from ampkit.precision import REFERENCE, get_spec
+from ampkit.precision import REFERENCE
 from ampkit.runs import (
     SUMMARY_FILE,
     create_run_dir,
@@ -196,7 +197,7 @@ def measure_precision(
         key: workers / f"{name}.{suffix}"
         for key, suffix in (("job", "job.json"), ("result", "result.json"), ("log", "log"), ("fidelity", "fidelity.pt"))
     }
-    reference = get_spec(name).is_reference
+    reference = candidate_spec(name).is_reference
     worker_plan = _worker_plan(job_plan, reference=reference) if job_plan is not None else None
     write_json_atomic(
         paths["job"],

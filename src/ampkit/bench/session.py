@@ -21,8 +21,8 @@ from ampkit.bench.budget import (
     plan_precision,
     reference_plan,
 )
+from ampkit.bench.candidates import candidate_spec
 from ampkit.bench.peaks import is_native, matmul_ratio
-from ampkit.precision import get_spec
 
 REPORT_S = 3.0  # the summary, plots and reports, after the last worker (a rough figure for the estimate)
 
@@ -79,7 +79,7 @@ class BenchSession:
             matmul_ratio=matmul_ratio(name, self.peaks),
             emulated=not is_native(name, self.plan.info),
             forced=name in self.plan.requested,
-            dtype=get_spec(name).matmul_key,
+            dtype=candidate_spec(name).matmul_key,
             max_measure_s=max_measure_s,
         )
 

@@ -16,13 +16,14 @@ import torch
 
 from ampkit import __version__
 from ampkit.bench.budget import amdahl_speedup
+from ampkit.bench.candidates import candidate_spec, split_candidate
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import FIDELITY_ROWS, compare_fidelity, fidelity_file, loss_curve_gap
 from ampkit.bench.peaks import matmul_ratio, mfu_denominator, mfu_value
 from ampkit.bench.profile import CATEGORIES
 from ampkit.bench.recommend import Candidate, native_support, recommend
 from ampkit.bench.timing import summarize_steps
-from ampkit.precision import REFERENCE, get_spec
+from ampkit.precision import REFERENCE
 
 SCHEMA = "ampkit.bench/2"
 SCHEMA_VERSION = 2  # 2: throughput as items_per_s in the task's "unit"; model.flops_per_item
@@ -102,7 +103,7 @@ def precision_entry(
 ) -> dict[str, Any]:
     """One precision's block, without the parts measured against fp32 (added by `add_comparisons`)."""
     name = result["precision"]
-    native, note = native_support(info, get_spec(name))
+    native, note = native_support(info, candidate_spec(name))
     entry: dict[str, Any] = {
         "name": name,
         "status": result["status"],
@@ -190,7 +191,7 @@ def add_comparisons(
     """Speedup, memory ratio and fidelity of every measured precision against the fp32 entry; fidelity
     also for a precision that was not timed (compared with fp32's capture on as many rows)."""
     pairs = [(e, r) for e, r in zip(entries, results) if e["status"] in ("ok", "not-timed")]
-    found = next(((e, r) for e, r in pairs if get_spec(e["name"]).is_reference and e["status"] == "ok"), None)
+    found = next(((e, r) for e, r in pairs if candidate_spec(e["name"]).is_reference and e["status"] == "ok"), None)
     if found is None:
         return
     ref, ref_result = found
@@ -221,7 +222,7 @@ def add_common_step_loss(entries: list[dict[str, Any]]) -> int | None:
         e
         for e in entries
         if e["status"] == "ok"
-        and (get_spec(e["name"]).is_reference or (e["vs_fp32"] is not None and e["vs_fp32"]["same_batches"]))
+        and (candidate_spec(e["name"]).is_reference or (e["vs_fp32"] is not None and e["vs_fp32"]["same_batches"]))
     ]
     if not comparable:
         return None
@@ -233,7 +234,7 @@ def add_common_step_loss(entries: list[dict[str, Any]]) -> int | None:
 
 def profile_block(entries: list[dict[str, Any]], peaks: dict[str, Any] | None) -> dict[str, Any] | None:
     """Amdahl's ceiling from the fp32 profile, and each profiled precision's matmul-speed prediction."""
-    ref = next((e for e in entries if get_spec(e["name"]).is_reference and e.get("profile")), None)
+    ref = next((e for e in entries if candidate_spec(e["name"]).is_reference and e.get("profile")), None)
     if ref is None:
         return None
     share = ref["profile"]["shares"]["matmul"]
@@ -323,7 +324,7 @@ def device_block(info) -> dict[str, Any]:
 def _flops(results: list[dict[str, Any]]) -> dict[str, Any]:
     """FLOPs per item as the reference worker (else the first that ran) counted them."""
     ok = [r for r in results if r.get("status") == "ok"]
-    ok.sort(key=lambda r: not get_spec(r["precision"]).is_reference)
+    ok.sort(key=lambda r: not candidate_spec(r["precision"]).is_reference)
     first = ok[0] if ok else {}
     return {
         "flops_per_item": first.get("flops_per_item"),
@@ -346,7 +347,7 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
     rows = task.get("train_samples")  # a batch beyond the training set only repeats it
     capped = bool(found and isinstance(rows, int) and 0 < rows < found)
     batch = rows if capped else batch
-    name = entry["name"]
+    name, optimizer = split_candidate(entry["name"])
     if config.task:
         head = f"ampkit train --task {config.task}"
     elif task.get("seq_len") is not None:  # the language model
@@ -354,11 +355,13 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
         head = f"ampkit train --model {config.model}{data} --seq-len {config.seq_len}"
     else:  # a task object of the Python API
         head = None
-    command = (
-        f"{head} --precision {name} --batch-size {batch}"
-        if head
-        else f"ampkit.train.run(task, precision={name!r}, batch_size={batch})"
-    )
+    if head:
+        command = (
+            f"{head} --precision {name}" + (f" --optimizer {optimizer}" if optimizer else "") + f" --batch-size {batch}"
+        )
+    else:
+        extra = f", optimizer={optimizer!r}" if optimizer else ""
+        command = f"ampkit.train.run(task, precision={name!r}{extra}, batch_size={batch})"
     return {
         "command": command,
         "batch_size": batch,
@@ -434,7 +437,7 @@ def build_summary(
 
 def _recommendation(config, info, task, entries, fit_batch: Callable | None) -> dict[str, Any]:
     ref_ips = next(
-        (e["timing"]["items_per_s"] for e in entries if get_spec(e["name"]).is_reference and e["timing"]), None
+        (e["timing"]["items_per_s"] for e in entries if candidate_spec(e["name"]).is_reference and e["timing"]), None
     )
     rec = recommend(
         [candidate_from(e, ref_ips) for e in entries],

@@ -19,11 +19,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ampkit import __version__
+from ampkit.bench.candidates import candidate_spec
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, worker_timeout_s
 from ampkit.bench.timing import summarize_steps
 from ampkit.errors import UsageError
-from ampkit.precision import REFERENCE, get_spec
+from ampkit.precision import REFERENCE
 from ampkit.runs import SUMMARY_FILE, create_run_dir, make_dir, summary_marks_write_failure, write_json_atomic
 from ampkit.train.features import feature_set_unavailable, get_feature_sets
 
@@ -38,7 +39,7 @@ def run_sweep(
     console = console or Console(stderr=True)
     plan = plan_bench(config)  # the same up-front checks as a precision bench
     # the bench adds the fp32 reference itself: what the user chose besides it is the precision to sweep under
-    chosen = [p for p in plan.precisions if not get_spec(p).is_reference] if config.precisions else []
+    chosen = [p for p in plan.precisions if not candidate_spec(p).is_reference] if config.precisions else []
     if len(chosen) > 1:
         raise UsageError("--sweep compares switches under ONE precision: pass a single --precisions value")
     precision = chosen[0] if chosen else REFERENCE

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ampkit.bench.budget import FULL_FIDELITY_ROWS, Window, measure_window, reduced_batch, warmup_plan
+from ampkit.bench.candidates import split_candidate
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import capture_fidelity, fidelity_file, fixed_batch
 from ampkit.bench.profile import profile_step
@@ -66,8 +67,10 @@ class ProgressEmitter:
         self.stream.flush()
 
 
-def train_config_for(config: BenchConfig, precision: str) -> TrainConfig:
-    """The training run a bench worker performs: the same for every precision but the precision."""
+def train_config_for(config: BenchConfig, name: str) -> TrainConfig:
+    """The training run a bench worker performs: the same for every candidate but its precision (and
+    the optimizer a candidate such as 'bf16-true+adamw-sr' names; AdamW otherwise)."""
+    precision, optimizer = split_candidate(name)
     _, max_steps = config.measured_steps_range
     return TrainConfig(
         precision=precision,
@@ -85,6 +88,7 @@ def train_config_for(config: BenchConfig, precision: str) -> TrainConfig:
         eval_batches=1,
         fit_check=False,  # the parent checked every precision before any worker started
         lora=config.lora,  # --lora: the base stored as this precision implies, fp32 adapters
+        features=Features(optimizer=optimizer) if optimizer else Features(),
     )
 
 
@@ -299,8 +303,11 @@ def build_for(job: dict[str, Any], config: BenchConfig, plan: dict[str, Any]):
     """The run at the bench's batch (held-out batches, hence the fidelity batch, are the same in every
     precision); a plan's smaller batch replaces the training stream only."""
     train_config = train_config_for(config, job["precision"])
-    if job.get("features"):  # `bench --sweep`: one combination of throughput switches
-        train_config = dataclasses.replace(train_config, features=Features(**job["features"]))
+    if job.get("features"):  # `bench --sweep`: one combination of throughput switches, the candidate's optimizer
+        switches = dict(job["features"])
+        if split_candidate(job["precision"])[1]:  # a candidate's own optimizer wins over the sweep's
+            switches["optimizer"] = train_config.features.optimizer
+        train_config = dataclasses.replace(train_config, features=Features(**switches))
     objs = build_run(train_config, task=load_pickled_task(job.get("task_pickle"), job.get("main_path")))
     if plan["batch_size"] != config.batch_size:
         objs.trainer.sampler = objs.task.train_stream(batch_size=plan["batch_size"], seed=config.seed)
