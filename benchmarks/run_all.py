@@ -75,6 +75,12 @@ BENCHMARKS = [
         "default LM bench fp32 tokens/s before the task contract (a1cc4f4) vs now, interleaved (target within 3%)",
     ),
     (
+        "bf16_updates",
+        ["benchmarks/bf16_updates.py"],
+        "bf16-true that keeps its updates: held-out loss gap to fp32, lost updates and bytes a parameter of "
+        "adamw, adamw-sr and adamw-kahan (target on tiny: adamw-sr closes >= half of bf16-true's gap)",
+    ),
+    (
         "gpu_check_dry_run",
         ["benchmarks/gpu_check.py", "--dry-run", "--out", "benchmarks/results/gpu_check_dry_run.json"],
         "the GPU check's code paths, on CPU",
