@@ -361,6 +361,12 @@ def analytic_ledger(
 ) -> Ledger:
     """The step's memory from formulas (see the module docstring); any model size, microseconds."""
     replay = StepReplay(desc, setting).run()
+    return replay_ledger(replay, setting, context_bytes=context_bytes, fragmentation=fragmentation)
+
+
+def replay_ledger(replay: Replay, setting: StepSetting, *, context_bytes: int, fragmentation: float) -> Ledger:
+    """The analytic ledger of a replayed step (the full step's or the LoRA step's): the lines live at
+    the replay's peak, each line's largest, and the framework reserve on top of that peak."""
     return Ledger(
         setting=setting,
         engine="analytic",

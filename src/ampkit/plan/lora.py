@@ -28,11 +28,12 @@ from ampkit.errors import UsageError
 from ampkit.lora.settings import LoraSettings
 from ampkit.lora.targets import LLAMA_PROJECTIONS
 from ampkit.plan.describe import ModelDescription
+from ampkit.plan.ledger import replay_ledger
 from ampkit.plan.lora_replay import LoraReplay
 from ampkit.plan.numerics import FP32_BYTES as FP32
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import optimizer_state_bytes
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting, framework_reserve
+from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting
 
 NF4_BLOCK = 64
 """weights per 4-bit block (one 8-bit scale each, bitsandbytes' default for nf4)"""
@@ -223,15 +224,7 @@ def analytic_lora_ledger(
         ckpt=setting.checkpointing == "full",
     )
     replay.adapted = set(plan.targets)
-    result = replay.run()
-    return Ledger(
-        setting=setting,
-        engine="analytic",
-        at_peak=dict(result.peak_lines),
-        largest=dict(result.largest),
-        peak_moment=result.peak_moment,
-        reserve=framework_reserve(result.peak, context_bytes=context_bytes, fragmentation=fragmentation),
-    )
+    return replay_ledger(replay.run(), setting, context_bytes=context_bytes, fragmentation=fragmentation)
 
 
 def lora_largest(
