@@ -28,7 +28,7 @@ from ampkit.errors import UsageError
 from ampkit.lora.settings import LoraSettings
 from ampkit.lora.targets import LLAMA_PROJECTIONS
 from ampkit.plan.describe import ModelDescription
-from ampkit.plan.ledger import replay_ledger
+from ampkit.plan.ledger import Widths, replay_ledger, widths_of
 from ampkit.plan.lora_replay import LoraReplay
 from ampkit.plan.numerics import FP32_BYTES as FP32
 from ampkit.plan.numerics import get_numerics
@@ -115,15 +115,9 @@ MLP_IN = ("gate_proj", "up_proj")
 
 
 @dataclass(frozen=True)
-class LoraDims:
+class LoraDims(Widths):
     """Widths and byte sizes of a LoRA step (bytes per element)."""
 
-    d: int
-    q: int
-    kv: int
-    ff: int
-    heads: int
-    vocab: int
     r: int
     s: int
     """the residual stream and the unquantised base (the embedding's storage dtype)"""
@@ -160,12 +154,7 @@ def lora_dims(desc: ModelDescription, setting: StepSetting, plan: LoraPlan) -> L
         )
     s = torch.empty((), dtype=plan.storage_dtype).element_size()
     return LoraDims(
-        d=desc.d_model,
-        q=desc.q_dim,
-        kv=desc.kv_dim,
-        ff=desc.d_ff,
-        heads=desc.n_heads,
-        vocab=desc.vocab_size,
+        **widths_of(desc),
         r=plan.rank,
         s=s,
         c=num.compute_bytes if num.autocast else s,
