@@ -22,7 +22,7 @@ from ampkit.plan.optim import build_optimizer
 from ampkit.plan.setting import StepSetting
 from ampkit.plan.trace import _train_step, _warm_up, random_batch
 from ampkit.plan.tracker import StorageTracker
-from ampkit.precision import build_precision
+from ampkit.precision import Precision, build_precision
 
 
 def _storage_bytes(tensors) -> int:
@@ -52,7 +52,9 @@ def _allocator_peak(prof) -> int:
     return peak
 
 
-def profiled_step_peak(model: torch.nn.Module, policy, optimizer: torch.optim.Optimizer, batch: Batch) -> int:
+def profiled_step_peak(
+    model: torch.nn.Module, policy: Precision, optimizer: torch.optim.Optimizer, batch: Batch
+) -> int:
     """Bytes the allocator reports at the peak of one real step of `batch`, above what was held before it."""
     from torch.profiler import ProfilerActivity, profile
 
