@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from ampkit.diagnostics.fp16 import FP16_FLUSH_AT, FP16_MAX, FP16_MIN_NORMAL
+from ampkit.diagnostics.meter import ParameterMeter
 from ampkit.records import Record
 
 LONG_TAIL_RATIO = 100.0
@@ -165,7 +166,7 @@ def _tensor_stats(name: str, numel: int, row: list[float], scale: float) -> Tens
     )
 
 
-class GradientStatistics:
+class GradientStatistics(ParameterMeter):
     """Collects gradient statistics every `every` steps, on the device, without syncing.
 
     Call `begin_step(step)` before each step (arms it when `step % every == 0`) and `drain()` at log
@@ -184,31 +185,20 @@ class GradientStatistics:
     ):
         if every < 1 or micro_batches < 1:
             raise ValueError(f"every and micro_batches must be >= 1, got {every}, {micro_batches}")
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.names = [n for n, _ in named]
-        self.params = [p for _, p in named]
+        super().__init__(model, every=every, scale_fn=scale_fn)
         self.numels = [p.numel() for p in self.params]
-        self.every, self.micro_batches, self.scale_fn = every, micro_batches, scale_fn
+        self.micro_batches = micro_batches
         self.pending: list[tuple[int, float, list[int], torch.Tensor]] = []  # device rows awaiting drain
-        self._armed = False
         self._queued = False
         self._backwards = 0
-        self._step, self._scale = 0, 1.0
-        self._handles: list[Any] = []
 
     def attach(self) -> "GradientStatistics":
         if not self._handles:
             self._handles = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params]
         return self
 
-    def detach(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-
     def begin_step(self, step: int) -> None:
-        self._armed = step % self.every == 0
-        self._step, self._scale = step, float(self.scale_fn() or 1.0)
+        super().begin_step(step)
         self._backwards = 0
         self._queued = False  # a backward that raised never ran its callback
 

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from ampkit.diagnostics.fp16 import FP16_FLUSH_AT
+from ampkit.diagnostics.meter import ParameterMeter
 
 FROZEN_AFTER = 10
 """Consecutive measured optimizer steps without a change that make a layer frozen (the default)."""
@@ -125,7 +126,7 @@ def frozen_fix(*, dtype: str, zero_grad_fraction: float, flush_fraction: float) 
     return "; or ".join(order)
 
 
-class UpdateUnderflowMeter:
+class UpdateUnderflowMeter(ParameterMeter):
     """Measures every `every`-th optimizer step of `optimizer` over `model`'s trainable parameters.
 
     `begin_step(step)` before each training step (arms it), `drain()` at log steps (a sync point),
@@ -143,15 +144,11 @@ class UpdateUnderflowMeter:
     ):
         if every < 1 or frozen_after < 1:
             raise ValueError(f"every and frozen_after must be >= 1, got {every}, {frozen_after}")
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.names = [n for n, _ in named]
-        self.params = [p for _, p in named]
+        super().__init__(model, every=every, scale_fn=scale_fn)
         self.layers = [layer_of_parameter(n) for n in self.names]
-        self.optimizer, self.every, self.frozen_after, self.scale_fn = optimizer, every, frozen_after, scale_fn
+        self.optimizer, self.frozen_after = optimizer, frozen_after
         self.pending: list[tuple[int, float, torch.Tensor]] = []
-        self._armed, self._step, self._scale = False, 0, 1.0
         self._before: list[torch.Tensor] | None = None
-        self._handles: list[Any] = []
         self._unchanged: dict[str, int] = {}
         self._since: dict[str, int] = {}
         self._last: dict[str, LayerUpdateStats] = {}
@@ -163,15 +160,6 @@ class UpdateUnderflowMeter:
                 self.optimizer.register_step_post_hook(self._post_step),
             ]
         return self
-
-    def detach(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-
-    def begin_step(self, step: int) -> None:
-        self._armed = step % self.every == 0
-        self._step, self._scale = step, float(self.scale_fn() or 1.0)
 
     @torch.no_grad()
     def _pre_step(self, optimizer, args, kwargs) -> None:

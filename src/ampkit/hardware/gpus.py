@@ -70,34 +70,29 @@ class GpuSpec:
         return None if tflops is None else tflops * 1e12
 
 
-def _nvidia(name, memory_gib, bandwidth_gbs, cc, *, source, **tflops) -> GpuSpec:
-    caps = capabilities(DeviceFacts(kind="cuda", compute_capability=cc))
+def _row(name, vendor, memory_gib, bandwidth_gbs, facts: DeviceFacts, arch: str, *, source, tflops) -> GpuSpec:
+    """One table row; bf16 on matrix units decided by the rules a live device of that kind gets."""
     return GpuSpec(
         name=name,
-        vendor="NVIDIA",
+        vendor=vendor,
         memory_gib=memory_gib,
         bandwidth_gbs=bandwidth_gbs,
         peak_tflops=tflops,
-        native_bf16=caps.native_bf16,
-        compute_capability=cc,
-        arch=f"sm_{cc[0]}{cc[1]}",
-        source=source,
-    )
-
-
-def _amd(name, memory_gib, bandwidth_gbs, arch, *, source, **tflops) -> GpuSpec:
-    caps = capabilities(DeviceFacts(kind="rocm", arch=arch))
-    return GpuSpec(
-        name=name,
-        vendor="AMD",
-        memory_gib=memory_gib,
-        bandwidth_gbs=bandwidth_gbs,
-        peak_tflops=tflops,
-        native_bf16=caps.native_bf16,
-        compute_capability=None,
+        native_bf16=capabilities(facts).native_bf16,
+        compute_capability=facts.compute_capability,
         arch=arch,
         source=source,
     )
+
+
+def _nvidia(name, memory_gib, bandwidth_gbs, cc, *, source, **tflops) -> GpuSpec:
+    facts = DeviceFacts(kind="cuda", compute_capability=cc)
+    return _row(name, "NVIDIA", memory_gib, bandwidth_gbs, facts, f"sm_{cc[0]}{cc[1]}", source=source, tflops=tflops)
+
+
+def _amd(name, memory_gib, bandwidth_gbs, arch, *, source, **tflops) -> GpuSpec:
+    facts = DeviceFacts(kind="rocm", arch=arch)  # no compute capability: the table row names the gfx arch
+    return _row(name, "AMD", memory_gib, bandwidth_gbs, facts, arch, source=source, tflops=tflops)
 
 
 # Columns: name, memory (nominal GiB), bandwidth (GB/s), CUDA cc or gfx arch; dense TFLOP/s per dtype.

@@ -29,7 +29,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from ampkit.plan.fit import MAX_SEARCH, Fit, SearchField
+from ampkit.plan.fit import MAX_SEARCH, Fit, SearchField, largest_affine, tensor_budget
 from ampkit.plan.hf_describe import HFDescription
 from ampkit.plan.hf_trace import CopyMismatch, MomentTracker, trace_hf_step, traced_precision
 from ampkit.plan.numerics import get_numerics
@@ -249,22 +249,14 @@ class HFTracedEngine:
         limit: int = MAX_SEARCH,
     ) -> int:
         """Largest micro-batch (affine in it) or sequence (quadratic: attention scores) that fits."""
-        budget = (capacity - context_bytes) / (1 + fragmentation)
+        budget = tensor_budget(capacity, context_bytes, fragmentation)
         if field == "micro_batch":
             return self._largest_batch(setting, budget, limit)
         return self._largest_seq(setting, budget, min(limit, self.desc.max_positions or limit))
 
     def _largest_batch(self, setting: StepSetting, budget: float, limit: int) -> int:
         at1, at2 = self._totals(replace(setting, micro_batch=1)), self._totals(replace(setting, micro_batch=2))
-        best = limit
-        for key in at1.keys() & at2.keys():
-            slope, intercept = at2[key] - at1[key], 2 * at1[key] - at2[key]
-            if slope <= 0:
-                if intercept > budget:
-                    return 0
-                continue
-            best = min(best, math.floor((budget - intercept) / slope))
-        return max(0, best)
+        return largest_affine(((at1[key], at2[key]) for key in at1.keys() & at2.keys()), budget, limit)
 
     def _largest_seq(self, setting: StepSetting, budget: float, limit: int) -> int:
         """Every moment is a quadratic in the sequence length (fake tensors' sizes are exact

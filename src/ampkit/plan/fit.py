@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -107,9 +108,23 @@ class Fit:
         }
 
 
-def _budget(capacity: int, context_bytes: int, fragmentation: float) -> float:
+def tensor_budget(capacity: int, context_bytes: int, fragmentation: float) -> float:
     """The tensor peak allowed once the reserve is taken out."""
     return (capacity - context_bytes) / (1 + fragmentation)
+
+
+def largest_affine(totals: Iterable[tuple[int, int]], budget: float, limit: int) -> int:
+    """The largest x <= `limit` (0: none) at which every total, affine in x and given as its values at
+    x = 1 and x = 2, stays within `budget`: a total that does not grow with x only has to fit."""
+    best = limit
+    for at1, at2 in totals:
+        slope, intercept = at2 - at1, 2 * at1 - at2
+        if slope <= 0:
+            if intercept > budget:
+                return 0
+            continue
+        best = min(best, math.floor((budget - intercept) / slope))
+    return max(0, best)
 
 
 def _totals(desc: ModelDescription, setting: StepSetting) -> list[int]:
@@ -140,17 +155,9 @@ def largest(
     limit: int = MAX_SEARCH,
 ) -> int:
     """Largest `field` ("micro_batch" or "seq_len") that fits, all else as in `setting` (0: none)."""
-    budget = _budget(capacity, context_bytes, fragmentation)
+    budget = tensor_budget(capacity, context_bytes, fragmentation)
     at1, at2 = _totals(desc, _with(setting, field, 1)), _totals(desc, _with(setting, field, 2))
-    best = limit
-    for a1, a2 in zip(at1, at2):
-        slope, intercept = a2 - a1, 2 * a1 - a2
-        if slope <= 0:
-            if intercept > budget:
-                return 0
-            continue
-        best = min(best, math.floor((budget - intercept) / slope))
-    best = max(0, best)
+    best = largest_affine(zip(at1, at2), budget, limit)
     # the replay rounds each allocation to whole bytes: confirm, and step down if a rounding bit
     while best > 0 and not _fits_total(desc, _with(setting, field, best), capacity, context_bytes, fragmentation):
         best -= 1

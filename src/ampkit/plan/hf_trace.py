@@ -26,14 +26,12 @@ import torch
 from torch import nn
 
 from ampkit.core.step import forward_loss, lm_count
-from ampkit.data import Batch
 from ampkit.models.hf import HFCausalLM, HFModelInfo, decoder_layers
 from ampkit.plan.hf_describe import HFDescription, meta_model
 from ampkit.plan.layers import check_copy, config_at_depth
 from ampkit.plan.numerics import get_numerics
-from ampkit.plan.optim import build_optimizer
 from ampkit.plan.setting import StepSetting
-from ampkit.plan.trace import _tag_state, _train_step, _warm_up, materialize_fake
+from ampkit.plan.trace import _train_step, fake_batch, materialize_fake, steady_state_optimizer
 from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import Precision, build_precision
 
@@ -194,19 +192,12 @@ def trace_hf_step(desc: HFDescription, setting: StepSetting, *, depth: int) -> M
     with fake:
         materialize_fake(model)
         _fake_buffers(model)
-    optimizer = build_optimizer(setting.optimizer, model)  # no tensors made: safe outside fake mode
+    optimizer = steady_state_optimizer(model, setting, tracker, fake)
     with fake:
-        _warm_up(model, optimizer, keep_grads=setting.grad_accum > 1)
-        _tag_state(tracker, model, optimizer)
         install_moments(model, tracker)
         if setting.checkpointing == "full":
             _checkpoint_blocks(list(model.blocks or []), tracker)
-        shape = (setting.micro_batch, setting.seq_len)
-        ids, targets = torch.randint(0, desc.vocab_size, shape), torch.randint(0, desc.vocab_size, shape)
-        for tensor in (ids, targets):
-            tracker.tag(tensor, "activations")
-        n = setting.micro_batch * setting.seq_len
-        batch = Batch(input_ids=ids, targets=targets, n_tokens=n, n_padded=n)
+        batch = fake_batch(desc.vocab_size, setting, tracker)
         with policy.run_context(), as_on_real_tensors(), tracker:
             tracker.label = "forward: embedding"
             _train_step(model, policy, optimizer, tracker, batch, loss_fn=forward_loss, count_fn=lm_count)

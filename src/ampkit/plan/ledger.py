@@ -41,8 +41,9 @@ FORWARD_SCRATCH_FP32 = 2  # short-lived (tokens, q) fp32 buffers inside a block'
 
 
 @dataclass(frozen=True)
-class Dims:
-    """Model widths and the regime's byte sizes, the only numbers the replay needs."""
+class Widths:
+    """A decoder's widths in elements, the shape the replays read: model, query and key/value
+    projections, MLP, heads, vocabulary."""
 
     d: int
     q: int
@@ -50,6 +51,24 @@ class Dims:
     ff: int
     heads: int
     vocab: int
+
+
+def widths_of(desc: ModelDescription) -> dict[str, int]:
+    """`Widths`' fields from a model description (to build a replay's dims with its byte sizes)."""
+    return {
+        "d": desc.d_model,
+        "q": desc.q_dim,
+        "kv": desc.kv_dim,
+        "ff": desc.d_ff,
+        "heads": desc.n_heads,
+        "vocab": desc.vocab_size,
+    }
+
+
+@dataclass(frozen=True)
+class Dims(Widths):
+    """Model widths and the regime's byte sizes, the only numbers the replay needs."""
+
     p: int
     """parameter / residual-stream bytes per element"""
     c: int
@@ -69,17 +88,7 @@ class StepReplay:
             )
         self.desc, self.setting = desc, setting
         self.num = get_numerics(setting.precision)
-        self.x = Dims(
-            d=desc.d_model,
-            q=desc.q_dim,
-            kv=desc.kv_dim,
-            ff=desc.d_ff,
-            heads=desc.n_heads,
-            vocab=desc.vocab_size,
-            p=self.num.param_bytes,
-            c=self.num.compute_bytes,
-            auto=self.num.autocast,
-        )
+        self.x = Dims(**widths_of(desc), p=self.num.param_bytes, c=self.num.compute_bytes, auto=self.num.autocast)
         llama = desc.family == "llama"
         self.saved = blocks.llama_saved(self) if llama else blocks.gpt_saved(self)
         self.weights = blocks.llama_weights(self) if llama else blocks.gpt_weights(self)
@@ -361,6 +370,12 @@ def analytic_ledger(
 ) -> Ledger:
     """The step's memory from formulas (see the module docstring); any model size, microseconds."""
     replay = StepReplay(desc, setting).run()
+    return replay_ledger(replay, setting, context_bytes=context_bytes, fragmentation=fragmentation)
+
+
+def replay_ledger(replay: Replay, setting: StepSetting, *, context_bytes: int, fragmentation: float) -> Ledger:
+    """The analytic ledger of a replayed step (the full step's or the LoRA step's): the lines live at
+    the replay's peak, each line's largest, and the framework reserve on top of that peak."""
     return Ledger(
         setting=setting,
         engine="analytic",

@@ -28,11 +28,12 @@ from ampkit.errors import UsageError
 from ampkit.lora.settings import LoraSettings
 from ampkit.lora.targets import LLAMA_PROJECTIONS
 from ampkit.plan.describe import ModelDescription
+from ampkit.plan.ledger import Widths, replay_ledger, widths_of
 from ampkit.plan.lora_replay import LoraReplay
 from ampkit.plan.numerics import FP32_BYTES as FP32
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import optimizer_state_bytes
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting, framework_reserve
+from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting
 
 NF4_BLOCK = 64
 """weights per 4-bit block (one 8-bit scale each, bitsandbytes' default for nf4)"""
@@ -114,15 +115,9 @@ MLP_IN = ("gate_proj", "up_proj")
 
 
 @dataclass(frozen=True)
-class LoraDims:
+class LoraDims(Widths):
     """Widths and byte sizes of a LoRA step (bytes per element)."""
 
-    d: int
-    q: int
-    kv: int
-    ff: int
-    heads: int
-    vocab: int
     r: int
     s: int
     """the residual stream and the unquantised base (the embedding's storage dtype)"""
@@ -159,12 +154,7 @@ def lora_dims(desc: ModelDescription, setting: StepSetting, plan: LoraPlan) -> L
         )
     s = torch.empty((), dtype=plan.storage_dtype).element_size()
     return LoraDims(
-        d=desc.d_model,
-        q=desc.q_dim,
-        kv=desc.kv_dim,
-        ff=desc.d_ff,
-        heads=desc.n_heads,
-        vocab=desc.vocab_size,
+        **widths_of(desc),
         r=plan.rank,
         s=s,
         c=num.compute_bytes if num.autocast else s,
@@ -223,15 +213,7 @@ def analytic_lora_ledger(
         ckpt=setting.checkpointing == "full",
     )
     replay.adapted = set(plan.targets)
-    result = replay.run()
-    return Ledger(
-        setting=setting,
-        engine="analytic",
-        at_peak=dict(result.peak_lines),
-        largest=dict(result.largest),
-        peak_moment=result.peak_moment,
-        reserve=framework_reserve(result.peak, context_bytes=context_bytes, fragmentation=fragmentation),
-    )
+    return replay_ledger(replay.run(), setting, context_bytes=context_bytes, fragmentation=fragmentation)
 
 
 def lora_largest(

@@ -23,15 +23,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ampkit.data import Batch
 from ampkit.lora.apply import ADAPTER_NAME, is_adapter, load_peft, peft_config
 from ampkit.models import LlamaLM, build_model
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.lora import NF4_BLOCK, NF4_NESTED_BLOCK, NF4_TABLE_BYTES, LoraPlan, check_lora_plannable
-from ampkit.plan.measure import _allocator_peak, _storage_bytes
+from ampkit.plan.measure import _storage_bytes, profiled_step_peak
 from ampkit.plan.optim import build_optimizer
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting, framework_reserve
-from ampkit.plan.trace import _train_step, _warm_up, trace_step
+from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting
+from ampkit.plan.trace import _warm_up, random_batch, trace_step, tracker_ledger
 from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import build_precision
 
@@ -136,14 +135,7 @@ def traced_lora_ledger(
 ) -> Ledger:
     """The LoRA step's memory measured on fake tensors (the same lines as the analytic ledger)."""
     tracker = trace_lora_step(desc, setting, plan)
-    return Ledger(
-        setting=setting,
-        engine="traced",
-        at_peak=dict(tracker.peak_lines),
-        largest=dict(tracker.largest),
-        peak_moment=tracker.peak_label,
-        reserve=framework_reserve(tracker.peak_total, context_bytes=context_bytes, fragmentation=fragmentation),
-    )
+    return tracker_ledger(tracker, setting, context_bytes=context_bytes, fragmentation=fragmentation)
 
 
 def _quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
@@ -160,8 +152,6 @@ def _quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
 def measure_lora_cpu_step_peak(desc: ModelDescription, setting: StepSetting, plan: LoraPlan, *, seed: int = 0) -> int:
     """Bytes at the peak of one real steady-state LoRA training step on CPU: the real peft adapters and,
     for nf4, the real bitsandbytes layers (the method of `ampkit.plan.measure`)."""
-    from torch.profiler import ProfilerActivity, profile
-
     from ampkit.lora.apply import apply_lora
 
     check_lora_plannable(desc, plan)
@@ -171,14 +161,8 @@ def measure_lora_cpu_step_peak(desc: ModelDescription, setting: StepSetting, pla
     apply_lora(model, plan.settings, precision=setting.precision, seed=seed)
     optimizer = build_optimizer(setting.optimizer, model)
     _warm_up(model, optimizer, keep_grads=setting.grad_accum > 1)
-    generator = torch.Generator().manual_seed(seed)
-    shape = (setting.micro_batch, setting.seq_len)
-    ids = torch.randint(0, desc.vocab_size, shape, generator=generator)
-    targets = torch.randint(0, desc.vocab_size, shape, generator=generator)
-    batch = Batch(input_ids=ids, targets=targets, n_tokens=ids.numel(), n_padded=ids.numel())
-    tensors = [*model.parameters(), *_quant_state_tensors(model), ids, targets]
+    batch = random_batch(desc.vocab_size, setting, generator=torch.Generator().manual_seed(seed))
+    tensors = [*model.parameters(), *_quant_state_tensors(model), batch.input_ids, batch.targets]
     tensors += [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
     held = _storage_bytes(tensors)
-    with policy.run_context(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        _train_step(model, policy, optimizer, StorageTracker(), batch)
-    return held + _allocator_peak(prof)
+    return held + profiled_step_peak(model, policy, optimizer, batch)

@@ -20,9 +20,9 @@ from ampkit.models import build_model
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.optim import build_optimizer
 from ampkit.plan.setting import StepSetting
-from ampkit.plan.trace import _train_step, _warm_up
+from ampkit.plan.trace import _train_step, _warm_up, random_batch
 from ampkit.plan.tracker import StorageTracker
-from ampkit.precision import build_precision
+from ampkit.precision import Precision, build_precision
 
 
 def _storage_bytes(tensors) -> int:
@@ -52,10 +52,19 @@ def _allocator_peak(prof) -> int:
     return peak
 
 
-def measure_cpu_step_peak(desc: ModelDescription, setting: StepSetting, *, seed: int = 0) -> int:
-    """Bytes at the peak of one real steady-state training step on CPU (see the module docstring)."""
+def profiled_step_peak(
+    model: torch.nn.Module, policy: Precision, optimizer: torch.optim.Optimizer, batch: Batch
+) -> int:
+    """Bytes the allocator reports at the peak of one real step of `batch`, above what was held before it."""
     from torch.profiler import ProfilerActivity, profile
 
+    with policy.run_context(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        _train_step(model, policy, optimizer, StorageTracker(), batch)  # an unentered tracker only names phases
+    return _allocator_peak(prof)
+
+
+def measure_cpu_step_peak(desc: ModelDescription, setting: StepSetting, *, seed: int = 0) -> int:
+    """Bytes at the peak of one real steady-state training step on CPU (see the module docstring)."""
     cfg = desc.model_config
     if cfg is None:  # not `desc.buildable`
         raise UsageError(f"cannot measure {desc.name}: ampkit cannot build a {desc.family} model")
@@ -65,12 +74,6 @@ def measure_cpu_step_peak(desc: ModelDescription, setting: StepSetting, *, seed:
     model = policy.convert_module(build_model(cfg, seed=seed))
     optimizer = build_optimizer(setting.optimizer, model)
     _warm_up(model, optimizer, keep_grads=setting.grad_accum > 1)
-    generator = torch.Generator().manual_seed(seed)
-    shape = (setting.micro_batch, setting.seq_len)
-    ids = torch.randint(0, desc.vocab_size, shape, generator=generator)
-    targets = torch.randint(0, desc.vocab_size, shape, generator=generator)
-    batch = Batch(input_ids=ids, targets=targets, n_tokens=ids.numel(), n_padded=ids.numel())
-    held = _held_bytes(model, optimizer, [ids, targets])
-    with policy.run_context(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        _train_step(model, policy, optimizer, StorageTracker(), batch)  # an unentered tracker only names phases
-    return held + _allocator_peak(prof)
+    batch = random_batch(desc.vocab_size, setting, generator=torch.Generator().manual_seed(seed))
+    held = _held_bytes(model, optimizer, [batch.input_ids, batch.targets])
+    return held + profiled_step_peak(model, policy, optimizer, batch)

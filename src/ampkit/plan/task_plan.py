@@ -19,9 +19,8 @@ from torch.utils.checkpoint import checkpoint
 
 from ampkit.errors import UsageError
 from ampkit.plan.fit import Target, resolve_target
-from ampkit.plan.optim import build_optimizer
-from ampkit.plan.setting import GIB, Ledger, StepSetting, framework_reserve
-from ampkit.plan.trace import _tag_state, _train_step, _warm_up
+from ampkit.plan.setting import GIB, StepSetting
+from ampkit.plan.trace import _train_step, steady_state_optimizer, tracker_ledger
 from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import build_precision, get_spec
 from ampkit.tasks import optional
@@ -59,10 +58,8 @@ def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[St
     fake = FakeTensorMode(allow_non_fake_inputs=True)  # bitsandbytes' lookup tables stay real constants
     with fake, policy.init_context():
         model = policy.convert_module(task.build_model(device=torch.device("cpu"), seed=0))
-    optimizer = build_optimizer(setting.optimizer, model)  # no tensors made: safe outside fake mode
+    optimizer = steady_state_optimizer(model, setting, tracker, fake)
     with fake:
-        _warm_up(model, optimizer, keep_grads=setting.grad_accum > 1)
-        _tag_state(tracker, model, optimizer)
         if setting.checkpointing == "full":
             _checkpoint_blocks(optional.repeated_blocks(task, model), tracker)
         fake_batch = optional.map_tensors(batch, fake.from_tensor)
@@ -79,15 +76,8 @@ def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[St
 
 def task_ledger(task: Task, setting: StepSetting, *, batch: Any, context_bytes: int, fragmentation: float):
     tracker, flops = trace_task_step(task, setting, batch=batch)
-    ledger = Ledger(
-        setting=setting,
-        engine="traced",
-        at_peak=dict(tracker.peak_lines),
-        largest=dict(tracker.largest),
-        peak_moment=tracker.peak_label or "step",
-        reserve=framework_reserve(tracker.peak_total, context_bytes=context_bytes, fragmentation=fragmentation),
-    )
-    return ledger, flops
+    ledger = tracker_ledger(tracker, setting, context_bytes=context_bytes, fragmentation=fragmentation)
+    return dataclasses.replace(ledger, peak_moment=ledger.peak_moment or "step"), flops
 
 
 def _largest_batch(b: int, total_b: int, total_2b: int, capacity: int) -> int | None:

@@ -108,6 +108,36 @@ def _warm_up(model: nn.Module, optimizer: torch.optim.Optimizer, *, keep_grads: 
         optimizer.zero_grad(set_to_none=True)
 
 
+def steady_state_optimizer(
+    model: nn.Module, setting: StepSetting, tracker: StorageTracker, fake: contextlib.AbstractContextManager
+) -> torch.optim.Optimizer:
+    """The run's optimizer over `model`'s fake parameters (materialised inside `fake` beforehand) in
+    its steady state: its states created by a warm-up step (`_warm_up`), then the parameters, any
+    kept gradients and the states filed under their ledger lines (`_tag_state`)."""
+    optimizer = build_optimizer(setting.optimizer, model)  # no tensors made: safe outside fake mode
+    with fake:
+        _warm_up(model, optimizer, keep_grads=setting.grad_accum > 1)
+        _tag_state(tracker, model, optimizer)
+    return optimizer
+
+
+def random_batch(vocab_size: int, setting: StepSetting, *, generator: torch.Generator | None = None) -> Batch:
+    """A (micro_batch, seq_len) batch of random token ids and targets, every slot a real token.
+    `generator`: seeded draws for a real step; a fake step's values do not matter."""
+    shape = (setting.micro_batch, setting.seq_len)
+    ids = torch.randint(0, vocab_size, shape, generator=generator)
+    targets = torch.randint(0, vocab_size, shape, generator=generator)
+    return Batch(input_ids=ids, targets=targets, n_tokens=setting.tokens, n_padded=setting.tokens)
+
+
+def fake_batch(vocab_size: int, setting: StepSetting, tracker: StorageTracker) -> Batch:
+    """`random_batch` filed as activations (the batch lives to the step's end); call inside FakeTensorMode."""
+    batch = random_batch(vocab_size, setting)
+    for tensor in (batch.input_ids, batch.targets):
+        tracker.tag(tensor, "activations")
+    return batch
+
+
 def _tag_state(tracker: StorageTracker, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     for p in model.parameters():
         tracker.tag(p, "parameters")
@@ -247,19 +277,12 @@ def trace_step(desc: ModelDescription, setting: StepSetting, *, model: LlamaLM |
     fake = FakeTensorMode(allow_non_fake_inputs=setting.optimizer == "adamw-8bit")
     with fake:
         materialize_fake(model)
-    optimizer = build_optimizer(setting.optimizer, model)  # no tensors made: safe outside fake mode
+    optimizer = steady_state_optimizer(model, setting, tracker, fake)
     with fake:
-        _warm_up(model, optimizer, keep_grads=setting.grad_accum > 1)
-        _tag_state(tracker, model, optimizer)
         _install_labels(model, tracker)
         if setting.checkpointing == "full":
             checkpoint_blocks(model, tracker)
-        shape = (setting.micro_batch, setting.seq_len)
-        ids, targets = torch.randint(0, desc.vocab_size, shape), torch.randint(0, desc.vocab_size, shape)
-        for tensor in (ids, targets):
-            tracker.tag(tensor, "activations")
-        n = setting.micro_batch * setting.seq_len
-        batch = Batch(input_ids=ids, targets=targets, n_tokens=n, n_padded=n)
+        batch = fake_batch(desc.vocab_size, setting, tracker)
         with policy.run_context(), tracker:
             _train_step(model, policy, optimizer, tracker, batch)
     return tracker
@@ -274,6 +297,14 @@ def traced_ledger(
 ) -> Ledger:
     """The step's memory as measured on fake tensors; same lines and reserve as the analytic one."""
     tracker = trace_step(desc, setting)
+    return tracker_ledger(tracker, setting, context_bytes=context_bytes, fragmentation=fragmentation)
+
+
+def tracker_ledger(
+    tracker: StorageTracker, setting: StepSetting, *, context_bytes: int, fragmentation: float
+) -> Ledger:
+    """The traced ledger of a tracked step (any traced engine's): the lines live at the tracker's
+    peak, each line's largest, and the framework reserve on top of that peak."""
     return Ledger(
         setting=setting,
         engine="traced",
