@@ -50,3 +50,9 @@ def test_defaults_follow_the_device_and_given_settings_stay():
     assert warnings[-1] == "doctor keeps it short here: --batch-size 2, --smoke-seq-len 8 (pass them to choose)"
     fp32, warnings = doctor_defaults(DoctorConfig(precision="fp32"), AVX2_CPU)  # fp32 is never emulated
     assert warnings == [] and fp32.steps == NATIVE_DEFAULTS["steps"]
+
+
+def test_where_emulated_fp32s_smoke_test_runs_only_to_convict_a_failure(monkeypatch):
+    monkeypatch.setattr(doctor_mod, "describe_device", lambda device: AVX2_CPU)
+    result = doctor_mod.run_doctor(DoctorConfig(task="mlp", steps=1, fidelity=False))  # a quick smoke test
+    assert list(result.smoke) == ["fp16-mixed"] and result.smoke["fp16-mixed"].passed

@@ -227,6 +227,7 @@ class _Setup:
         self.info = describe_device(self.device)
         config, self.warnings = doctor_defaults(config, self.info)
         self.config = config
+        self.emulated = bool(check_supported(config.precision, self.info))  # its warnings are emulation's
         check_lora_available(config.lora, device=self.device, precision=config.precision)
         self.spec = get_spec(config.precision)
         self.task = task if task is not None else build_task(config)  # the workload (`ampkit.tasks`)
@@ -383,11 +384,15 @@ def smoke_tests(
     setup: _Setup, results: dict[str, SmokeResult] | None = None, *, stop: Callable[[], None] = lambda: None
 ) -> dict[str, SmokeResult]:
     """The overfit test under the precision (with the fault, if any) and under fp32 (never faulted),
-    into `results` (returned); `stop()` is called before each step (it raises to interrupt)."""
+    into `results` (returned); `stop()` is called before each step (it raises to interrupt). fp32's
+    run is the control that convicts a failing precision: where the precision is emulated (slow) and
+    passed, it is not needed and not run."""
     cfg, results = setup.config, results if results is not None else {}
     batch = optional.smoke_batch(setup.task, samples=SMOKE_SAMPLES, seed=cfg.seed).to(setup.device)
     smoke_cfg = SmokeConfig(seq_len=cfg.smoke_seq_len, max_steps=cfg.smoke_steps)
     for name in dict.fromkeys([cfg.precision, REFERENCE]):
+        if name != cfg.precision and setup.emulated and results[cfg.precision].passed:
+            break
         policy = setup.policy() if name == cfg.precision else build_precision(REFERENCE, device_type=setup.device.type)
         model = policy.convert_module(setup.fresh_model(name))
         injector = FaultInjector(model, cfg.fault).attach() if cfg.fault and name == cfg.precision else None
