@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   installs what is needed, then runs the main job (ampkit bench) on the embedded default
-#   make test   installs what is needed, then runs ruff (lint + format check), mypy and the test suite
+#   make demo   installs everything (torch, the core, every optional extra, the test tools: DEPS and LINT
+#               below; ~1.6 GB), then runs the main job (ampkit bench) on the embedded default
+#   make test   installs the same, then runs ruff (lint + format check), mypy and the test suite
 # The virtual environment lives in .venv; a stamp file makes re-runs fast (no pip call at all
 # when pyproject.toml has not changed).
 PYTHON ?= python3

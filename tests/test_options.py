@@ -35,3 +35,10 @@ def test_choices_read_as_a_sentence():
         choices_text(OPTIMIZERS) == "adamw, adamw-8bit, adamw-sr, adamw-kahan or sgd"
         and choices_text(["only"]) == "only"
     )
+
+
+def test_the_preset_names_in_the_help_are_the_presets():
+    from ampkit.models.presets import PRESETS
+    from ampkit.options import PRESET_NAMES
+
+    assert PRESET_NAMES == ", ".join(PRESETS)

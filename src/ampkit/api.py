@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 
 from ampkit.config import resolve_config
+from ampkit.errors import RunInterrupted
 from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
 from ampkit.tasks.load import PYTHON_OBJECT
 
@@ -111,6 +112,10 @@ def doctor(
     resolved = _config(DoctorConfig, spec, config, settings)
     result = run_doctor(resolved, task=obj)
     run_dir = create_run_dir(None if out is None else str(out), "doctor")
+    write_json_atomic(run_dir / "config.json", result.summary["config"])
     write_json_atomic(run_dir / SUMMARY_FILE, result.summary)
     build_report(result.summary).write(run_dir)
+    if result.signum is not None:  # SIGINT/SIGTERM: the parts finished are written, as the command does
+        where = run_dir / SUMMARY_FILE
+        raise RunInterrupted(f"doctor interrupted; what was measured is in {where}", signum=result.signum)
     return result.summary

@@ -35,17 +35,23 @@ def _help(text: str, note: str) -> dict[str, str]:
     return {"help": f"{text[:-1]}; {note})" if text.endswith(")") else f"{text} ({note})"}
 
 
+PRESET_NAMES = "tiny, small, gpt2-124m, 1b, 7b, 13b, 70b"
+"""`ampkit.models.PRESETS`' names, in order (written out: importing the models imports torch; a test
+checks the two agree)."""
+
+
 def model_field(default: str, note: str = "") -> str:
     """`--model` of the commands that build and run the model (train, bench, doctor)."""
-    text = "model preset name, or hf:PATH: a local Hugging Face folder with config.json, optional weights and tokenizer"
+    text = (
+        f"model preset ({PRESET_NAMES}), or hf:PATH: a local Hugging Face folder with config.json, optional "
+        "weights and tokenizer"
+    )
     return field(default=default, metadata=_help(text, note))
 
 
 def described_model_field(default: str, note: str = "") -> str:
     """`--model` of the commands that only describe the model (plan, kv): no weights are built."""
-    text = (
-        "preset name (tiny, small, gpt2-124m, 1b, 7b, 13b, 70b) or a Hugging Face config.json, its folder or hf:FOLDER"
-    )
+    text = f"preset name ({PRESET_NAMES}) or a Hugging Face config.json, its folder or hf:FOLDER"
     return field(default=default, metadata=_help(text, note))
 
 

@@ -47,7 +47,7 @@ def create_run_dir(out: str | Path | None, command: str) -> Path:
     path = Path(out) if out else default_run_dir(command)
     if path.exists() and not path.is_dir():
         raise UsageError(f"--out {path} is a file, not a directory; choose another path")
-    _refuse_if_not_empty(path)
+    _refuse_if_not_empty(path, command)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -57,19 +57,17 @@ def create_run_dir(out: str | Path | None, command: str) -> Path:
         ) from None
     lock_run_dir(path, command=command)
     try:
-        _refuse_if_not_empty(path)  # again, under the lock: another process may have written into it meanwhile
+        _refuse_if_not_empty(path, command)  # again, under the lock: another process may have written into it meanwhile
     except UsageError:
         release_run_dir(path)
         raise
     return path
 
 
-def _refuse_if_not_empty(path: Path) -> None:
+def _refuse_if_not_empty(path: Path, command: str) -> None:
     if path.is_dir() and any(p.name != LOCK_FILE for p in path.iterdir()):
-        raise UsageError(
-            f"output directory {path} already exists and is not empty; "
-            "choose another --out (or pass --resume to continue a training run)"
-        )
+        resume = " (or pass --resume to continue a training run)" if command == "train" else ""  # train's flag only
+        raise UsageError(f"output directory {path} already exists and is not empty; choose another --out{resume}")
 
 
 # -- writing files: whole or not at all ----------------------------------------------------------

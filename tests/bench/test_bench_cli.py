@@ -75,9 +75,11 @@ def test_real_bench_writes_summary_and_reports(real_run):
     assert "data:image/png;base64," in html and "Recommendation:" in html and "Train with it: ampkit train" in html
     assert "Why it is faster, or not" in html and "even 2x faster matmuls give at most" in html
     assert (out / "report.md").read_text().count("](report-fig") >= 4
-    for name in names:
-        assert (out / "workers" / f"{name}.fidelity.pt").is_file()
-    assert (out / "workers" / "fp32.fidelity-1row.pt").is_file()  # fp32's 1-row capture, for slow precisions
+    # compared, then deleted (--keep-tensors keeps them): the run directory stays small
+    assert list((out / "workers").glob("*.fidelity*.pt")) == []
+    assert all(entry["files"]["fidelity"] is None for entry in summary["precisions"])
+    assert summary["status"] == "completed" and summary["interrupted"] is None
+    assert sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) < 5 * 1024**2
 
 
 def test_report_rerenders_from_summary(real_run, capsys):
@@ -126,10 +128,23 @@ def test_emulated_cpu_recommends_fp32_and_says_why(tmp_path, capsys, monkeypatch
     assert validate_summary(summary) == []
     rec = summary["recommendation"]
     assert rec["precision"] == "fp32"
-    assert "bf16-mixed 0.05x tokens/s (emulated: no avx512_bf16/amx_bf16)" in rec["reason"]
-    assert "fp16-mixed 0.20x tokens/s (emulated: no avx512_fp16/amx_fp16)" in rec["reason"]
+    assert rec["reason"].startswith("fp32: every other precision was slower: ")  # said as measured, 10-20x
+    assert "bf16-mixed 0.05x tokens/s, emulated (this CPU lacks avx512_bf16/amx_bf16)" in rec["reason"]
+    assert "fp16-mixed 0.20x tokens/s, emulated (this CPU lacks avx512_fp16/amx_fp16)" in rec["reason"]
     assert "Recommendation: fp32" in stdout and "emulated" in err  # table on stdout, warnings on stderr
     assert "data:image/png;base64," in (tmp_path / "run" / "report.html").read_text()
+    assert list((tmp_path / "run" / "workers").glob("*.pt")) == []  # compared, then deleted
+
+
+def test_keep_tensors_keeps_the_fidelity_captures(tmp_path, capsys, monkeypatch, avx2_cpu):
+    monkeypatch.setattr(runner, "run_worker", fake_worker(monkeypatch, {"fp32": 50, "bf16-mixed": 60}))
+    out = tmp_path / "run"
+    code, _, _ = run_cli(capsys, "bench", "--precisions", "bf16-mixed", "--keep-tensors", "--out", str(out))
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    for entry in summary["precisions"]:
+        assert (out / entry["files"]["fidelity"]).is_file()
+        assert entry["fidelity"]["logits_cosine"] is not None
 
 
 def test_a_failed_precision_is_one_line_and_the_rest_still_compare(tmp_path, capsys, monkeypatch, avx2_cpu):
@@ -233,3 +248,14 @@ def test_a_busy_host_is_called_out():
     (warning,) = runner.busy_host_warning({"cpus": 2, "start": None, "end": [8.9, 7, 5]})
     assert warning.startswith("the host was busy while measuring (1-minute load average 8.9 on 2 CPUs)")
     assert runner.busy_host_warning({"cpus": 2, "start": None, "end": None}) == []
+
+
+def test_the_progress_rate_says_it_is_the_running_one():
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    plan = SimpleNamespace(precisions=["fp32"], task={"unit": "tokens"}, config=runner.BenchConfig(steps=10))
+    bar = runner.BenchProgress(Console(quiet=True), plan, enabled=False)
+    text = bar._step_text({"measured": 4, "tokens": 4000, "elapsed_s": 2.0, "left_s": 3.0})
+    assert text == "4 steps · 2,000 tok/s (so far) · 3 s left"  # the summary's excludes stalled steps

@@ -72,8 +72,8 @@ def test_emulated_bf16_on_an_avx2_cpu_recommends_fp32_and_names_the_missing_supp
         ]
     )
     assert rec.precision == "fp32"
-    assert "bf16-mixed 0.05x tokens/s (emulated: no avx512_bf16/amx_bf16)" in rec.reason
-    assert "fp16-mixed 0.20x tokens/s (emulated: no avx512_fp16/amx_fp16)" in rec.reason
+    assert "bf16-mixed 0.05x tokens/s, emulated (this CPU lacks avx512_bf16/amx_bf16)" in rec.reason
+    assert "fp16-mixed 0.20x tokens/s, emulated (this CPU lacks avx512_fp16/amx_fp16)" in rec.reason
 
 
 def test_native_but_slower_is_said_so():
@@ -82,6 +82,17 @@ def test_native_but_slower_is_said_so():
     rec = recommend([cand("fp32", 1000, cos=1.0), cand("bf16-mixed", 860, native=native, native_note=note)])
     assert rec.precision == "fp32"
     assert "bf16-mixed 0.86x tokens/s (native: amx_bf16/avx512_bf16 here, yet slower)" in rec.reason
+
+
+def test_the_reference_is_recommended_in_words_that_match_the_figures():
+    """A 10-20x gap is "slower", not "not beaten by more than 5%"; a tie says tie; and what was measured follows."""
+    slow = recommend([cand("fp32", 1000, cos=1.0), cand("bf16-mixed", 70, native=False, native_note="emulated")])
+    assert slow.reason == "fp32: every other precision was slower: bf16-mixed 0.07x tokens/s, emulated"
+    tie = recommend([cand("fp32", 1000, cos=1.0), cand("bf16-mixed", 1030)])
+    assert tie.reason.startswith("fp32: no other precision was more than 5% faster (a tie goes to the simpler")
+    unfit = recommend([cand("fp32", 1000, cos=1.0), cand("bf16-mixed", 2000, cos=0.5)])
+    assert unfit.reason.startswith("fp32: no other precision qualified: bf16-mixed ")
+    assert recommend([cand("fp32", 1000, cos=1.0)]).reason == "fp32: the only precision measured"
 
 
 def test_no_recommendation_without_the_reference():

@@ -20,7 +20,7 @@ def _ok(name: str, *, items_per_s: float, peak_mib: int, speedup: float | None, 
         "name": name,
         "status": "ok",
         "native": name != "bf16-mixed",
-        "native_note": "emulated: no avx512_bf16/amx_bf16" if name == "bf16-mixed" else "native",
+        "native_note": "emulated (this CPU lacks avx512_bf16/amx_bf16)" if name == "bf16-mixed" else "native",
         "steps": {"measured": 10, "warmup": 2, "stalled": 1 if name == "fp32" else 0},
         "timing": {"items_per_s": items_per_s, "step_ms_median": 120.0, "step_ms_p10": 110.0, "step_ms_p90": 150.0},
         "mfu": {"value": 0.25, "peak_dtype": "fp32", "peak_source": "measured", "peak_flops": 1e11},
@@ -106,7 +106,7 @@ def _summary() -> dict:
         },
         "recommendation": {
             "precision": "fp32",
-            "reason": "fp32: nothing measured here beats it by more than 5%",
+            "reason": "fp32: every other precision was slower",
             "train": {
                 "command": "ampkit train --model tiny --seq-len 256 --precision fp32 --batch-size 212",
                 "batch_size": 212,
@@ -134,7 +134,7 @@ def test_main_rows_one_per_precision_with_status_words():
     assert fp32["steps measured"] == "10 (+2 warmup), 1 stalled" and fp32["tokens/s"] == "1,000"
     assert fp32["status"] == "RECOMMENDED" and fp32["step ms median (p10-p90)"] == "120 (110-150)"
     assert bf16["vs fp32"] == "0.05x" and bf16["memory vs fp32"] == "0.80x" and bf16["logits cos"] == "0.999987"
-    assert bf16["status"] == "good; emulated: no avx512_bf16/amx_bf16" and bf16["MFU"] == "25.0% of fp32"
+    assert bf16["status"] == "good; emulated (this CPU lacks avx512_bf16/amx_bf16)" and bf16["MFU"] == "25.0% of fp32"
     assert fp16["status"] == "failed: out of memory" and fp16["tokens/s"] == "-"
     assert "loss @ step 12" in headers and fp32["loss @ step 12"] == "2.7500"
     assert bf16["steps measured"] == "10 (+2 warmup), few steps"
@@ -168,7 +168,7 @@ def test_fidelity_and_memory_tables_skip_failed_precisions():
 
 
 def test_recommendation_text():
-    assert recommendation_text(_summary()).startswith("Recommendation: fp32: nothing measured")
+    assert recommendation_text(_summary()).startswith("Recommendation: fp32: every other precision was slower")
     none = {"recommendation": {"precision": None, "reason": "no recommendation: the fp32 reference failed"}}
     assert recommendation_text(none) == "No recommendation: the fp32 reference failed"
 

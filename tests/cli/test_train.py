@@ -30,3 +30,50 @@ def test_resume_needs_a_train_run_directory(parse, tmp_path):
 
 def test_held_out_losses_print_as_a_pair():
     assert train_cli._fmt_pair(5.5, None) == "5.5000 -> -"
+
+
+def test_resume_of_a_missing_directory_says_it_does_not_exist(tmp_path):
+    from ampkit.train.config import resume_config
+
+    with pytest.raises(UsageError, match=r"--resume .*nope does not exist; pass the directory of an earlier"):
+        resume_config(tmp_path / "nope", {})
+
+
+def test_train_help_lists_the_model_presets(capsys):
+    from ampkit.cli import main
+    from ampkit.models.presets import PRESETS
+
+    assert main(["train", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    assert f"model preset ({', '.join(PRESETS)})" in text
+
+
+def test_the_progress_rate_and_the_summary_rate_say_which_is_which():
+    from ampkit.train.loop import _status_text
+
+    record = {"loss": 2.0, "tokens_per_s": 1234.0, "loss_scale": None}
+    assert _status_text(record, "tokens") == "loss 2.000 · 1,234 tokens/s (last window)"
+
+
+def test_the_summary_table_names_its_rate():
+    import io
+
+    from rich.console import Console
+
+    summary = {
+        "config": {"precision": "fp32"},
+        "model": {"preset": "tiny"},
+        "steps": 5,
+        "first_loss": 5.0,
+        "final_loss": 4.0,
+        "eval_loss_initial": None,
+        "eval_loss": None,
+        "unit": "tokens",
+        "items_per_s": 1000.0,
+        "step_ms_median": 10.0,
+        "skipped_steps": 0,
+        "final_loss_scale": None,
+    }
+    buf = io.StringIO()
+    train_cli._print_summary(Console(file=buf, width=200), summary, "runs/x")
+    assert "tokens/s (measured steps, stalls excluded)" in buf.getvalue()

@@ -130,3 +130,20 @@ def test_cli_bad_inject_is_one_line_exit_2(tmp_path, run_cli, inject, fragment):
     assert code == 2 and stdout == ""
     assert fragment in stderr and len(stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_value_near_fp16_max_is_a_note_unless_the_verdict_found_problems():
+    """The verdict's table never holds a near-max observation beside "No numeric problems": a note."""
+    from ampkit.diagnostics.doctor_report import build_report, key_findings, notes
+
+    summary = run_doctor(DoctorConfig(precision="fp16-mixed", **QUICK)).summary
+    assert summary["status"] == "healthy"
+    near = {"module": "embed", "phase": "backward", "site": "param_grad", "values": "|x| up to 5.4e+04"}
+    summary["locator"]["first_near_fp16_max"] = near
+    assert "first value near fp16 max" not in dict(key_findings(summary))
+    (note,) = notes(summary)
+    assert note.startswith("note: embed's backward param_grad came near fp16's max") and "no problem" in note
+    assert "came near fp16" in build_report(summary).to_html()
+    summary["status"] = "problems"
+    assert dict(key_findings(summary))["first value near fp16 max"].startswith("embed, backward param_grad")
+    assert notes(summary) == []

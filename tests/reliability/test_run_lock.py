@@ -137,3 +137,15 @@ def test_a_distributed_resume_is_refused_by_rank_0(tmp_path, run_cli):
         release_run_dir(out)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"in use by pid {os.getpid()}" in proc.stderr
+
+
+def test_an_existing_out_suggests_resume_only_to_train(tmp_path):
+    from ampkit.errors import UsageError
+    from ampkit.runs import create_run_dir
+
+    (tmp_path / "old.txt").write_text("x")
+    with pytest.raises(UsageError) as plan:
+        create_run_dir(tmp_path, "plan")  # plan has no --resume
+    assert str(plan.value).endswith("already exists and is not empty; choose another --out")
+    with pytest.raises(UsageError, match=r"choose another --out \(or pass --resume to continue a training run\)"):
+        create_run_dir(tmp_path, "train")

@@ -72,8 +72,11 @@ def test_resume_config_refuses_a_change_that_would_not_match_the_checkpoint(tmp_
     assert resumed.steps == 20 and resumed.lr == 0.001 and resumed.scaler.init_scale == 1024.0
     with pytest.raises(UsageError, match="--lr cannot change when resuming"):
         resume_config(tmp_path, {"lr": 0.1})
-    with pytest.raises(UsageError, match="no config.json"):
+    with pytest.raises(UsageError, match="missing does not exist"):
         resume_config(tmp_path / "missing", {})
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="is not an ampkit train run \\(no config.json\\)"):
+        resume_config(tmp_path / "empty", {})
 
 
 def test_a_task_without_held_out_data_is_refused_before_training():

@@ -94,6 +94,13 @@ class BenchConfig:
         default=True,
         metadata={"help": "refuse up front a run whose step the memory planner says cannot fit this device"},
     )
+    keep_tensors: bool = field(
+        default=False,
+        metadata={
+            "help": "keep each precision's fidelity capture (workers/*.fidelity.pt: logits and gradients, megabytes "
+            "each) after comparing it with fp32's; by default they are deleted once summary.json holds the result"
+        },
+    )
     serving: InferenceSettings = field(
         default_factory=InferenceSettings, metadata={"help": "bench --inference: prefill, decode and the KV cache"}
     )

@@ -39,7 +39,7 @@ class Candidate:
     native: bool = True
     """the device runs this precision's compute dtype in hardware (else: emulated)"""
     native_note: str = ""
-    """e.g. "native: amx_bf16" or "emulated: no avx512_bf16/amx_bf16" """
+    """e.g. "native: amx_bf16" or "emulated (this CPU lacks avx512_bf16/amx_bf16)" """
     not_timed: str | None = None
     """why the budget left it untimed ("not timed: emulated, bf16 matmuls run at 0.05x ..."), or None"""
 
@@ -84,14 +84,16 @@ def native_support(info: DeviceInfo, precision_spec: PrecisionSpec) -> tuple[boo
     """(native?, note) for a precision's compute dtype on `info`'s device (a hardware.DeviceInfo)."""
     key = precision_spec.matmul_key
     if precision_spec.emulated:
-        return False, "emulated: fp8 rounding in software, no fp8 matmuls"
+        return False, "emulated (fp8 rounding in software, no fp8 matmuls)"
     if key == "fp32":
         return True, "native"
     native = info.is_native(key)
     if info.type == "cpu":
         flags = BF16_CPU_FLAGS[:2] if key == "bf16" else FP16_CPU_FLAGS[:2]  # the x86 names
         present = sorted(set(flags) & set(info.cpu_flags))
-        return native, (f"native: {'/'.join(present) or 'present'}" if native else f"emulated: no {'/'.join(flags)}")
+        if native:
+            return True, f"native: {'/'.join(present) or 'present'}"
+        return False, f"emulated (this CPU lacks {'/'.join(flags)})"
     return native, f"{'native' if native else 'emulated'} on {info.arch_label}"
 
 
@@ -189,7 +191,7 @@ def _why_faster(chosen: Candidate, ref: Candidate, fastest: Candidate, unit: str
 def _why_reference(
     candidates: list[Candidate], ref: Candidate, disqualified: dict[str, str], tie_tolerance: float, unit: str
 ) -> str:
-    notes = []
+    notes, ratios = [], []
     for c in candidates:
         if _is_reference(c.name):
             continue
@@ -197,14 +199,27 @@ def _why_reference(
             notes.append(f"{c.name} {disqualified[c.name]}")
             continue
         ratio = _items_per_s(c) / _items_per_s(ref)
+        ratios.append(ratio)
         if c.native:
             verdict = f"within the {tie_tolerance:.0%} tie margin" if ratio >= 1 else "slower"
-            qualifier = f"{c.native_note or 'native'} here, yet {verdict}"
-        else:
-            qualifier = c.native_note or "emulated"
-        notes.append(f"{c.name} {format_speedup(ratio)} {unit}/s ({qualifier})")
-    head = f"fp32: nothing measured here beats it by more than {tie_tolerance:.0%}"
-    return head + (": " + "; ".join(notes) if notes else "")
+            notes.append(f"{c.name} {format_speedup(ratio)} {unit}/s ({c.native_note or 'native'} here, yet {verdict})")
+        else:  # "emulated (this CPU lacks ...)"
+            notes.append(f"{c.name} {format_speedup(ratio)} {unit}/s, {c.native_note or 'emulated'}")
+    return _reference_head(ratios, disqualified=len(notes) > len(ratios), tie_tolerance=tie_tolerance) + (
+        ": " + "; ".join(notes) if notes else ""
+    )
+
+
+def _reference_head(ratios: list[float], *, disqualified: bool, tie_tolerance: float) -> str:
+    """What was measured against fp32, said as it was: slower, a tie, or nothing else qualified."""
+    others = " (or disqualified)" if disqualified else ""
+    if not ratios:
+        return "fp32: no other precision qualified" if disqualified else "fp32: the only precision measured"
+    if max(ratios) < 1.0:
+        return f"fp32: every other precision was slower{others}"
+    return (
+        f"fp32: no other precision was more than {tie_tolerance:.0%} faster{others} (a tie goes to the simpler regime)"
+    )
 
 
 LEAN_FRACTION = 0.9

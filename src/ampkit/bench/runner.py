@@ -7,10 +7,12 @@ for the device, an output directory that exists) is refused here before any work
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -31,7 +33,8 @@ from ampkit.bench.memory_check import check_bench_fits, largest_batch, predict_s
 from ampkit.bench.peaks import measure_peaks
 from ampkit.bench.session import BenchSession
 from ampkit.bench.summary import build_summary
-from ampkit.errors import TrainingError, UsageError, WriteFailed
+from ampkit.core.signals import StopRequests
+from ampkit.errors import RunInterrupted, TrainingError, UsageError, WriteFailed
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.lora.build import check_lora_available
 from ampkit.precision import REFERENCE
@@ -39,6 +42,7 @@ from ampkit.runs import (
     SUMMARY_FILE,
     create_run_dir,
     make_dir,
+    remove_quietly,
     summary_marks_write_failure,
     write_failed,
     write_json_atomic,
@@ -142,16 +146,51 @@ def worker_timeout_s(config: BenchConfig, expected_s: float | None = None) -> fl
     return max(MIN_WORKER_TIMEOUT_S, 20.0 * config.budget_s, 4.0 * (expected_s or 0.0))
 
 
-def run_worker(job_path: Path, log_path: Path, *, on_event: Callable[[dict], None], timeout_s: float) -> str | None:
-    """Run one worker process to completion; returns None, or why it died without a result."""
+class WorkerSlot:
+    """The worker process running now, so that a stop signal reaches it: a terminal's Ctrl-C reaches
+    the whole process group, `kill -INT BENCH_PID` (or SIGTERM from a scheduler) only the bench."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.signum: int | None = None
+
+    def interrupt(self, signum: int) -> None:
+        """Called from the signal handler: pass the signal on to the running worker."""
+        self.signum = signum
+        self._forward()
+
+    def hold(self, proc: subprocess.Popen | None) -> None:
+        self.proc = proc
+        if proc is not None and self.signum is not None:  # the signal came while it was starting
+            self._forward()
+
+    def _forward(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None and self.signum is not None:
+            with contextlib.suppress(OSError):  # it ended meanwhile
+                proc.send_signal(self.signum)
+
+
+def run_worker(
+    job_path: Path,
+    log_path: Path,
+    *,
+    on_event: Callable[[dict], None],
+    timeout_s: float,
+    slot: WorkerSlot | None = None,
+) -> str | None:
+    """Run one worker process to completion; returns None, or why it died without a result.
+    `slot` holds the process while it runs (a stop signal is passed on to it)."""
     try:
         log = open(log_path, "w", encoding="utf-8")
     except OSError as err:
         raise write_failed(log_path, err) from None
+    slot = slot or WorkerSlot()
     with log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ampkit.bench.worker", str(job_path)], stdout=subprocess.PIPE, stderr=log, text=True
         )
+        slot.hold(proc)
         assert proc.stdout is not None  # stdout=PIPE
         timed_out = threading.Event()
 
@@ -170,11 +209,29 @@ def run_worker(job_path: Path, log_path: Path, *, on_event: Callable[[dict], Non
         finally:
             watchdog.cancel()
             code = proc.wait()
+            slot.hold(None)
+    if slot.signum is not None:
+        name = signal.Signals(slot.signum).name
+        clean_interrupted_log(log_path, name)
+        return f"interrupted by {name} before it finished"
     if timed_out.is_set():
         return f"no result after {timeout_s:g} s, far past what its budget plan expected; killed as hung (see its log)"
     if code < 0:
         return f"worker killed by signal {-code} (signal 9 is usually the out-of-memory killer)"
     return None
+
+
+def clean_interrupted_log(log_path: Path, name: str) -> None:
+    """A worker stopped by a signal says so in one line; a traceback it printed while starting up
+    (the signal arrived before its handler was installed) is cut off: it tells nothing."""
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+        start = text.find("Traceback (most recent call last):")
+        if start < 0 or "KeyboardInterrupt" not in text[start:]:
+            return
+        log_path.write_text(text[:start] + f"ampkit bench worker: interrupted by {name}\n", encoding="utf-8")
+    except OSError:
+        pass  # a log we cannot rewrite keeps what it has
 
 
 def _last_log_line(log_path: Path) -> str:
@@ -190,8 +247,11 @@ def measure_precision(
     *,
     job_plan: PrecisionPlan | None = None,
     on_event: Callable[[dict], None] | None = None,
+    slot: WorkerSlot | None = None,
 ) -> dict[str, Any]:
-    """One worker for `name`: writes workers/<name>.json (the job) and reads back <name>.result.json."""
+    """One worker for `name`: writes workers/<name>.json (the job) and reads back <name>.result.json
+    (status "interrupted" when a stop signal ended the worker first)."""
+    slot = slot or WorkerSlot()
     workers = run_dir / WORKERS_DIR
     paths = {
         key: workers / f"{name}.{suffix}"
@@ -223,8 +283,10 @@ def measure_precision(
             on_event(message)
 
     expected = job_plan.estimated_total_s if job_plan is not None else None
-    death = run_worker(paths["job"], paths["log"], on_event=event, timeout_s=worker_timeout_s(plan.config, expected))
-    result = _read_result(name, paths, death, worker_plan)
+    death = run_worker(
+        paths["job"], paths["log"], on_event=event, timeout_s=worker_timeout_s(plan.config, expected), slot=slot
+    )
+    result = _read_result(name, paths, death, worker_plan, interrupted=slot.signum is not None)
     rel: dict[str, str | None] = {key: str(path.relative_to(run_dir)) for key, path in paths.items() if key != "job"}
     rel["fidelity"] = rel["fidelity"] if paths["fidelity"].is_file() else None
     result["files"] = rel
@@ -245,15 +307,17 @@ def _worker_plan(job_plan: PrecisionPlan, *, reference: bool) -> dict[str, Any]:
     }
 
 
-def _read_result(name: str, paths: dict[str, Path], death: str | None, worker_plan) -> dict[str, Any]:
+def _read_result(
+    name: str, paths: dict[str, Path], death: str | None, worker_plan, *, interrupted: bool = False
+) -> dict[str, Any]:
     if paths["result"].is_file():
         return json.loads(paths["result"].read_text(encoding="utf-8"))
     why = death or f"worker exited without a result ({_last_log_line(paths['log'])})"
     return {
         "precision": name,
-        "status": "failed",
+        "status": "interrupted" if interrupted else "failed",
         "error": why,
-        "error_kind": "killed" if death else "error",
+        "error_kind": "interrupted" if interrupted else ("killed" if death else "error"),
         "plan": worker_plan,
     }
 
@@ -278,14 +342,18 @@ def run_bench(
     task_object=None,
 ) -> tuple[dict[str, Any], Path]:
     """The whole bench; returns (summary, run directory). The reports are written too. `task_object`:
-    a task given as a Python object (`ampkit.bench.run`), pickled for the worker processes."""
+    a task given as a Python object (`ampkit.bench.run`), pickled for the worker processes.
+
+    SIGINT/SIGTERM stop the running worker; the precisions finished are written (summary.json
+    `"status": "interrupted"`, the reports), then `RunInterrupted` is raised (exit 128 + signal)."""
     from ampkit.bench.render import render_report  # matplotlib: loaded only once there is something to draw
 
     console = console or Console(stderr=True)
     started, load_start = time.perf_counter(), host_load()
     plan = plan_bench(config, task_object=task_object)
     run_dir = create_run_dir(out, "bench")
-    with summary_marks_write_failure(run_dir, "bench", console):  # disk full: "status": "failed", exit 1
+    slot = WorkerSlot()
+    with summary_marks_write_failure(run_dir, "bench", console), StopRequests(on_stop=slot.interrupt) as stops:
         summary = _measure_all(
             plan,
             run_dir,
@@ -294,8 +362,18 @@ def run_bench(
             started=started,
             load_start=load_start,
             task_object=task_object,
+            slot=slot,
         )
         render_report(summary, run_dir)
+    if summary["status"] == "interrupted":
+        stopped = summary["interrupted"]
+        finished = ", ".join(stopped["finished"]) or "none"
+        raise RunInterrupted(
+            f"interrupted by {stopped['signal']} "
+            + (f"during {stopped['during']}" if stopped["during"] else "between precisions")
+            + f" (precisions finished: {finished}); what was measured is in {run_dir / SUMMARY_FILE}",
+            signum=stops.signum or signal.SIGINT,
+        )
     return summary, run_dir
 
 
@@ -308,8 +386,11 @@ def _measure_all(
     started: float,
     load_start: list | None,
     task_object=None,
+    slot: WorkerSlot | None = None,
 ) -> dict[str, Any]:
-    """The device's matmul peaks, every precision's worker (`BenchSession`), then summary.json (returned)."""
+    """The device's matmul peaks, every precision's worker (`BenchSession`), then summary.json (returned).
+    A stop signal (`slot`) ends the session after the worker it stopped."""
+    slot = slot or WorkerSlot()
     make_dir(run_dir / WORKERS_DIR)
     if task_object is not None:
         plan = dataclasses.replace(plan, task_pickle=str(pickle_task(task_object, run_dir / WORKERS_DIR)))
@@ -326,12 +407,14 @@ def _measure_all(
             peaks,
             started=started,
             measure=lambda name, job_plan, on_event: measure_precision(
-                name, plan, run_dir, progress, job_plan=job_plan, on_event=on_event
+                name, plan, run_dir, progress, job_plan=job_plan, on_event=on_event, slot=slot
             ),
+            stopped=lambda: slot.signum is not None,
         )
         results = session.run(_refuse_without_reference)
     load = {"cpus": os.cpu_count() or 0, "start": load_start, "end": host_load()}
     budget = session.budget_block(results, wall_s=time.perf_counter() - started)
+    interrupted = _interrupted_block(slot, results)
     summary = build_summary(
         config=plan.config,
         info=plan.info,
@@ -347,9 +430,33 @@ def _measure_all(
         ),
         fit_batch=lambda name: largest_batch(plan.config, plan.task_object, name, device=device),
         budget=budget,
+        interrupted=interrupted,
     )
+    if not plan.config.keep_tensors:
+        drop_fidelity_tensors(run_dir, summary)
     write_json_atomic(run_dir / SUMMARY_FILE, summary)
     return summary
+
+
+def _interrupted_block(slot: WorkerSlot, results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """summary["interrupted"]: the signal, the precision it stopped, the precisions finished before it."""
+    if slot.signum is None:
+        return None
+    stopped = next((r["precision"] for r in results if r["status"] == "interrupted"), None)
+    return {
+        "signal": signal.Signals(slot.signum).name,
+        "during": stopped,
+        "finished": [r["precision"] for r in results if r["status"] != "interrupted"],
+    }
+
+
+def drop_fidelity_tensors(run_dir: Path, summary: dict[str, Any]) -> None:
+    """The fidelity captures (`workers/*.fidelity*.pt`, megabytes each) have been compared and
+    summary.json holds the result: delete them (`--keep-tensors` keeps them)."""
+    for path in (run_dir / WORKERS_DIR).glob("*.fidelity*.pt"):
+        remove_quietly(path)
+    for entry in summary["precisions"]:
+        entry["files"]["fidelity"] = None
 
 
 class BenchProgress:
@@ -426,9 +533,12 @@ class BenchProgress:
         unit = self.plan.task.get("unit", "tokens")
         short = {"tokens": "tok", "samples": "samples"}.get(unit, unit)
         left = f" · {event['left_s']:.0f} s left" if event.get("left_s") is not None else ""
-        return f"{event['measured']} steps · {rate:,.0f} {short}/s{left}"
+        # every measured step so far, stalls included: the summary's figure excludes stalled steps
+        return f"{event['measured']} steps · {rate:,.0f} {short}/s (so far){left}"
 
     def finish(self, name: str, result: dict) -> None:
-        status = {"ok": "done", "not-timed": "fidelity only (not timed)"}.get(result["status"], "[red]failed[/]")
+        status = {"ok": "done", "not-timed": "fidelity only (not timed)", "interrupted": "[yellow]interrupted[/]"}.get(
+            result["status"], "[red]failed[/]"
+        )
         self.progress.update(self.tasks[name], completed=1.0, status=status)
         self._tick()

@@ -140,6 +140,8 @@ SUMMARY = {
     "schema": str,
     "schema_version": int,
     "command": str,
+    "status": Absent(str),
+    "interrupted": Absent(Opt({"signal": str, "during": Opt(str), "finished": ListOf(str)})),
     "ampkit_version": str,
     "torch_version": str,
     "created_utc": str,
@@ -242,10 +244,24 @@ def check(value: Any, spec: Any, path: str = "summary") -> list[str]:
     return []
 
 
+STATUSES = ("completed", "interrupted")
+"""summary["status"]: every precision ran, or a stop signal ended the bench after the ones listed
+(a summary marked "failed" by a write error is no bench summary: it lacks the rest)."""
+PRECISION_STATUSES = ("ok", "failed", "not-timed", "interrupted")
+
+
 def validate_summary(summary: Any) -> list[str]:
     """Problems with a bench summary: wrong schema/version/command, or fields of the wrong shape."""
     errors = check(summary, SUMMARY)
     if isinstance(summary, dict):
+        if summary.get("status", "completed") not in STATUSES:
+            errors.append(f"summary.status: expected one of {', '.join(STATUSES)}, got {summary.get('status')!r}")
+        for i, entry in enumerate(summary.get("precisions") or []):
+            if isinstance(entry, dict) and entry.get("status") not in PRECISION_STATUSES:
+                errors.append(
+                    f"summary.precisions[{i}].status: expected one of {', '.join(PRECISION_STATUSES)}, "
+                    f"got {entry.get('status')!r}"
+                )
         if summary.get("schema") != SCHEMA or summary.get("schema_version") != SCHEMA_VERSION:
             errors.insert(
                 0,

@@ -30,26 +30,43 @@ REPORT_S = 3.0  # the summary, plots and reports, after the last worker (a rough
 class BenchSession:
     """Runs `measure(name, job_plan, on_event)` for every precision of `plan` (a runner.BenchPlan)."""
 
-    def __init__(self, plan, console, progress, peaks: dict[str, Any], *, measure: Callable, started: float):
+    def __init__(
+        self,
+        plan,
+        console,
+        progress,
+        peaks: dict[str, Any],
+        *,
+        measure: Callable,
+        started: float,
+        stopped: Callable[[], bool] = lambda: False,
+    ):
         self.plan, self.console, self.progress, self.peaks = plan, console, progress, peaks
         self.config = plan.config
-        self.measure, self.started = measure, started
+        self.measure, self.started, self.stopped = measure, started, stopped
         self.account = BudgetAccount(self.config.budget_s)
         self.plans: dict[str, PrecisionPlan] = {}
         self.ref_warm: ReferenceWarm | None = None
         self.expected_s: float | None = None
 
     def run(self, refuse: Callable[[dict], None]) -> list[dict[str, Any]]:
-        """Every precision's result, in order; `refuse(result)` stops the bench when fp32 fails."""
+        """Every precision's result, in order; `refuse(result)` stops the bench when fp32 fails. Once
+        `stopped()` (a stop signal), no further precision starts: the results so far are returned."""
         ref, *others = self.plan.precisions
+        if self.stopped():
+            return []
         ref_plan = reference_plan(ref, self.config, self.account)
         self.plans[ref] = ref_plan
         result = self.measure(ref, ref_plan, self._on_reference_event)
         results = [result]
+        if self.stopped():
+            return results
         if result["status"] != "ok":
             refuse(result)
         self.account.spend(sum(result.get("step_s") or []))
         for name in others:
+            if self.stopped():
+                break
             job_plan = self._plan_now(name, others)
             result = self.measure(name, job_plan, None)
             results.append(result)

@@ -390,19 +390,27 @@ def build_summary(
     predict: Callable | None = None,
     fit_batch: Callable | None = None,
     budget: dict[str, Any] | None = None,
+    interrupted: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """summary.json from the workers' results; `peaks` (the device's, `bench.peaks`), `predict` (the
-    planner's step peak), `fit_batch` (the largest batch that fits) and `budget` come from the runner."""
+    planner's step peak), `fit_batch` (the largest batch that fits) and `budget` come from the runner.
+    `interrupted` (a stop signal: `signal`, `during`, `finished`) makes it `"status": "interrupted"`,
+    with what was measured and no recommendation."""
     flops = _flops(results)
     entries = [precision_entry(r, info=info, peaks=peaks, flops_per_item=flops["flops_per_item"]) for r in results]
     add_comparisons(entries, results, run_dir, threshold=config.fidelity_threshold)
     common_step = add_common_step_loss(entries)
     add_predictions(entries, results, predict)
-    rec = _recommendation(config, info, task, entries, fit_batch)
+    if interrupted is None:
+        rec = _recommendation(config, info, task, entries, fit_batch)
+    else:
+        rec = _no_recommendation(interrupted)
     summary = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "command": "bench",
+        "status": "interrupted" if interrupted else "completed",
+        "interrupted": interrupted,
         "ampkit_version": __version__,
         "torch_version": torch.__version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -452,6 +460,19 @@ def _recommendation(config, info, task, entries, fit_batch: Callable | None) -> 
         fit = fit_batch(chosen["name"]) if fit_batch is not None else {"batch_size": None, "note": "not predicted"}
         rec["train"] = train_command(config, task, chosen, fit)
     return rec
+
+
+def _no_recommendation(interrupted: dict[str, Any]) -> dict[str, Any]:
+    """An interrupted bench compared only some precisions: it recommends none."""
+    finished = ", ".join(interrupted["finished"]) or "none"
+    return {
+        "precision": None,
+        "reason": f"interrupted by {interrupted['signal']} before every precision was measured (finished: "
+        f"{finished}): no recommendation; run the bench again to the end",
+        "disqualified": {},
+        "advice": [],
+        "train": None,
+    }
 
 
 def json_safe(value: Any) -> Any:

@@ -25,7 +25,14 @@ from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, worker_time
 from ampkit.bench.timing import summarize_steps
 from ampkit.errors import UsageError
 from ampkit.precision import REFERENCE
-from ampkit.runs import SUMMARY_FILE, create_run_dir, make_dir, summary_marks_write_failure, write_json_atomic
+from ampkit.runs import (
+    SUMMARY_FILE,
+    create_run_dir,
+    make_dir,
+    remove_quietly,
+    summary_marks_write_failure,
+    write_json_atomic,
+)
 from ampkit.train.features import feature_set_unavailable, get_feature_sets
 
 SWEEP_SCHEMA_VERSION = 1
@@ -84,6 +91,8 @@ def _measure(fs, precision: str, plan, run_dir: Path) -> dict[str, Any]:
         },
     )
     death = run_worker(paths["job"], paths["log"], on_event=lambda event: None, timeout_s=worker_timeout_s(plan.config))
+    if not plan.config.keep_tensors:  # the sweep compares no fidelity: its captures are not needed
+        remove_quietly(paths["fidelity"])
     base = {"variant": fs.name, "settings": fs.settings(), "log": str(paths["log"].relative_to(run_dir))}
     if not paths["result"].is_file():
         return {**base, "status": "failed", "error": death or "worker exited without a result"}

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import pickle
+import signal
 import sys
 import time
 import traceback
@@ -39,6 +40,7 @@ from ampkit.bench.fidelity import capture_fidelity, fidelity_file, fixed_batch
 from ampkit.bench.profile import profile_step
 from ampkit.bench.timing import make_step_timer, synchronize
 from ampkit.config import resolve_config
+from ampkit.core.signals import STOP_SIGNALS
 from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.runs import atomic_write, write_json_atomic
@@ -369,14 +371,32 @@ def describe_failure(err: BaseException) -> tuple[str, str]:
     return "error", f"{type(err).__name__}: {text}"
 
 
+class WorkerStopped(BaseException):
+    """SIGINT/SIGTERM reached the worker (the parent passes a stop on): it ends without a result.
+    A BaseException, so that no `except Exception` on the way turns it into a failure."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, frame) -> None:
+    raise WorkerStopped(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m ampkit.bench.worker JOB.json", file=sys.stderr)
         return 2
+    for signum in STOP_SIGNALS:  # a stop is one line in the log, not a traceback
+        signal.signal(signum, _stop)
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     try:
         result = run_job(job, ProgressEmitter())
+    except WorkerStopped as stop:  # partial files are already removed (`runs.atomic_write`)
+        print(f"ampkit bench worker: interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        return 128 + stop.signum
     except Exception as err:  # noqa: BLE001 - every failure becomes a one-line result for the parent
         traceback.print_exc(file=sys.stderr)  # the full story goes to the worker's log file
         kind, message = describe_failure(err)

@@ -12,6 +12,7 @@ in fp16), then again with `--keep-fp32 blocks.1.mlp` (the advised fix).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,12 +20,19 @@ from rich.console import Console
 
 from ampkit.cli import add_run_command
 from ampkit.config import resolve_config
-from ampkit.diagnostics.doctor import DoctorConfig, run_doctor
+from ampkit.diagnostics.doctor import DoctorConfig, doctor_defaults, run_doctor
 from ampkit.diagnostics.doctor_report import build_report, print_console
-from ampkit.errors import UsageError
-from ampkit.hardware import pick_device
+from ampkit.errors import RunInterrupted, UsageError
+from ampkit.hardware import describe_device, pick_device
 from ampkit.plan.fit_check import fit_check_for
-from ampkit.runs import SUMMARY_FILE, create_run_dir, release_run_dir, summary_marks_write_failure, write_json_atomic
+from ampkit.runs import (
+    SUMMARY_FILE,
+    create_run_dir,
+    release_run_dir,
+    remove_quietly,
+    summary_marks_write_failure,
+    write_json_atomic,
+)
 from ampkit.tasks.load import is_language_model
 
 
@@ -42,20 +50,34 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(DoctorConfig, args, toml_path=args.config)
+    device = pick_device(config.device)
+    resolved, _ = doctor_defaults(config, describe_device(device))  # "0 = auto" filled in (run_doctor does too)
     if is_language_model(config.task):  # the planner's ledger plans language models
-        fit_check_for(config, device=pick_device(config.device), command="doctor")  # before any model is built
+        fit_check_for(resolved, device=device, command="doctor")  # before any model is built
     console = Console(stderr=True)
     run_dir = create_run_dir(args.out, "doctor")
+    write_json_atomic(run_dir / "config.json", dataclasses.asdict(resolved))
     try:
-        result = run_doctor(config, progress=lambda line: console.print(f"[dim]doctor:[/] {line}", highlight=False))
+        result = run_doctor(
+            config,
+            progress=lambda line: console.print(f"[dim]doctor:[/] {line}", highlight=False),
+            warn=lambda line: console.print(f"[yellow]warning:[/] {line}", soft_wrap=True),  # as bench and train
+        )
     except UsageError:
         release_run_dir(run_dir)
-        _remove_if_empty(run_dir)  # a bad --inject path is found once the model exists
+        _remove_config_and_dir(run_dir)
         raise
     summary = result.summary
     with summary_marks_write_failure(run_dir, "doctor", console):  # disk full: "status": "failed", exit 1
         write_json_atomic(run_dir / SUMMARY_FILE, summary)
         build_report(summary).write(run_dir)
+    if result.signum is not None:
+        stopped = summary["interrupted"]
+        raise RunInterrupted(
+            f"interrupted by {stopped['signal']} during the {stopped['during']} (parts finished: "
+            f"{', '.join(stopped['finished']) or 'none'}); what was measured is in {run_dir / SUMMARY_FILE}",
+            signum=result.signum,
+        )
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -63,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _remove_if_empty(path: Path) -> None:
+def _remove_config_and_dir(path: Path) -> None:
+    """A bad --inject path is found once the model exists: leave no run directory behind."""
+    remove_quietly(path / "config.json")
     try:
         path.rmdir()
     except OSError:

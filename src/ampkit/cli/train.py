@@ -134,7 +134,10 @@ def _print_summary(console: Console, summary: dict, run_dir: Path) -> None:
         ("steps", f"{summary['steps']}"),
         ("first / final train loss", f"{summary['first_loss']:.4f} / {summary['final_loss']:.4f}"),
         ("held-out loss (start -> end)", _fmt_pair(summary["eval_loss_initial"], summary["eval_loss"])),
-        (f"{summary['unit']}/s", f"{summary['items_per_s']:,.0f}" if summary["items_per_s"] else "-"),
+        (  # the progress bar's rate is its last window's: this one is the run's
+            f"{summary['unit']}/s (measured steps, stalls excluded)",
+            f"{summary['items_per_s']:,.0f}" if summary["items_per_s"] else "-",
+        ),
         ("step time median", f"{summary['step_ms_median']:.1f} ms" if summary["step_ms_median"] else "-"),
         ("skipped steps", f"{summary['skipped_steps']}"),
         ("final loss scale", f"{summary['final_loss_scale']:g}" if summary["final_loss_scale"] else "-"),

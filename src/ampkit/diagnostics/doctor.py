@@ -16,6 +16,7 @@ measures the adapters' updates lost to rounding and names layers that froze (`am
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from torch import nn
 
 from ampkit import __version__
 from ampkit.core import build_trainer
+from ampkit.core.signals import StopRequests
 from ampkit.diagnostics.advice import Advice, Evidence, advise
 from ampkit.diagnostics.fixes import keep_in_fp32
 from ampkit.diagnostics.gradstats import (
@@ -43,7 +45,7 @@ from ampkit.diagnostics.scale import ScaleTrajectory
 from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test
 from ampkit.diagnostics.underflow import FROZEN_AFTER, FrozenLayer, StepUpdateStats, UpdateUnderflowMeter
 from ampkit.diagnostics.unsafe import insert_unsafe_op
-from ampkit.errors import UsageError
+from ampkit.errors import RunInterrupted, UsageError
 from ampkit.hardware import describe_device, pick_device
 from ampkit.lora import LoraSettings, check_lora_run, lora_field
 from ampkit.lora.build import build_lora_model, check_lora_available
@@ -78,6 +80,15 @@ SCHEMA = "ampkit.doctor/1"
 SMOKE_SAMPLES = 16  # the seeds' smoke test: memorize 16 samples
 DIAGNOSTIC_WEIGHT_DECAY = 0.1  # as `ampkit train`'s default: the diagnostic run is a short training run
 
+# The "0 = auto" settings. An emulated dtype (fp16 or bf16 on an AVX2-only CPU) runs its matmuls 10-50x
+# slower than fp32; its numerics are the same rounding as native hardware's, so a shorter look finds the
+# same overflows: fewer diagnostic steps on a smaller batch, and a smoke test on shorter samples (16 of
+# them still; fewer tokens to memorize also need fewer steps). Chosen to keep the defaults under a minute
+# on an AVX2-only CPU (measured with oneDNN and ATen capped at AVX2: docs/doctor.md).
+AUTO_FIELDS = ("steps", "batch_size", "smoke_seq_len")
+NATIVE_DEFAULTS = {"steps": 20, "batch_size": 4, "smoke_seq_len": 32}
+EMULATED_DEFAULTS = {"steps": 6, "batch_size": 2, "smoke_seq_len": 8}
+
 
 @dataclass(frozen=True, kw_only=True)
 class DoctorConfig:
@@ -91,9 +102,17 @@ class DoctorConfig:
     model: str = model_field("tiny")
     device: str = device_field()
     steps: int = field(
-        default=20, metadata={"help": "diagnostic training steps (locator, gradient stats, scale trajectory)"}
+        default=0,
+        metadata={
+            "help": "diagnostic training steps (locator, gradient stats, scale trajectory); 0 = auto: "
+            f"{NATIVE_DEFAULTS['steps']}, or {EMULATED_DEFAULTS['steps']} where the precision is emulated"
+        },
     )
-    batch_size: int = batch_size_field(4, note="of the diagnostic run")
+    batch_size: int = batch_size_field(
+        0,
+        note=f"of the diagnostic run; 0 = auto: {NATIVE_DEFAULTS['batch_size']}, or {EMULATED_DEFAULTS['batch_size']} "
+        "where the precision is emulated",
+    )
     seq_len: int = seq_len_field(64, note="in the diagnostic run")
     lr: float = lr_field(3e-3, note="of the diagnostic run")
     clip_grad_norm: float = clip_grad_norm_field(note="in the diagnostic run")
@@ -111,7 +130,13 @@ class DoctorConfig:
     )
     smoke: bool = field(default=True, metadata={"help": "run the 16-sample overfit smoke test (precision and fp32)"})
     smoke_steps: int = field(default=200, metadata={"help": "smoke test: give up after this many steps"})
-    smoke_seq_len: int = field(default=32, metadata={"help": "smoke test: tokens per sample"})
+    smoke_seq_len: int = field(
+        default=0,
+        metadata={
+            "help": f"smoke test: tokens per sample; 0 = auto: {NATIVE_DEFAULTS['smoke_seq_len']}, or "
+            f"{EMULATED_DEFAULTS['smoke_seq_len']} where the precision is emulated"
+        },
+    )
     fidelity: bool = field(default=True, metadata={"help": "compare each block's output with fp32"})
     ring_size: int = field(default=32, metadata={"help": "locator: frames kept before the first non-finite"})
     fit_check: bool = field(
@@ -123,9 +148,10 @@ class DoctorConfig:
     def __post_init__(self):
         object.__setattr__(self, "precision", canonical_name(self.precision))
         check_lora_run(self.lora, precision=self.precision)
-        for name in ("steps", "batch_size", "seq_len", "smoke_steps", "smoke_seq_len", "ring_size"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("seq_len", "smoke_steps", "ring_size", *AUTO_FIELDS):
+            least = 0 if name in AUTO_FIELDS else 1  # 0: chosen for the device (`doctor_defaults`)
+            if getattr(self, name) < least:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(self, name)}")
         if not self.lr > 0 or self.clip_grad_norm < 0:
             raise UsageError(f"--lr must be > 0 and --clip-grad-norm >= 0, got {self.lr}, {self.clip_grad_norm}")
         if self.inject:
@@ -138,6 +164,19 @@ class DoctorConfig:
     @property
     def fp32_paths(self) -> list[str]:
         return [p.strip() for p in self.keep_fp32.split(",") if p.strip()]
+
+
+def doctor_defaults(config: DoctorConfig, info) -> tuple[DoctorConfig, list[str]]:
+    """`config` with its "0 = auto" settings filled in for the device `info` (a hardware.DeviceInfo),
+    and the warnings to print before the run: `precision.check_supported`'s for an emulated precision
+    (the one bench and train print), then which shorter defaults that chose. Settings given stay."""
+    warnings = check_supported(config.precision, info)
+    defaults = EMULATED_DEFAULTS if warnings else NATIVE_DEFAULTS
+    chosen: dict[str, Any] = {name: defaults[name] for name in AUTO_FIELDS if getattr(config, name) == 0}
+    if warnings and chosen:
+        given = ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in chosen.items())
+        warnings = [*warnings, f"doctor keeps it short here: {given} (pass them to choose)"]
+    return dataclasses.replace(config, **chosen), warnings
 
 
 @dataclass
@@ -173,6 +212,8 @@ class DoctorResult:
     advice: list[Advice]
     smoke: dict[str, SmokeResult]
     fidelity: FidelityResult | None
+    signum: int | None = None
+    """the stop signal that interrupted it (the summary says `"status": "interrupted"`), or None"""
 
 
 ModelHook = Callable[[nn.Module], nn.Module | None]
@@ -182,10 +223,11 @@ class _Setup:
     """Device, model factory and data shared by every part of the diagnosis."""
 
     def __init__(self, config: DoctorConfig, model_hook: ModelHook | None, task=None):
-        self.config = config
         self.device = pick_device(config.device)
         self.info = describe_device(self.device)
-        self.warnings = check_supported(config.precision, self.info)
+        config, self.warnings = doctor_defaults(config, self.info)
+        self.config = config
+        self.emulated = bool(check_supported(config.precision, self.info))  # its warnings are emulation's
         check_lora_available(config.lora, device=self.device, precision=config.precision)
         self.spec = get_spec(config.precision)
         self.task = task if task is not None else build_task(config)  # the workload (`ampkit.tasks`)
@@ -236,9 +278,11 @@ class _Setup:
         )
 
 
-def diagnostic_run(setup: _Setup) -> RunRecord:
-    """`steps` training steps with the locator, gradient statistics and the injector attached."""
-    cfg, record = setup.config, RunRecord()
+def diagnostic_run(setup: _Setup, record: RunRecord | None = None, *, stop: Callable[[], None] = lambda: None):
+    """`steps` training steps with the locator, gradient statistics and the injector attached, into
+    `record` (returned). `stop()` is called before each step (it raises to interrupt: `record` then
+    holds the steps done)."""
+    cfg, record = setup.config, record if record is not None else RunRecord()
     policy = setup.policy()
     model = policy.convert_module(setup.fresh_model())
     trainer = build_trainer(
@@ -267,20 +311,21 @@ def diagnostic_run(setup: _Setup) -> RunRecord:
         hook.attach()
     try:
         with policy.run_context():
-            _run_steps(trainer, policy, (locator, stats, updates), record, cfg.steps)
+            _run_steps(trainer, policy, (locator, stats, updates), record, cfg.steps, stop=stop)
     finally:
         for hook in hooks:
             hook.detach()
-    record.frozen = updates.frozen
-    record.locator = locator.summary()
-    record.nonfinite, record.near_max = locator.first_nonfinite, locator.first_near_max
-    record.fired = list(injector.fired) if injector else []
+        record.frozen = updates.frozen
+        record.locator = locator.summary()
+        record.nonfinite, record.near_max = locator.first_nonfinite, locator.first_near_max
+        record.fired = list(injector.fired) if injector else []
     return record
 
 
-def _run_steps(trainer, policy, meters, record: RunRecord, steps: int) -> None:
+def _run_steps(trainer, policy, meters, record: RunRecord, steps: int, *, stop: Callable[[], None]) -> None:
     locator, stats, updates = meters
     for step in range(1, steps + 1):
+        stop()
         locator.begin_step(step)
         stats.begin_step(step)
         updates.begin_step(step)
@@ -325,20 +370,35 @@ def gradient_snapshot(setup: _Setup):
     return loss_scale_range([g for _, g in named]), long_tail(norms), norms
 
 
-def smoke_tests(setup: _Setup) -> dict[str, SmokeResult]:
-    """The overfit test under the precision (with the fault, if any) and under fp32 (never faulted)."""
-    cfg = setup.config
+class _StopCheck:
+    """A smoke-test observer: `stop()` before each step (it raises to interrupt)."""
+
+    def __init__(self, stop: Callable[[], None]):
+        self.stop = stop
+
+    def begin_step(self, step: int) -> None:
+        self.stop()
+
+
+def smoke_tests(
+    setup: _Setup, results: dict[str, SmokeResult] | None = None, *, stop: Callable[[], None] = lambda: None
+) -> dict[str, SmokeResult]:
+    """The overfit test under the precision (with the fault, if any) and under fp32 (never faulted),
+    into `results` (returned); `stop()` is called before each step (it raises to interrupt). fp32's
+    run is the control that convicts a failing precision: where the precision is emulated (slow) and
+    passed, it is not needed and not run."""
+    cfg, results = setup.config, results if results is not None else {}
     batch = optional.smoke_batch(setup.task, samples=SMOKE_SAMPLES, seed=cfg.seed).to(setup.device)
     smoke_cfg = SmokeConfig(seq_len=cfg.smoke_seq_len, max_steps=cfg.smoke_steps)
-    results = {}
     for name in dict.fromkeys([cfg.precision, REFERENCE]):
+        if name != cfg.precision and setup.emulated and results[cfg.precision].passed:
+            break
         policy = setup.policy() if name == cfg.precision else build_precision(REFERENCE, device_type=setup.device.type)
         model = policy.convert_module(setup.fresh_model(name))
         injector = FaultInjector(model, cfg.fault).attach() if cfg.fault and name == cfg.precision else None
+        observers: list = [_StopCheck(stop), *([injector] if injector else [])]
         try:
-            results[name] = run_smoke_test(
-                model, policy, batch, task=setup.task, config=smoke_cfg, observers=[injector] if injector else []
-            )
+            results[name] = run_smoke_test(model, policy, batch, task=setup.task, config=smoke_cfg, observers=observers)
         finally:
             if injector:
                 injector.detach()
@@ -358,26 +418,100 @@ def run_doctor(
     *,
     model_hook: ModelHook | None = None,
     progress: Callable[[str], None] = lambda message: None,
+    warn: Callable[[str], None] = lambda message: None,
     task=None,
 ) -> DoctorResult:
     """The whole diagnosis. `model_hook(model)` may modify (or replace) each freshly built model,
-    e.g. to insert a custom op; `progress` receives one line per part; `task`: a task object (the
-    Python API), by default the one `config.task` names."""
+    e.g. to insert a custom op; `progress` receives one line per part; `warn` each warning, before
+    the run (an emulated precision: slow, and the shorter defaults chosen); `task`: a task object
+    (the Python API), by default the one `config.task` names.
+
+    SIGINT/SIGTERM end it at the next step: the parts finished make the summary (`"status":
+    "interrupted"`, `"interrupted"`: the signal, the part it stopped, the parts finished; no advice),
+    and `DoctorResult.signum` is set (the caller writes it, then exits 128 + signal)."""
     started = time.perf_counter()
     setup = _Setup(config, model_hook, task)
-    progress(f"diagnostic run: {config.steps} steps of {config.precision} with the locator attached")
-    run = diagnostic_run(setup)
-    progress("gradient snapshot: loss-scale range and per-layer norms")
-    scale_range, tail, layer_norms = gradient_snapshot(setup)
-    smoke = {}
+    config = setup.config
+    for warning in setup.warnings:
+        warn(warning)
+    parts = _Parts()
+    with StopRequests() as stops:
+        try:
+            _run_parts(setup, parts, progress, stop=lambda: stops.check("doctor interrupted"))
+        except RunInterrupted:
+            pass
+    interrupted = None
+    if stops.signum is not None:
+        interrupted = {"signal": stops.name, "during": parts.current, "finished": parts.finished}
+        advice: list[Advice] = []
+    else:
+        advice = advise(_evidence(setup, parts.run, parts.scale_range, parts.tail, parts.smoke, parts.fidelity))
+    summary = build_summary(
+        setup,
+        parts.run,
+        parts.scale_range,
+        parts.tail,
+        parts.layer_norms,
+        parts.smoke,
+        parts.fidelity,
+        advice,
+        wall_s=time.perf_counter() - started,
+        interrupted=interrupted,
+    )
+    return DoctorResult(
+        config=config,
+        summary=summary,
+        run=parts.run,
+        advice=advice,
+        smoke=parts.smoke,
+        fidelity=parts.fidelity,
+        signum=stops.signum,
+    )
+
+
+@dataclass
+class _Parts:
+    """What the diagnosis has measured so far (an interrupted one writes these)."""
+
+    run: RunRecord = field(default_factory=RunRecord)
+    scale_range: Any = None
+    tail: Any = None
+    layer_norms: dict[str, float] = field(default_factory=dict)
+    smoke: dict[str, SmokeResult] = field(default_factory=dict)
+    fidelity: FidelityResult | None = None
+    current: str | None = None
+    finished: list[str] = field(default_factory=list)
+
+    def begin(self, part: str, progress: Callable[[str], None], line: str) -> None:
+        if self.current is not None:
+            self.finished.append(self.current)
+        self.current = part
+        progress(line)
+
+    def end(self) -> None:
+        if self.current is not None:
+            self.finished.append(self.current)
+        self.current = None
+
+
+def _run_parts(setup: _Setup, parts: _Parts, progress: Callable[[str], None], *, stop: Callable[[], None]) -> None:
+    """The diagnosis's parts in order, each into `parts`; `stop()` raises between steps to interrupt."""
+    config = setup.config
+    line = f"diagnostic run: {config.steps} steps of {config.precision} with the locator attached"
+    parts.begin("diagnostic run", progress, line)
+    diagnostic_run(setup, parts.run, stop=stop)
+    stop()
+    parts.begin("gradient snapshot", progress, "gradient snapshot: loss-scale range and per-layer norms")
+    parts.scale_range, parts.tail, parts.layer_norms = gradient_snapshot(setup)
     if config.smoke:
-        progress("smoke test: overfit 16 samples")
-        smoke = smoke_tests(setup)
-    fidelity = None
+        stop()
+        parts.begin("smoke test", progress, "smoke test: overfit 16 samples")
+        smoke_tests(setup, parts.smoke, stop=stop)
     if config.fidelity and not setup.spec.is_reference:
-        progress("per-layer fidelity against fp32")
+        stop()
+        parts.begin("per-layer fidelity", progress, "per-layer fidelity against fp32")
         model = setup.fresh_model(REFERENCE)  # fp32 weights (a LoRA base too); compare_layers converts a copy
-        fidelity = compare_layers(
+        parts.fidelity = compare_layers(
             model,
             setup.first_batch,
             precision=setup.policy(),
@@ -385,12 +519,7 @@ def run_doctor(
             loss_fn=setup.task.loss,
             blocks=optional.repeated_blocks(setup.task, model),
         )
-    evidence = _evidence(setup, run, scale_range, tail, smoke, fidelity)
-    advice = advise(evidence)
-    summary = build_summary(
-        setup, run, scale_range, tail, layer_norms, smoke, fidelity, advice, wall_s=time.perf_counter() - started
-    )
-    return DoctorResult(config=config, summary=summary, run=run, advice=advice, smoke=smoke, fidelity=fidelity)
+    parts.end()
 
 
 def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity) -> Evidence:
@@ -419,16 +548,29 @@ def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity)
 
 
 def build_summary(
-    setup: _Setup, run: RunRecord, scale_range, tail, layer_norms, smoke, fidelity, advice, *, wall_s: float
+    setup: _Setup,
+    run: RunRecord,
+    scale_range,
+    tail,
+    layer_norms,
+    smoke,
+    fidelity,
+    advice,
+    *,
+    wall_s: float,
+    interrupted: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """doctor's summary.json (schema "ampkit.doctor/1")."""
+    """doctor's summary.json (schema "ampkit.doctor/1"); an interrupted diagnosis (`interrupted`:
+    `signal`, `during`, `finished`) holds the parts it finished, `gradients.scale_range` null before
+    the gradient snapshot."""
     cfg = setup.config
     fixes = [a for a in advice if a.severity == "fix"]
     return {
         "schema": SCHEMA,
         "command": "doctor",
         "ampkit_version": __version__,
-        "status": "problems" if fixes else "healthy",
+        "status": "interrupted" if interrupted else ("problems" if fixes else "healthy"),
+        "interrupted": interrupted,
         "config": asdict(cfg),
         "device": {"type": setup.device.type, "name": setup.info.name, "native_bf16": setup.info.native_bf16},
         "warnings": setup.warnings,
@@ -456,7 +598,7 @@ def build_summary(
             ]
         },
         "gradients": {
-            "scale_range": scale_range.to_dict(),
+            "scale_range": scale_range.to_dict() if scale_range is not None else None,
             "long_tail": tail.to_dict() if tail else None,
             "layer_norms_fp32": layer_norms,
             "steps": [s.to_dict() for s in run.grad_stats],

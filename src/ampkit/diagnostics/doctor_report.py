@@ -26,13 +26,16 @@ Row = tuple[str, str]
 
 
 def key_findings(summary: dict[str, Any]) -> list[Row]:
-    """(label, value) rows shared by the console and the report."""
+    """(label, value) rows shared by the console and the report: the verdict's evidence. A value near
+    fp16's max is one of them only when the verdict found problems; otherwise it is a note (`notes`)."""
+    rng = summary["gradients"]["scale_range"]
     return [
         *_subject_rows(summary),
-        *_locator_rows(summary["locator"]),
+        *_interrupted_rows(summary.get("interrupted")),
+        *_locator_rows(summary["locator"], near_max=summary["status"] == "problems"),
         _diagnostic_run_row(summary["run"]),
         ("loss scale", _scale_text(summary["scale"])),
-        _scale_range_row(summary["gradients"]["scale_range"]),
+        *([_scale_range_row(rng)] if rng else []),
         *_long_tail_rows(summary["gradients"]["long_tail"]),
         *(_smoke_row(name, smoke) for name, smoke in summary["smoke"].items()),
         *_fidelity_rows(summary["fidelity"]),
@@ -51,9 +54,28 @@ def _subject_rows(summary: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def _locator_rows(locator: dict[str, Any]) -> list[Row]:
-    """The first non-finite value, the overflows the scaler absorbed, the first value near fp16's max."""
-    loc = locator["first_nonfinite"]
+def notes(summary: dict[str, Any]) -> list[str]:
+    """Observations that are no problem, printed after the advice (never in the verdict's table)."""
+    near = summary["locator"].get("first_near_fp16_max")
+    if not near or summary["status"] == "problems":
+        return []
+    return [
+        f"note: {near['module']}'s {near['phase']} {near['site']} came near fp16's max 65504 "
+        f"({near['values']}), and nothing overflowed: no problem, shown for reference"
+    ]
+
+
+def _interrupted_rows(interrupted: dict[str, Any] | None) -> list[Row]:
+    if not interrupted:
+        return []
+    finished = ", ".join(interrupted["finished"]) or "none"
+    return [("interrupted", f"by {interrupted['signal']} during {interrupted['during']}; parts finished: {finished}")]
+
+
+def _locator_rows(locator: dict[str, Any], *, near_max: bool = True) -> list[Row]:
+    """The first non-finite value, the overflows the scaler absorbed, the first value near fp16's max
+    (`near_max`: only when the verdict found problems; else it is a note)."""
+    loc = locator.get("first_nonfinite")
     first_nonfinite = (
         f"{loc['module']} ({loc['cls']}), {loc['phase']} {loc['site']}, step {loc['step']}: {loc['values']}"
         if loc
@@ -70,8 +92,8 @@ def _locator_rows(locator: dict[str, Any]) -> list[Row]:
                 f"({first['phase']} {first['site']}, step {first['step']})",
             )
         )
-    near = locator["first_near_fp16_max"]
-    if near:
+    near = locator.get("first_near_fp16_max")
+    if near and near_max:
         rows.append(
             ("first value near fp16 max", f"{near['module']}, {near['phase']} {near['site']}: {near['values']}")
         )
@@ -143,6 +165,8 @@ def print_console(console: Console, summary: dict[str, Any], run_dir) -> None:
         for line in item["evidence"]:
             console.print(f"   evidence: {line}", highlight=False)
         console.print(f"   fix: {item['fix']}", highlight=False)
+    for line in notes(summary):
+        console.print(f"[dim]{line}[/]", highlight=False)
     if run_dir is not None:
         console.print(f"report: {run_dir / 'report.html'}")
 
@@ -150,6 +174,8 @@ def print_console(console: Console, summary: dict[str, Any], run_dir) -> None:
 def build_report(summary: dict[str, Any]) -> Report:
     report = Report(title=f"ampkit doctor: {summary['config']['precision']} on {summary['model']['preset']}")
     report.heading("Verdict").table(["finding", "value"], [list(r) for r in key_findings(summary)])
+    for line in notes(summary):
+        report.text(line, kind="note")
     report.heading("Advice")
     for item in summary["advice"]:
         report.text(f"{item['title']}. Fix: {item['fix']}", kind="warn" if item["severity"] != "info" else "note")
@@ -227,6 +253,9 @@ def _scale_section(report: Report, scale: dict[str, Any]) -> None:
 def _gradient_section(report: Report, grads: dict[str, Any]) -> None:
     report.heading("Gradients")
     rng = grads["scale_range"]
+    if rng is None:  # an interrupted diagnosis, before the gradient snapshot
+        report.text("Not measured: the diagnosis was interrupted first.")
+        return
     report.text(
         f"Loss scales keeping fp32 gradients representable in fp16 (<= {100 * rng['flush_tolerance']:g}% "
         f"flushed to zero, max |g·scale| <= 65504): {rng['low_pow2']:g} .. {rng['high_pow2']:g}"

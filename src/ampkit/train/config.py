@@ -174,6 +174,11 @@ def resume_config(run_dir: str | Path, given: dict[str, Any]) -> TrainConfig:
     """The config of the run in `run_dir` (its saved config.json), with `given` settings (flat names,
     as the flags name them) applied where a resume may change them; any other change is refused."""
     saved = Path(run_dir) / "config.json"
+    if not Path(run_dir).exists():
+        raise UsageError(
+            f"--resume {run_dir} does not exist; pass the directory of an earlier 'ampkit train' run "
+            "(runs/<time>-train), or start a new run with --out"
+        )
     if not saved.is_file():
         raise UsageError(f"{run_dir} is not an ampkit train run (no config.json); pass the run directory to --resume")
     base = json.loads(saved.read_text(encoding="utf-8"))

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ampkit import __version__
+from ampkit.core.signals import StopRequests
 from ampkit.diagnostics.train_hooks import build_train_diagnostics
 from ampkit.errors import RunDiverged, RunInterrupted, TrainingError
 from ampkit.hardware.backend import backend_for
@@ -41,7 +42,6 @@ from ampkit.train.build import RunObjects
 from ampkit.train.checkpointer import CheckpointWriteFailed, RunProgress, run_identity  # noqa: F401 (re-exported)
 from ampkit.train.guard import build_guard
 from ampkit.train.loggers import LoggedMetrics, build_logger
-from ampkit.train.signals import StopRequests
 
 SUMMARY_SCHEMA_VERSION = 1
 WARMUP_STEPS_EXCLUDED = 2  # first steps carry allocation and kernel set-up: not timed in the summary
@@ -377,7 +377,8 @@ def _log_record(objs, state: RunProgress, result, seconds: float, steps: int, to
 
 
 def _status_text(record: dict[str, Any], unit: str) -> str:
-    text = f"loss {record['loss']:.3f} · {record['tokens_per_s']:,.0f} {unit}/s"
+    """The bar's text: its rate is the last log window's (the summary's is the whole run's, `build_summary`)."""
+    text = f"loss {record['loss']:.3f} · {record['tokens_per_s']:,.0f} {unit}/s (last window)"
     if record["loss_scale"] is not None:
         text += f" · scale {record['loss_scale']:g} · skipped {record['skipped_total']}"
     return text

@@ -1,4 +1,4 @@
-"""ampkit.train.signals: the first SIGINT/SIGTERM asks for a graceful stop, the second acts at once."""
+"""ampkit.core.signals: the first SIGINT/SIGTERM asks for a graceful stop, the second acts at once."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from ampkit.train.signals import STOP_SIGNALS, StopRequests
+from ampkit.core.signals import STOP_SIGNALS, StopRequests
 
 
 @pytest.fixture
