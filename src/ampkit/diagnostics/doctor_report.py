@@ -10,7 +10,7 @@ import numpy as np
 from rich.console import Console
 
 from ampkit.report import Report, plt
-from ampkit.report.console import key_value_table
+from ampkit.report.console import key_value_table, labelled_lines
 
 
 def _fmt(value: Any, spec: str = ".4g") -> str:
@@ -137,9 +137,7 @@ def print_console(console: Console, summary: dict[str, Any], run_dir) -> None:
     styles = {"fix": "bold red", "warn": "yellow", "info": "green"}
     for number, item in enumerate(summary["advice"], 1):
         console.print(f"{number}. {item['title']}", style=styles.get(item["severity"], ""), markup=False)
-        for line in item["evidence"]:
-            console.print(f"   evidence: {line}", highlight=False, markup=False)
-        console.print(f"   fix: {item['fix']}", highlight=False, markup=False)
+        console.print(labelled_lines([*(("evidence:", line) for line in item["evidence"]), ("fix:", item["fix"])]))
     if run_dir is not None:
         console.print(f"report: {run_dir / 'report.html'}", highlight=False, markup=False, soft_wrap=True)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from rich import box
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -154,6 +155,12 @@ def key_value_table(title: str | None, rows: Iterable[tuple[str, str]], *, notes
     """`field  value` lines: the field never wraps, the value wraps between words."""
     columns = [Col("field", numeric=False), Col("value", numeric=False, wrap=True)]
     return compact_table(title, columns, rows, notes=notes, show_header=False)
+
+
+def labelled_lines(rows: Iterable[tuple[str, str]], *, indent: int = 3) -> Padding:
+    """ "evidence: ..." lines under a heading: each text wraps between words with a hanging indent under
+    itself, not under the label."""
+    return Padding(table_of([Col("", numeric=False), note_col("")], rows, show_header=False), (0, 0, 0, indent))
 
 
 # ---- one format per column ------------------------------------------------------------------------------
