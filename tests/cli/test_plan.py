@@ -7,9 +7,14 @@ import json
 import ampkit.cli.plan as plan_cli
 
 
-def test_console_outside_a_terminal_is_132_columns_wide():
-    console = plan_cli.wide_console()
-    assert console.is_terminal or console.width == 132
+def test_console_takes_columns_from_the_environment(monkeypatch):
+    from ampkit.report.console import WIDE_WIDTH, make_console
+
+    monkeypatch.setenv("COLUMNS", "97")
+    assert make_console().width == 97 and make_console(wide=True).width == WIDE_WIDTH
+    monkeypatch.delenv("COLUMNS")
+    console = make_console()
+    assert console.is_terminal or console.width == 80  # a pipe or a file: 80 columns
 
 
 def test_json_is_the_summary_it_writes(parse, tmp_path, capsys):

@@ -41,19 +41,27 @@ def memory_rows(summary: dict[str, Any]) -> list[list[str]]:
     ]
 
 
-def console_table(summary: dict[str, Any]):
-    from rich.table import Table
+def console_table(summary: dict[str, Any], *, wide: bool = False):
+    """The console's table: `wide`, the report's columns; else without prefill tokens/s, and a measured
+    KV size that differs from the formula as a footnote."""
+    from ampkit.report.console import Footnotes, columns, compact_table
 
     m, s = summary["model"], summary["config"]["serving"]
-    table = Table(
-        title=f"ampkit bench --inference · {m['name']} · batch {s['infer_batch']} · prompt "
+    title = (
+        f"ampkit bench --inference · {m['name']} · batch {s['infer_batch']} · prompt "
         f"{s['prompt_len']} + {s['gen_tokens']} generated"
     )
-    for header in HEADERS:
-        table.add_column(header, justify="left" if header in ("weights", "KV") else "right")
-    for cells in rows(summary):
-        table.add_row(*cells)
-    return table
+    if wide:
+        return compact_table(title, columns(HEADERS, names=2), rows(summary))
+    notes = Footnotes()
+    compact = []
+    for r, cells in zip(summary["configurations"], rows(summary)):
+        formula = r["kv_bytes_per_token_formula"]
+        differs = f"{r['weights']} / {r['kv_dtype']}: measured KV bytes differ from the formula's {formula:,}"
+        kv = notes.mark(f"{r['kv_bytes_per_token']:,}", differs if r["kv_bytes_per_token"] != formula else None)
+        compact.append([*cells[:2], *cells[3:5], kv, *cells[6:]])
+    headers = [h for h in HEADERS if h != "prefill tok/s"]
+    return compact_table(title, columns(headers, names=2), compact, notes=notes)
 
 
 def _figure(summary: dict[str, Any]):

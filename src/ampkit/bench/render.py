@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from rich.table import Table
+from rich.console import Group
 
 from ampkit.bench.recommend import format_cosine
 from ampkit.report import Report, plt
+from ampkit.report.console import Col, Footnotes, column_format, compact_table, name_col, note_col
 
 MIB = 1024**2
 COLORS = {
@@ -170,27 +171,100 @@ def loss_header(summary: dict) -> str:
     return f"loss @ step {step}" if step else ("loss" if "loss_common_step" in summary else "loss (final)")
 
 
-def profile_table(summary: dict) -> Table:
-    """The console's compact breakdown: one row per profiled precision."""
+PROFILE_SHORT = {
+    "matmul/attention": "matmul",
+    "normalisation": "norm",
+    "elementwise": "elem",
+    "dtype casts": "casts",
+    "optimizer": "optim",
+    "profiled step ms": "step ms",
+}
+
+
+def profile_table(summary: dict, *, wide: bool = False) -> Group:
+    """The console's breakdown: one row per profiled precision (`wide`: the categories' full names)."""
     headers, rows = profile_rows(summary)
-    short = {"matmul/attention": "matmul/attn", "normalisation": "norm", "dtype casts": "casts"}
-    table = Table(title="where the step's time goes (torch.profiler, one step)", title_justify="left")
-    for i, header in enumerate(headers):
-        table.add_column(short.get(header, header), justify="left" if i == 0 else "right")
-    for row in rows:
-        table.add_row(*row)
-    return table
+    short = {} if wide else PROFILE_SHORT
+    columns = [name_col(headers[0]), *(Col(short.get(h, h)) for h in headers[1:])]
+    return compact_table("where the step's time goes (torch.profiler, one step)", columns, rows)
 
 
-def console_table(summary: dict) -> Table:
-    headers, rows = main_rows(summary)
-    table = Table(title=_title(summary), title_justify="left")
-    for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i in (0, len(headers) - 1) else "right", overflow="fold")
+def console_table(summary: dict, *, wide: bool = False) -> Group:
+    """The side-by-side table. `wide`: every column of the report's. Else the columns a person decides on
+    ({unit}/s, vs fp32, peak memory, loss, logits cosine, status), with the notes as footnotes below."""
     recommended = summary["recommendation"]["precision"]
-    for e, row in zip(summary["precisions"], rows):
-        table.add_row(*row, style="bold green" if e["name"] == recommended else None)
-    return table
+    entries = summary["precisions"]
+    styles = ["bold green" if e["name"] == recommended else None for e in entries]
+    if wide:
+        headers, rows = main_rows(summary)
+        columns = [name_col(headers[0]), *(Col(h) for h in headers[1:-1]), note_col(headers[-1])]
+        return compact_table(_title(summary), columns, rows, row_styles=styles)
+    notes = Footnotes()
+    speedups = [e["vs_fp32"]["speedup"] if e["vs_fp32"] else None for e in entries]
+    peaks = [e["memory"]["peak_bytes"] / MIB if (e["memory"] or {}).get("peak_bytes") else None for e in entries]
+    columns = [
+        name_col("precision"),
+        Col(f"{_unit(summary)}/s"),
+        Col("vs fp32"),
+        Col("peak MiB"),
+        Col("loss"),
+        Col("logits cos"),
+        note_col("status"),
+    ]
+    cells = zip(
+        [e["name"] for e in entries],
+        column_format([e["timing"] and e["timing"]["items_per_s"] for e in entries], sig=2, most=1),
+        column_format(speedups, sig=2, most=3, suffix="x"),
+        column_format(peaks, sig=2, most=1),
+        column_format([_loss_cell(e) for e in entries], decimals=4),
+        [_cos(e["fidelity"] and e["fidelity"]["logits_cosine"]) for e in entries],
+        [_compact_status(e, recommended, summary["reference"], notes) for e in entries],
+    )
+    legend = [_loss_legend(summary)]
+    return compact_table(_title(summary), columns, list(cells), notes=legend + notes.lines(), row_styles=styles)
+
+
+def _loss_legend(summary: dict) -> str:
+    step = summary.get("loss_common_step")
+    where = f"at step {step}, the last step every precision reached" if step else "at the last step"
+    return f"loss: the training loss {where}; --wide: steps, step times, MFU, skipped steps"
+
+
+def _compact_status(entry: dict, recommended: str | None, reference: str, notes: Footnotes) -> str:
+    """One or two words, the rest as a footnote ("not timed [2]", "RECOMMENDED [1]")."""
+    name = entry["name"]
+    if entry["status"] == "not-timed":
+        return notes.mark("not timed", f"{name}: {_status(entry, recommended, reference)}")
+    if entry["status"] != "ok":
+        return notes.mark("failed", f"{name}: {entry['error']}")
+    fid, stability = entry["fidelity"], entry["stability"]
+    unstable = bool(stability) and not stability["stable"]
+    fails = bool(fid) and not fid["passed"] and name != reference
+    if name == recommended:
+        word = "RECOMMENDED"
+    elif unstable:
+        word = "unstable"
+    elif fid and name != reference:
+        word = "fails fidelity" if fails else fid["verdict"]
+    else:
+        word = "reference"
+    details = [f"unstable: {stability['reason']}"] if unstable else []
+    details += [f"fidelity fails ({fid['verdict']})"] if fails else []
+    details += [entry["native_note"]] if not entry["native"] else []
+    budget = _budget_note(entry)
+    details += [budget] if budget else []
+    return notes.mark(word, f"{name}: {'; '.join(details)}" if details else None)
+
+
+def _budget_note(entry: dict) -> str | None:
+    """ "few steps, batch 1 (1 measured + 2 warmup steps)" when the budget cut the measurement short."""
+    s, budget = entry["steps"], entry.get("budget") or {}
+    if not s:
+        return None
+    marks = [f"{s['stalled']} stalled"] if s["stalled"] else []
+    marks += ["few steps"] if budget.get("few_steps") else []
+    marks += [f"batch {budget.get('batch_size')}"] if budget.get("mode") == "reduced-batch" else []
+    return f"{', '.join(marks)} ({s['measured']} measured + {s['warmup']} warmup steps)" if marks else None
 
 
 def recommendation_text(summary: dict) -> str:
@@ -201,6 +275,19 @@ def recommendation_text(summary: dict) -> str:
 
 def train_text(summary: dict) -> str | None:
     """ "Train with it: ampkit train ... --batch-size 212 (...)", or None when nothing is recommended."""
+    parts = _train_parts(summary)
+    return None if parts is None else f"Train with it: {parts[1]} ({parts[0]})"
+
+
+def train_lines(summary: dict) -> list[str]:
+    """The console's "Train with it (why):" and the command on a line of its own (copied whole, never
+    wrapped), or [] when nothing is recommended."""
+    parts = _train_parts(summary)
+    return [] if parts is None else [f"Train with it ({parts[0]}):", f"  {parts[1]}"]
+
+
+def _train_parts(summary: dict) -> tuple[str, str] | None:
+    """(why this batch and what to expect, the command)"""
     train = summary["recommendation"].get("train")
     if not train:
         return None
@@ -213,7 +300,7 @@ def train_text(summary: dict) -> str | None:
         why = f"bench's batch: {train.get('batch_note')}"
     rate = train.get("expected_items_per_s")
     expect = f"; expect ~{rate:,.0f} {unit}/s, as measured here at batch {train['measured_batch_size']}" if rate else ""
-    return f"Train with it: {train['command']} ({why}{expect})"
+    return why + expect, train["command"]
 
 
 PROFILE_KEYS = ("matmul", "norm", "elementwise", "casts", "optimizer", "data", "other")

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, Group
 
 from ampkit import __version__
 from ampkit.bench.candidates import candidate_spec
@@ -25,6 +24,7 @@ from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, worker_time
 from ampkit.bench.timing import summarize_steps
 from ampkit.errors import UsageError
 from ampkit.precision import REFERENCE
+from ampkit.report.console import Footnotes, column_format, columns, compact_table
 from ampkit.runs import (
     SUMMARY_FILE,
     create_run_dir,
@@ -139,35 +139,41 @@ def _summary(plan, precision: str, rows: list[dict], run_dir: Path, *, wall_s: f
     }
 
 
-def sweep_table(summary: dict[str, Any]) -> Table:
-    table = Table(title=f"ampkit bench --sweep · {summary['precision']} · {summary['device']['name']}")
-    for col in (
-        "switches",
-        "status",
-        "real tokens/s",
-        "vs baseline",
-        "step ms",
-        "padding",
-        "peak memory",
-        "vs baseline mem",
-    ):
-        table.add_column(col, justify="left" if col in ("switches", "status") else "right")
+SWEEP_HEADERS = ["switches", "tokens/s", "vs base", "step ms", "padding", "peak MiB", "mem vs base"]
+SWEEP_LEGEND = (
+    "tokens/s: real (non-padding) tokens; ratios against the baseline (pad batching, AdamW, no checkpointing, "
+    "no compile)"
+)
+
+
+def sweep_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
+    """One row per combination of switches; a combination that did not run shows its status as a footnote
+    (`wide`: a status column, and the error in it)."""
+    notes = Footnotes()
+    ok = [r for r in summary["rows"] if r["status"] == "ok"]
+    vs = [(r.get("vs_baseline") or {}) for r in ok]
+    formatted = zip(
+        column_format([r["tokens_per_s"] for r in ok], sig=2, most=1),
+        column_format([v.get("tokens_per_s") for v in vs], sig=3, most=2, suffix="x"),
+        column_format([r["step_ms_median"] for r in ok], sig=3, most=1),
+        column_format([100 * r["padding_fraction"] for r in ok], decimals=1, suffix="%"),
+        column_format([r["peak_memory_bytes"] / 2**20 for r in ok], decimals=0),
+        column_format([v.get("memory") for v in vs], decimals=2, suffix="x"),
+    )
+    cells = dict(zip((r["variant"] for r in ok), formatted))
+    rows = []
     for r in summary["rows"]:
-        if r["status"] != "ok":
-            table.add_row(r["variant"], r["status"], "-", "-", "-", "-", "-", "-")
-            continue
-        vs = r.get("vs_baseline") or {}
-        table.add_row(
-            r["variant"],
-            "ok",
-            f"{r['tokens_per_s']:,.0f}",
-            f"{vs.get('tokens_per_s', 0):.2f}x",
-            f"{r['step_ms_median']:.0f}",
-            f"{r['padding_fraction']:.1%}",
-            f"{r['peak_memory_bytes'] / 2**20:,.0f} MiB",
-            f"{vs.get('memory', 0):.2f}x",
-        )
-    return table
+        numbers = list(cells.get(r["variant"], ["-"] * 6))
+        if wide:
+            rows.append([r["variant"], r["status"], *numbers, r.get("error") or ""])
+        else:
+            failed = f"{r['variant']}: {r['status']}: {r.get('error')}" if r["status"] != "ok" else None
+            rows.append([notes.mark(r["variant"], failed), *numbers])
+    title = f"ampkit bench --sweep · {summary['precision']} · {summary['device']['name']}"
+    if wide:
+        headers = [SWEEP_HEADERS[0], "status", *SWEEP_HEADERS[1:], "error"]
+        return compact_table(title, columns(headers, names=2, notes=1), rows, notes=[SWEEP_LEGEND])
+    return compact_table(title, columns(SWEEP_HEADERS), rows, notes=[SWEEP_LEGEND, *notes.lines()])
 
 
 def render_sweep_report(summary: dict[str, Any], run_dir: Path):

@@ -52,6 +52,16 @@ def add_run_command(subparsers, name: str, config_cls, description: str, **flag_
     return parser
 
 
+def add_wide_flag(parser: argparse.ArgumentParser) -> None:
+    """--wide: every column of the console tables (the default fits the terminal, COLUMNS, else 80)."""
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="print every column of the tables, however wide (default: the main columns, fitting the terminal "
+        "or COLUMNS, else 80; report.html and summary.json hold everything)",
+    )
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line (problem + where to look), exit code 2."""
 

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from rich.console import Console
 
 from ampkit.bench import BenchConfig, run_bench
-from ampkit.cli import add_run_command
+from ampkit.cli import add_run_command, add_wide_flag
 from ampkit.config import resolve_config
-
-WIDE_COLUMNS = 200
+from ampkit.report.console import make_console, print_run_dir
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -39,18 +37,11 @@ def register(sub) -> argparse.ArgumentParser:
         "comma-separated names (baseline, bucket, pack, pack+checkpointing, pack+adamw-8bit, "
         "pack+compile, pack+dedup)",
     )
+    add_wide_flag(parser)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    from ampkit.bench.render import (  # matplotlib loads with the report
-        console_table,
-        profile_table,
-        recommendation_text,
-        train_text,
-        why_lines,
-    )
-
     config = resolve_config(BenchConfig, args, toml_path=args.config)
     if config.serving.inference:
         return _run_inference(config, args)
@@ -60,39 +51,55 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    out = Console(width=None if sys.stdout.isatty() else WIDE_COLUMNS)  # a pipe or file gets the whole row
-    out.print(console_table(summary))
-    if summary.get("profile"):
-        out.print(profile_table(summary))
-        for line in why_lines(summary):
-            out.print(line, highlight=False, soft_wrap=True)
-    rec_style = "bold green" if summary["recommendation"]["precision"] else "bold red"
-    out.print(f"[{rec_style}]{recommendation_text(summary)}[/]", highlight=False, soft_wrap=True)
-    train = train_text(summary)
-    if train:
-        out.print(train, highlight=False, soft_wrap=True)
-    for line in summary["recommendation"]["advice"]:
-        out.print(f"[yellow]{line}[/]", soft_wrap=True)
-    out.print(f"run directory: {run_dir} (report.html, report.md, summary.json)")
+    show_bench(make_console(wide=args.wide), summary, run_dir, wide=args.wide)
     return 0
 
 
+def show_bench(out: Console, summary: dict, run_dir, *, wide: bool = False) -> None:
+    """The answer on stdout: the side-by-side table, the profile, the recommendation and the train command."""
+    from ampkit.bench.render import (  # matplotlib loads with the report
+        console_table,
+        profile_table,
+        recommendation_text,
+        train_lines,
+        why_lines,
+    )
+
+    out.print(console_table(summary, wide=wide))
+    if summary.get("profile"):
+        out.print(profile_table(summary, wide=wide))
+        for line in why_lines(summary):
+            out.print(line, highlight=False)
+    rec_style = "bold green" if summary["recommendation"]["precision"] else "bold red"
+    out.print(recommendation_text(summary), style=rec_style, highlight=False, markup=False)
+    for i, line in enumerate(train_lines(summary)):  # the command (the second line) is copied whole: never wrapped
+        out.print(line, highlight=False, markup=False, soft_wrap=i == 1)
+    for line in summary["recommendation"]["advice"]:
+        out.print(line, style="yellow", markup=False)
+    print_run_dir(out, run_dir, "report.html, report.md, summary.json")
+
+
 def _run_sweep(config: BenchConfig, args: argparse.Namespace) -> int:
-    from ampkit.bench.sweep import run_sweep, sweep_names_ok, sweep_table
+    from ampkit.bench.sweep import run_sweep, sweep_names_ok
 
     sweep_names_ok(args.sweep)  # unknown names are refused before anything runs
     summary, run_dir = run_sweep(config, names=args.sweep, out=args.out, console=Console(stderr=True))
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    out = Console(width=None if sys.stdout.isatty() else WIDE_COLUMNS)
-    out.print(sweep_table(summary))
-    out.print(f"fastest: {summary['fastest']}; run directory: {run_dir} (report.html, report.md, summary.json)")
+    show_sweep(make_console(wide=args.wide), summary, run_dir, wide=args.wide)
     return 0
 
 
+def show_sweep(out: Console, summary: dict, run_dir, *, wide: bool = False) -> None:
+    from ampkit.bench.sweep import sweep_table
+
+    out.print(sweep_table(summary, wide=wide))
+    out.print(f"fastest: {summary['fastest']}", highlight=False, markup=False)
+    print_run_dir(out, run_dir, "report.html, report.md, summary.json")
+
+
 def _run_inference(config: BenchConfig, args: argparse.Namespace) -> int:
-    from ampkit.bench.inference_render import console_table
     from ampkit.bench.inference_run import run_inference_bench
 
     summary, run_dir = run_inference_bench(
@@ -101,8 +108,14 @@ def _run_inference(config: BenchConfig, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    out = Console(width=None if sys.stdout.isatty() else WIDE_COLUMNS)
-    out.print(console_table(summary))
-    out.print(f"[bold green]Recommendation: {summary['recommendation']['reason']}[/]", highlight=False, soft_wrap=True)
-    out.print(f"run directory: {run_dir} (report.html, report.md, summary.json)")
+    show_inference(make_console(wide=args.wide), summary, run_dir, wide=args.wide)
     return 0
+
+
+def show_inference(out: Console, summary: dict, run_dir, *, wide: bool = False) -> None:
+    from ampkit.bench.inference_render import console_table
+
+    out.print(console_table(summary, wide=wide))
+    reason = summary["recommendation"]["reason"]
+    out.print(f"Recommendation: {reason}", style="bold green", highlight=False, markup=False)
+    print_run_dir(out, run_dir, "report.html, report.md, summary.json")

@@ -18,13 +18,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ampkit.cli import add_run_command
+from ampkit.cli import add_run_command, add_wide_flag
 from ampkit.config import resolve_config
 from ampkit.diagnostics.doctor import DoctorConfig, doctor_defaults, run_doctor
 from ampkit.diagnostics.doctor_report import build_report, print_console
 from ampkit.errors import RunInterrupted, UsageError
 from ampkit.hardware import describe_device, pick_device
 from ampkit.plan.fit_check import fit_check_for
+from ampkit.report.console import make_console
 from ampkit.runs import (
     SUMMARY_FILE,
     create_run_dir,
@@ -45,6 +46,7 @@ def register(sub) -> argparse.ArgumentParser:
         "forecast, loss-scale trajectory, smoke overfit test, per-layer fidelity against fp32, advice.",
         json_help="print summary.json to stdout",
     )
+    add_wide_flag(parser)
     return parser
 
 
@@ -81,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print_console(Console(), summary, run_dir)
+        print_console(make_console(wide=args.wide), summary, run_dir)
     return 0
 
 

@@ -14,22 +14,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, Group
 
-from ampkit.cli import add_command
+from ampkit.cli import add_command, add_wide_flag
 from ampkit.config import add_config_flags, resolve_config
 from ampkit.hardware import (
     DeviceInfo,
     MatmulThroughput,
     describe_device,
-    format_ratio,
     pick_device,
     survey_matmul,
     throughput_note,
     throughput_verdict,
 )
 from ampkit.options import device_field
+from ampkit.report.console import (
+    Col,
+    Footnotes,
+    column_format,
+    compact_table,
+    key_value_table,
+    make_console,
+    name_col,
+    note_col,
+)
 from ampkit.runs import create_run_dir, write_json_atomic
 
 SCHEMA = "ampkit.hw/1"
@@ -51,6 +59,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
     parser.add_argument("--out", default=None, help="also write the result to OUT/summary.json")
+    add_wide_flag(parser)
     return parser
 
 
@@ -68,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        _print_tables(Console(), info, results)
+        _print_tables(make_console(wide=args.wide), info, results, wide=args.wide)
         if out_dir is not None:
             console.print(f"wrote {out_dir / 'summary.json'}")
     return 0
@@ -131,19 +140,16 @@ def _entry_json(info: DeviceInfo, entry: MatmulThroughput) -> dict[str, Any]:
     }
 
 
-def _print_tables(console: Console, info: DeviceInfo, results: list[MatmulThroughput]) -> None:
+def _print_tables(console: Console, info: DeviceInfo, results: list[MatmulThroughput], *, wide: bool = False) -> None:
     console.print(_device_table(info))
-    console.print(_dtype_table(info, results))
+    console.print(_dtype_table(info, results, wide=wide))
 
 
 def _yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _device_table(info: DeviceInfo) -> Table:
-    table = Table(title="Device", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
+def _device_table(info: DeviceInfo) -> Group:
     cc = ".".join(map(str, info.compute_capability)) if info.compute_capability else "–"
     rows = [
         ("name", info.name + (f"  [{info.gpu_model}]" if info.gpu_model else "")),
@@ -159,30 +165,31 @@ def _device_table(info: DeviceInfo) -> Table:
     ]
     if info.type == "cpu":
         rows.append(("torch threads", str(torch.get_num_threads())))
-    for name, value in rows:
-        table.add_row(name, value)
-    return table
+    return key_value_table("Device", rows)
 
 
-def _dtype_table(info: DeviceInfo, results: list[MatmulThroughput]) -> Table:
+def _dtype_table(info: DeviceInfo, results: list[MatmulThroughput], *, wide: bool = False) -> Group:
+    """One row per dtype; the verdict in a note column with `wide`, else as a footnote."""
     # CPUs are reported in GFLOP/s (1e9), accelerators in TFLOP/s (1e12)
     unit, scale = ("GFLOP/s", 1e9) if info.type == "cpu" else ("TFLOP/s", 1e12)
-    table = Table(title="Matmul throughput, (n x n) @ (n x n), best repeat")
-    for column in ("dtype", "mode", "n", f"measured {unit}", "vs fp32"):
-        table.add_column(column, justify="right" if column not in ("dtype", "mode") else "left")
     show_peak = any(entry.table_peak_flops for entry in results)
-    if show_peak:
-        table.add_column(f"table peak {unit}", justify="right")
-    table.add_column("note")
-    for entry in results:
+    headers = ["dtype", "mode", "n", f"measured {unit}", "vs fp32"] + ([f"table peak {unit}"] if show_peak else [])
+    columns = [name_col("dtype"), name_col("mode"), *(Col(h) for h in headers[2:])]
+    notes = Footnotes()
+    ratios = column_format([entry.ratio_vs_fp32 for entry in results], sig=2, most=4, suffix="x", empty="–")
+    rows = []
+    for i, entry in enumerate(results):
         row = [
             entry.dtype_key,
             _mode(entry),
             str(entry.size) if entry.size else "–",
             f"{entry.measured_flops / scale:,.1f}" if entry.measured_flops else "–",
-            f"{format_ratio(entry.ratio_vs_fp32)}x" if entry.ratio_vs_fp32 else "–",
+            ratios[i],
         ]
         if show_peak:
             row.append(f"{entry.table_peak_flops / scale:,.1f}" if entry.table_peak_flops else "–")
-        table.add_row(*row, throughput_verdict(info, entry))
-    return table
+        verdict = throughput_verdict(info, entry)
+        row.append(verdict if wide else notes.ref(f"{entry.dtype_key}: {verdict}" if verdict else None))
+        rows.append(row)
+    columns.append(note_col("note") if wide else Col("note"))
+    return compact_table("Matmul throughput, (n x n) @ (n x n), best repeat", columns, rows, notes=notes)

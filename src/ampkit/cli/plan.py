@@ -15,9 +15,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.console import Console
-
-from ampkit.cli import add_run_command
+from ampkit.cli import add_run_command, add_wide_flag
 from ampkit.config import resolve_config
 from ampkit.plan.config import PlanConfig
 from ampkit.plan.describe import describe_model
@@ -31,19 +29,16 @@ from ampkit.plan.render import (
     recommendation_lines,
     write_plan_report,
 )
+from ampkit.report.console import make_console, print_run_dir
 from ampkit.runs import create_run_dir, summary_marks_write_failure, write_json_atomic
 
 
-def wide_console() -> Console:
-    """Tables are wide: give logs and pipes 132 columns (a terminal keeps its own width)."""
-    console = Console()
-    return console if console.is_terminal else Console(width=132)
-
-
 def register(subparsers) -> argparse.ArgumentParser:
-    return add_run_command(
+    parser = add_run_command(
         subparsers, "plan", PlanConfig, "Plan a training step's memory (GiB = 1024^3 B) and compute without the GPU."
     )
+    add_wide_flag(parser)
+    return parser
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,14 +46,18 @@ def run(args: argparse.Namespace) -> int:
     if (config.gpu or "").strip().lower() == "list":  # the GPU table, every row with its source; no run directory
         from ampkit.hardware.listing import print_gpu_list
 
-        return print_gpu_list()
+        return print_gpu_list(make_console(wide=args.wide))
     if config.task:
         return _run_task(config, args)
     desc = describe_model(config.model)  # bad model or config.json: refused before the run dir exists
     if config.lora.enabled:
         return _run_lora(config, args, desc)
     summary = build_plan(config, desc=desc)
-    return write_planned_run(args, "plan", summary, show=_print, write_report=write_plan_report)
+
+    def show(summary: dict, run_dir) -> None:
+        _print(summary, run_dir, wide=args.wide)
+
+    return write_planned_run(args, "plan", summary, show=show, write_report=write_plan_report)
 
 
 def write_planned_run(
@@ -84,23 +83,23 @@ def write_planned_run(
     return 0
 
 
-def _print(summary: dict, run_dir) -> None:
-    console = wide_console()
+def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
+    console = make_console(wide=wide)
     traced = has_traced(summary)  # --trace, or a transformers architecture planned by its traced engine
     console.print(model_table(summary["model"]))
-    console.print(ledger_table(summary))
-    console.print(compute_table(summary))
+    console.print(ledger_table(summary, wide=wide))
+    console.print(compute_table(summary, wide=wide))
     if traced:
-        console.print(agreement_table(summary))
+        console.print(agreement_table(summary, wide=wide))
     for line in recommendation_lines(summary["recommendation"], summary["target"]):
-        console.print(line)
+        console.print(line, markup=False)
     if summary.get("fp8"):
         from ampkit.plan.fp8_plan import fp8_line
 
-        console.print(fp8_line(summary["fp8"]), soft_wrap=True)
+        console.print(fp8_line(summary["fp8"]), markup=False)
         if summary["fp8"].get("warning"):
-            console.print(f"[yellow]warning:[/] {summary['fp8']['warning']}", soft_wrap=True)
-    console.print(f"run directory: {run_dir} (summary.json, report.html)")
+            console.print(f"warning: {summary['fp8']['warning']}", style="yellow", markup=False)
+    print_run_dir(console, run_dir, "summary.json, report.html")
 
 
 def _run_task(config: PlanConfig, args: argparse.Namespace) -> int:
@@ -111,10 +110,10 @@ def _run_task(config: PlanConfig, args: argparse.Namespace) -> int:
     summary = build_task_plan(config, load_task(config.task, config.task_args))  # a bad task: before the run dir
 
     def show(summary: dict, run_dir) -> None:
-        console = wide_console()
-        console.print(task_plan_table(summary))
-        console.print(summary["analytic_note"], soft_wrap=True)
-        console.print(f"run directory: {run_dir} (summary.json, report.html)")
+        console = make_console(wide=args.wide)
+        console.print(task_plan_table(summary, wide=args.wide))
+        console.print(summary["analytic_note"], markup=False)
+        print_run_dir(console, run_dir, "summary.json, report.html")
 
     return write_planned_run(args, "plan", summary, show=show, write_report=write_task_plan_report)
 
@@ -126,12 +125,12 @@ def _run_lora(config: PlanConfig, args: argparse.Namespace, desc) -> int:
     summary = build_lora_plan(config, desc=desc)  # a model or precision LoRA plans refuse: before the run dir
 
     def show(summary: dict, run_dir) -> None:
-        console = wide_console()
+        console = make_console(wide=args.wide)
         console.print(model_table(summary["model"]))
-        console.print(lora_rows_table(summary))
-        console.print(methods_table(summary))
+        console.print(lora_rows_table(summary, wide=args.wide))
+        console.print(methods_table(summary, wide=args.wide))
         for note in summary["notes"]:
-            console.print(note, soft_wrap=True)
-        console.print(f"run directory: {run_dir} (summary.json)")
+            console.print(note, markup=False)
+        print_run_dir(console, run_dir, "summary.json")
 
     return write_planned_run(args, "plan", summary, show=show, write_report=None)

@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from ampkit.cli import add_run_command
 from ampkit.config import config_to_toml, given_flags, resolve_config
 from ampkit.distributed.context import launch_env, rank_error, shared_run_dir
 from ampkit.distributed.launch import relaunch, worker_argv
 from ampkit.errors import TrainingError, UsageError
+from ampkit.report.console import key_value_table
 from ampkit.runs import create_run_dir
 from ampkit.train import TrainConfig, build_run, run_training
 from ampkit.train.config import resume_config
@@ -127,9 +127,7 @@ def _train(objs, args: argparse.Namespace, *, run_dir: Path | None, console: Con
 
 
 def _print_summary(console: Console, summary: dict, run_dir: Path) -> None:
-    table = Table(title=f"ampkit train · {summary['config']['precision']} · {summary['model']['preset']}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    """The end-of-run lines: metric and value (a value wraps between words), then the run directory."""
     rows = [
         ("steps", f"{summary['steps']}"),
         ("first / final train loss", f"{summary['first_loss']:.4f} / {summary['final_loss']:.4f}"),
@@ -147,10 +145,10 @@ def _print_summary(console: Console, summary: dict, run_dir: Path) -> None:
     found = summary.get("diagnostics", {}).get("first_nonfinite")
     if found:
         rows.append(("first non-finite", f"{found['module']} ({found['phase']}, step {found['step']})"))
-    for name, value in rows:
-        table.add_row(name, value)
-    console.print(table)
-    console.print(f"run directory: {run_dir}")
+    console.print(
+        key_value_table(f"ampkit train · {summary['config']['precision']} · {summary['model']['preset']}", rows)
+    )
+    console.print(f"run directory: {run_dir}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _fmt_pair(first, last) -> str:

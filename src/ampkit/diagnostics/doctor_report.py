@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 from ampkit.report import Report, plt
+from ampkit.report.console import key_value_table, labelled_lines
 
 
 def _fmt(value: Any, spec: str = ".4g") -> str:
@@ -153,22 +153,17 @@ def _scale_text(scale: dict[str, Any]) -> str:
 
 
 def print_console(console: Console, summary: dict[str, Any], run_dir) -> None:
-    table = Table(title=f"ampkit doctor · {summary['config']['precision']} · {summary['status']}", show_header=False)
-    table.add_column("finding", style="bold")
-    table.add_column("value")
-    for label, value in key_findings(summary):
-        table.add_row(label, value)
-    console.print(table)
+    """The key findings (a value wraps between words at the console's width), then the numbered advice."""
+    title = f"ampkit doctor · {summary['config']['precision']} · {summary['status']}"
+    console.print(key_value_table(title, key_findings(summary)))
     styles = {"fix": "bold red", "warn": "yellow", "info": "green"}
     for number, item in enumerate(summary["advice"], 1):
-        console.print(f"[{styles.get(item['severity'], '')}]{number}. {item['title']}[/]")
-        for line in item["evidence"]:
-            console.print(f"   evidence: {line}", highlight=False)
-        console.print(f"   fix: {item['fix']}", highlight=False)
+        console.print(f"{number}. {item['title']}", style=styles.get(item["severity"], ""), markup=False)
+        console.print(labelled_lines([*(("evidence:", line) for line in item["evidence"]), ("fix:", item["fix"])]))
     for line in notes(summary):
-        console.print(f"[dim]{line}[/]", highlight=False)
+        console.print(line, style="dim", highlight=False, markup=False)
     if run_dir is not None:
-        console.print(f"report: {run_dir / 'report.html'}")
+        console.print(f"report: {run_dir / 'report.html'}", highlight=False, markup=False, soft_wrap=True)
 
 
 def build_report(summary: dict[str, Any]) -> Report:

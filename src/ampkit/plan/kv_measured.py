@@ -84,17 +84,13 @@ def measured_budget(config, bench: dict[str, Any]) -> dict[str, Any]:
 
 
 def measured_table(summary: dict[str, Any]):
-    from rich.table import Table
+    from ampkit.report.console import columns, compact_table
 
-    table = Table(
-        title=f"ampkit kv --from-bench · {summary['model']['name']} on {summary['target']['name']} · "
+    title = (
+        f"ampkit kv --from-bench · {summary['model']['name']} on {summary['target']['name']} · "
         f"{summary['context_len']}-token requests"
     )
-    for header in HEADERS:
-        table.add_column(header, justify="left" if header in ("weights", "KV") else "right")
-    for row in _rows(summary):
-        table.add_row(*row)
-    return table
+    return compact_table(title, columns(HEADERS, names=2), _rows(summary))
 
 
 HEADERS = ["weights", "KV", "KV B/token", "pool GiB", "max tokens", "requests", "agreement"]

@@ -15,7 +15,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from rich.table import Table
+from rich.console import Group
 
 from ampkit.errors import UsageError
 from ampkit.plan.advice import base_precision
@@ -26,6 +26,7 @@ from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.lora import LoraPlan, analytic_lora_ledger, check_lora_plannable, lora_largest
 from ampkit.plan.planner import PLAN_SCHEMA, UNITS, agreement, ledger_kwargs
 from ampkit.plan.setting import GIB, Ledger, StepSetting
+from ampkit.report.console import columns, compact_table
 
 LORA_PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
 """What the LoRA ledger plans (the base dtype is --base-dtype; *-true and fp8 are not planned with --lora)."""
@@ -151,56 +152,72 @@ def _gib(n: int) -> str:
     return f"{n / GIB:.2f}"
 
 
-def lora_rows_table(summary: dict[str, Any]) -> Table:
-    lora = summary["lora"]
-    s0 = summary["rows"][0]["setting"] if summary["rows"] else {"micro_batch": 0, "seq_len": 0}
+LORA_LINES = ("parameters", "gradients", "optimizer_states", "weight_copies", "activations", "temporaries")
+
+
+def lora_rows_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
+    """The LoRA ledger per setting. `wide`: every line; else weights (parameters + copies), grads, optim and
+    activ (activations + temporaries), the total, the traced agreement (with --trace) and the largest micro-batch."""
+    lora, rows = summary["lora"], summary["rows"]
+    s0 = rows[0]["setting"] if rows else {"micro_batch": 0, "seq_len": 0}
     shape = f"mb {s0['micro_batch']} x {s0['seq_len']}"
-    table = Table(title=f"LoRA rank {lora['lora']} ledger · {summary['model']['name']} · {shape} (GiB, at the peak)")
-    for column in ("setting", "base", "params", "grads", "optim", "copies", "activ.", "temps", "total", "vs traced"):
-        table.add_column(column, justify="right" if column not in ("setting", "base") else "left")
-    table.add_column("max mb", justify="right")
-    for row in summary["rows"]:
+    title = f"LoRA rank {lora['lora']} ledger · {summary['model']['name']} · {shape} (GiB, at the peak)"
+    traced = any(r["agreement"] for r in rows)
+    if wide:
+        headers = ["setting", "base", "params", "grads", "optim", "copies", "activ.", "temps", "total"]
+        groups: list[tuple[str, ...]] = [(k,) for k in LORA_LINES]
+    else:
+        headers = ["setting", "base", "weights", "grads", "optim", "activ", "total"]
+        groups = [
+            ("parameters", "weight_copies"),
+            ("gradients",),
+            ("optimizer_states",),
+            ("activations", "temporaries"),
+        ]
+    headers += ["vs traced"] if traced or wide else []
+    headers.append("max mb")
+    cells = []
+    for row in rows:
         s, lines = row["setting"], row["analytic"]["lines_at_peak_bytes"]
         ckpt = "/ckpt" if s["checkpointing"] == "full" else ""
         agree = row["agreement"]
-        traced = f"{100 * agree['tensor_peak_relative']:+.2f}%" if agree else "-"
-        best = row["fit"]["max_micro_batch"] if row["fit"] else "-"
-        table.add_row(
-            f"{s['precision']}/{s['optimizer']}{ckpt}",
-            row["lora"]["base_dtype"],
-            *(_gib(lines[k]) for k in ("parameters", "gradients", "optimizer_states", "weight_copies", "activations")),
-            _gib(lines["temporaries"]),
-            f"{row['analytic']['total_gib']:.2f}",
-            traced,
-            str(best),
+        cells.append(
+            [
+                f"{s['precision']}/{s['optimizer']}{ckpt}",
+                row["lora"]["base_dtype"],
+                *(_gib(sum(lines[k] for k in keys)) for keys in groups),
+                f"{row['analytic']['total_gib']:.2f}",
+                *([f"{100 * agree['tensor_peak_relative']:+.2f}%" if agree else "-"] if traced or wide else []),
+                str(row["fit"]["max_micro_batch"]) if row["fit"] else "-",
+            ]
         )
-    return table
+    return compact_table(title, columns(headers, names=2), cells)
 
 
-def methods_table(summary: dict[str, Any]) -> Table:
-    info = summary["methods"]
-    target = summary["target"]
+def methods_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
+    """Full fine-tuning vs LoRA vs QLoRA (`wide`: activations, temporaries and weight copies as "work")."""
+    info, target = summary["methods"], summary["target"]
     where = f" on {target['name']}" if target else ""
     s = info["setting"]
-    table = Table(
-        title=f"full fine-tuning vs LoRA vs QLoRA{where} · {info['precision']} · mb {s['micro_batch']} x {s['seq_len']}"
-    )
-    for column in ("method", "base", "params", "grads", "optim", "activ.+temps", "total GiB"):
-        table.add_column(column, justify="left" if column in ("method", "base") else "right")
-    table.add_column("fits")
-    table.add_column("max mb", justify="right")
+    shape = f"mb {s['micro_batch']} x {s['seq_len']}"
+    title = f"full fine-tuning vs LoRA vs QLoRA{where} · {info['precision']} · {shape} · GiB"
+    headers = ["method", "base", "params", "grads", "optim", "work", "total", "fits", "max mb"]
+    cells = []
     for m in info["methods"]:
         lines = m["lines_at_peak_bytes"]
         work = lines["activations"] + lines["temporaries"] + lines["weight_copies"]
-        table.add_row(
-            m["method"],
-            m["base_dtype"],
-            _gib(lines["parameters"]),
-            _gib(lines["gradients"]),
-            _gib(lines["optimizer_states"]),
-            _gib(work),
-            f"{m['total_gib']:.2f}",
-            "-" if m["fits"] is None else ("yes" if m["fits"] else "no"),
-            "-" if m["max_micro_batch"] is None else str(m["max_micro_batch"]),
+        cells.append(
+            [
+                m["method"],
+                m["base_dtype"],
+                _gib(lines["parameters"]),
+                _gib(lines["gradients"]),
+                _gib(lines["optimizer_states"]),
+                _gib(work),
+                f"{m['total_gib']:.2f}",
+                "-" if m["fits"] is None else ("yes" if m["fits"] else "no"),
+                "-" if m["max_micro_batch"] is None else str(m["max_micro_batch"]),
+            ]
         )
-    return table
+    notes = ["work: activations + temporaries + low-precision weight copies"]
+    return compact_table(title, columns(headers, names=2), cells, notes=notes)

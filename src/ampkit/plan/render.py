@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
+from rich.console import Group
 
 from ampkit.plan.setting import GIB, LINE_LABELS
+from ampkit.report.console import Footnotes, column_format, columns, compact_table, key_value_table, time_unit
 
 _SHORT = {
     "parameters": "params",
@@ -36,9 +37,9 @@ def gib(n: float | None, digits: int = 2) -> str:
     return "-" if n is None else f"{n / GIB:,.{digits}f}"
 
 
-def _label(setting: dict[str, Any]) -> str:
+def _label(setting: dict[str, Any], *, optimizer: bool = True) -> str:
     ckpt = " ckpt" if setting["checkpointing"] == "full" else ""
-    return f"{setting['precision']} {setting['optimizer']}{ckpt}"
+    return f"{setting['precision']}" + (f" {setting['optimizer']}" if optimizer else "") + ckpt
 
 
 def primary(row: dict[str, Any]) -> dict[str, Any]:
@@ -82,10 +83,7 @@ def _hf_model_rows(model: dict[str, Any]) -> list[tuple[str, str]]:
     return rows + [("note", note) for note in model.get("notes", [])]
 
 
-def model_table(model: dict[str, Any]) -> Table:
-    table = Table(title=f"Model: {model['name']} ({model['family']})", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value", justify="right")
+def model_table(model: dict[str, Any]) -> Group:
     rows = [
         ("parameters (exact)", f"{model['num_parameters']:,}"),
         ("matmul parameters (N of 6N)", f"{model['matmul_parameters']:,}"),
@@ -95,20 +93,19 @@ def model_table(model: dict[str, Any]) -> Table:
         ("tied embeddings", "yes" if model["tie_embeddings"] else "no"),
         *_hf_model_rows(model),
     ]
-    for field, value in rows:
-        table.add_row(field, value)
-    return table
+    return key_value_table(f"Model: {model['name']} ({model['family']})", rows)
 
 
-def ledger_headers(rows: list[dict[str, Any]], with_fit: bool, *, full: bool = True) -> list[str]:
+def ledger_headers(rows: list[dict[str, Any]], with_fit: bool) -> list[str]:
+    """The report's (and `--wide`'s) ledger columns: every line that is not zero in every row."""
     heads = ["configuration"] + [_SHORT[n] for n in _shown_lines(rows)] + ["total"]
     if with_fit:
-        heads += ["fits", "headroom", "max micro-batch", "max seq"] if full else ["fits", "max mb"]
-    return heads + (["peak at"] if full else [])
+        heads += ["fits", "headroom", "max micro-batch", "max seq"]
+    return heads + ["peak at"]
 
 
-def ledger_rows(rows: list[dict[str, Any]], with_fit: bool, *, full: bool = True) -> list[list[str]]:
-    """Cells per configuration; `full=False` is the console's narrower cut (the report has all)."""
+def ledger_rows(rows: list[dict[str, Any]], with_fit: bool) -> list[list[str]]:
+    """Cells per configuration, for `ledger_headers`."""
     lines, out = _shown_lines(rows), []
     for row in rows:
         led = primary(row)
@@ -116,81 +113,174 @@ def ledger_rows(rows: list[dict[str, Any]], with_fit: bool, *, full: bool = True
         cells.append(gib(led["total_bytes"]))
         if with_fit:
             f = row["fit"]
-            cells += ["yes" if f["fits"] else "NO"]
-            cells += (
-                [gib(f["headroom_bytes"]), str(f["max_micro_batch"]), f"{f['max_seq_len']:,}"]
-                if full
-                else [str(f["max_micro_batch"])]
-            )
-        if full:
-            cells.append(led["peak_moment"])
+            cells += ["yes" if f["fits"] else "NO", gib(f["headroom_bytes"]), str(f["max_micro_batch"])]
+            cells.append(f"{f['max_seq_len']:,}")
+        cells.append(led["peak_moment"])
         out.append(cells)
     return out
 
 
-def ledger_table(summary: dict[str, Any]) -> Table:
+def ledger_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
+    """The ledger at the step's peak. `wide`: the report's columns (every line, headroom, max seq, the
+    moment of the peak). Else grouped lines (weights, grads, optim, activ), the total, the fit, and the peak's
+    moment as a footnote that says what is alive then; and why mixed precision can total more than fp32."""
     rows, target = summary["rows"], summary["target"]
     with_fit = target is not None
     cfg = summary["config"]
     where = f" on {target['name']} ({target['capacity_gib']:.1f} GiB)" if with_fit else ""
-    table = Table(
-        title=f"Memory at the step's peak, GiB (1024^3 B): micro-batch {cfg['micro_batch']} x "
-        f"{cfg['seq_len']} tokens{where}"
+    optimizers = {r["setting"]["optimizer"] for r in rows}
+    one_optimizer = len(optimizers) == 1 and not wide
+    title = (
+        f"Memory at the step's peak, GiB (1024^3 B): micro-batch {cfg['micro_batch']} x {cfg['seq_len']} tokens"
+        + (f", {next(iter(optimizers))}" if one_optimizer else "")
+        + where
     )
-    for i, head in enumerate(ledger_headers(rows, with_fit, full=False)):
-        table.add_column(head, justify="left" if i == 0 else "right")
-    for cells in ledger_rows(rows, with_fit, full=False):
-        table.add_row(*cells)
-    return table
+    if wide:
+        headers = ledger_headers(rows, with_fit)
+        return compact_table(title, columns(headers, notes=1), ledger_rows(rows, with_fit))
+    groups = [(name, keys) for name, keys in _GROUPS if any(_group_bytes(r, keys) for r in rows)]
+    headers = ["configuration", *(name for name, _ in groups), "total"]
+    cells: list[list[str]] = [
+        [_label(r["setting"], optimizer=not one_optimizer) for r in rows],
+        *(column_format([_group_bytes(r, keys) / GIB for r in rows], decimals=2) for _, keys in groups),
+        column_format([primary(r)["total_bytes"] / GIB for r in rows], decimals=2),
+    ]
+    if with_fit:
+        headers += ["fits", "max mb"]
+        cells += [["yes" if r["fit"]["fits"] else "NO" for r in rows], [str(r["fit"]["max_micro_batch"]) for r in rows]]
+    notes = Footnotes()
+    headers.append("peak")
+    cells.append([notes.ref(_moment_note(primary(r)["peak_moment"])) for r in rows])
+    legend = [_LEGEND, *notes.lines(), *mixed_precision_notes(rows)]
+    return compact_table(title, columns(headers), [list(c) for c in zip(*cells)], notes=legend)
 
 
-def compute_headers() -> list[str]:
+_GROUPS = (
+    ("weights", ("parameters", "master_weights", "weight_copies")),
+    ("grads", ("gradients",)),
+    ("optim", ("optimizer_states",)),
+    ("activ", ("activations", "temporaries")),
+)
+_LEGEND = (
+    "weights: parameters + fp32 master weights + low-precision copies; activ: activations + temporaries; "
+    "total adds the framework reserve; peak: the moment of the step's peak (--wide: every line)"
+)
+_MOMENTS = {
+    "backward: loss": "the start of the backward: the activations alive, no gradient of this micro-batch yet",
+    "backward: embedding": "the end of the backward: the gradients alive, the activations freed",
+    "optimizer step": "the optimizer step: gradients and optimizer states alive, the activations freed",
+    "start of step": "before the forward: nothing of this micro-batch alive yet",
+}
+
+
+def _group_bytes(row: dict[str, Any], keys: tuple[str, ...]) -> int:
+    lines = primary(row)["lines_at_peak_bytes"]
+    return sum(lines.get(k, 0) for k in keys)
+
+
+def _moment_note(moment: str) -> str:
+    """ "peak at backward: embedding, the end of the backward: ..." (a known moment says what is alive)."""
+    known = _MOMENTS.get(moment)
+    return f"peak at {moment}" + (f", {known}" if known else "")
+
+
+def mixed_precision_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Why a mixed-precision row totals more than fp32 at the same optimizer and checkpointing, when one does:
+    it keeps the fp32 weights (the optimizer's master copy) and adds low-precision copies of them for the
+    matmuls, alive with the activations at its peak."""
+
+    def same(row: dict[str, Any]) -> tuple[str, str]:
+        return row["setting"]["optimizer"], row["setting"]["checkpointing"]
+
+    fp32 = {same(r): r for r in rows if r["setting"]["precision"] == "fp32"}
+    worse = [
+        (r, fp32[same(r)])
+        for r in rows
+        if r["setting"]["precision"].endswith("-mixed")
+        and same(r) in fp32
+        and primary(r)["total_bytes"] > primary(fp32[same(r)])["total_bytes"]
+    ]
+    if not worse:
+        return []
+    led, ref = primary(worse[0][0]), primary(worse[0][1])
+    lines = led["lines_at_peak_bytes"]
+    one_optimizer = len({r["setting"]["optimizer"] for r in rows}) == 1
+    names = ", ".join(dict.fromkeys(_label(r["setting"], optimizer=not one_optimizer) for r, _ in worse))
+    return [
+        f"Why mixed precision ({names}) needs more than fp32 ({gib(led['total_bytes'])} vs "
+        f"{gib(ref['total_bytes'])} GiB): it keeps the fp32 weights (the optimizer's master copy) and adds "
+        f"low-precision copies of them for the matmuls ({gib(lines.get('weight_copies', 0))} GiB); at its peak "
+        f"({led['peak_moment']}) those are alive with the activations ({gib(lines.get('activations', 0))} GiB), "
+        f"while fp32's peak ({ref['peak_moment']}) holds the gradients in their place."
+    ]
+
+
+def compute_headers(rows: list[dict[str, Any]] | None = None) -> list[str]:
+    """The compute columns; the step times' unit (one per column) from `rows` (ms without them)."""
+    at_peak, at_mfu = (_step_unit(rows, "step_s_at_peak"), _step_unit(rows, "step_s_at_mfu")) if rows else ("ms", "ms")
     return [
         "configuration",
-        "GFLOPs/token",
-        "TFLOPs/step",
+        "GFLOP/token",
+        "TFLOP/step",
         "peak TFLOP/s",
-        "step at peak",
-        "step at MFU",
+        f"step {at_peak} at peak",
+        f"step {at_mfu} at MFU",
         "tokens/s",
         "h / 1B tokens",
     ]
 
 
-def compute_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
-    out, seen = [], set()
+def _step_unit(rows: list[dict[str, Any]], key: str) -> str:
+    return time_unit(r["compute"][key] for r in rows)[0]
+
+
+def _compute_once(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per precision x checkpointing (the optimizer does not change the FLOPs)."""
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
-        c, ckpt = row["compute"], row["setting"]["checkpointing"]
-        key = (c["precision"], ckpt)
-        if key in seen:  # the optimizer does not change the FLOPs
-            continue
-        seen.add(key)
-        out.append(
-            [
-                c["precision"] + (" +ckpt" if ckpt == "full" else ""),
-                f"{c['flops_per_token'] / 1e9:,.2f}",
-                f"{c['flops_per_step'] / 1e12:,.1f}",
-                f"{c['peak_flops'] / 1e12:,.1f}" if c["peak_flops"] else "no fast path",
-                _fmt_time(c["step_s_at_peak"]),
-                _fmt_time(c["step_s_at_mfu"]),
-                f"{c['tokens_per_s']:,.0f}" if c["tokens_per_s"] else "-",
-                f"{c['hours_per_billion_tokens']:,.3g}" if c["hours_per_billion_tokens"] else "-",
-            ]
-        )
-    return out
+        seen.setdefault((row["compute"]["precision"], row["setting"]["checkpointing"]), row)
+    return list(seen.values())
 
 
-def compute_table(summary: dict[str, Any]) -> Table:
-    cfg = summary["config"]
-    table = Table(
-        title=f"Compute per GPU step ({cfg['micro_batch'] * cfg['seq_len'] * cfg['grad_accum']:,} tokens, "
-        f"MFU {cfg['mfu']:g}; checkpointing recomputes the forward)"
+def compute_rows(rows: list[dict[str, Any]], *, no_peak: str = "no fast path") -> list[list[str]]:
+    """Cells per precision x checkpointing, one number format per column (`no_peak`: a dtype without a peak)."""
+    once = _compute_once(rows)
+    comp = [r["compute"] for r in once]
+    steps = []
+    for key in ("step_s_at_peak", "step_s_at_mfu"):
+        scale = time_unit(c[key] for c in comp)[1]
+        steps.append(column_format([c[key] and c[key] / scale for c in comp], sig=3, most=2))
+    columns_ = [
+        [c["precision"] + (" +ckpt" if r["setting"]["checkpointing"] == "full" else "") for c, r in zip(comp, once)],
+        column_format([c["flops_per_token"] / 1e9 for c in comp], sig=3, most=2),
+        column_format([c["flops_per_step"] / 1e12 for c in comp], sig=3, most=1),
+        column_format([c["peak_flops"] and c["peak_flops"] / 1e12 for c in comp], decimals=1, empty=no_peak),
+        *steps,
+        column_format([c["tokens_per_s"] or None for c in comp], decimals=0),
+        column_format([c["hours_per_billion_tokens"] or None for c in comp], sig=3, most=2),
+    ]
+    return [list(cells) for cells in zip(*columns_)]
+
+
+COMPACT_COMPUTE = (0, 1, 3, 5, 6, 7)
+"""the console's compute columns (of `compute_rows`): configuration, GFLOP/token, peak TFLOP/s, the step at
+the assumed MFU, tokens/s, hours per billion tokens"""
+
+
+def compute_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
+    cfg, rows = summary["config"], summary["rows"]
+    title = (
+        f"Compute per GPU step ({cfg['micro_batch'] * cfg['seq_len'] * cfg['grad_accum']:,} tokens, "
+        f"MFU {cfg['mfu']:g}{'' if wide else ': step time, tokens/s, hours'}; checkpointing recomputes the forward)"
     )
-    for i, head in enumerate(compute_headers()):
-        table.add_column(head, justify="left" if i == 0 else "right")
-    for cells in compute_rows(summary["rows"]):
-        table.add_row(*cells)
-    return table
+    headers = compute_headers(rows)
+    cells = compute_rows(rows, no_peak="no fast path" if summary["target"] else "-")
+    if not wide:
+        unit = _step_unit(rows, "step_s_at_mfu")
+        headers = ["configuration", "GFLOP/token", "peak TFLOP/s", f"step {unit}", "tokens/s", "h/1B tokens"]
+        cells = [[row[i] for i in COMPACT_COMPUTE] for row in cells]
+    notes = [] if summary["target"] else ["no GPU named (--gpu): no peak, no step time"]
+    return compact_table(title, columns(headers), cells, notes=notes)
 
 
 def agreement_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
@@ -234,13 +324,16 @@ AGREEMENT_HEADERS = [
 ]
 
 
-def agreement_table(summary: dict[str, Any]) -> Table:
-    table = Table(title="Analytic vs traced (tensor peak; tolerance 5% total, 10% per line or 1% of the peak)")
-    for i, head in enumerate(AGREEMENT_HEADERS):
-        table.add_column(head, justify="left" if i == 0 else "right")
-    for cells in agreement_rows(summary["rows"]):
-        table.add_row(*cells)
-    return table
+def agreement_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
+    """Analytic vs traced per configuration; a row's trace note (why it was not compared) as a footnote."""
+    title = "Analytic vs traced (tensor peak; tolerance 5% total, 10% per line or 1% of the peak)"
+    cells = agreement_rows(summary["rows"])
+    if wide:
+        return compact_table(title, columns(AGREEMENT_HEADERS, notes=1), cells)
+    notes = Footnotes()
+    compact = [[*row[:5], notes.ref(row[5]) if row[5] not in ("yes", "NO") else row[5]] for row in cells]
+    headers = [*AGREEMENT_HEADERS[:4], "worst line", "within"]
+    return compact_table(title, columns(headers), compact, notes=notes)
 
 
 def recommendation_lines(rec: dict[str, Any], target: dict[str, Any] | None) -> list[str]:
@@ -310,7 +403,7 @@ def write_plan_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Pat
     with_fit = target is not None
     report.table(ledger_headers(summary["rows"], with_fit), ledger_rows(summary["rows"], with_fit))
     report.heading("Compute")
-    report.table(compute_headers(), compute_rows(summary["rows"]))
+    report.table(compute_headers(summary["rows"]), compute_rows(summary["rows"]))
     if has_traced(summary):
         report.heading("Analytic vs traced")
         report.table(AGREEMENT_HEADERS, agreement_rows(summary["rows"]))
@@ -350,13 +443,9 @@ def kv_budget_lines(summary: dict[str, Any]) -> list[str]:
     ]
 
 
-def kv_table(summary: dict[str, Any]) -> Table:
-    table = Table(title=f"KV cache on {summary['target']['name']}: {summary['model']['name']} (GiB = 1024^3 B)")
-    for i, head in enumerate(kv_headers()):
-        table.add_column(head, justify="left" if i == 0 else "right")
-    for cells in kv_rows(summary):
-        table.add_row(*cells)
-    return table
+def kv_table(summary: dict[str, Any]) -> Group:
+    title = f"KV cache on {summary['target']['name']}: {summary['model']['name']} (GiB = 1024^3 B)"
+    return compact_table(title, columns(kv_headers()), kv_rows(summary))
 
 
 def kv_figure(summary: dict[str, Any]):

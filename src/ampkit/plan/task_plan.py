@@ -174,19 +174,38 @@ def task_plan_rows(summary: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def task_plan_table(summary: dict[str, Any]):
-    from rich.table import Table
+def task_plan_table(summary: dict[str, Any], *, wide: bool = False):
+    """One row per setting. `wide`: the report's columns; else the setting in one cell (the optimizer in the
+    title when there is one), activations and temporaries as one "activ" column, "fits" and "max batch" apart."""
+    from ampkit.report.console import columns, compact_table
 
-    task, target = summary["task"], summary["target"]
+    task, target, rows = summary["task"], summary["target"], summary["rows"]
     where = f" · {target['name']}" if target else ""
-    table = Table(
-        title=f"ampkit plan · {task['name']} (traced){where} · micro-batch {summary['config']['micro_batch']}"
+    optimizers = {r["setting"]["optimizer"] for r in rows}
+    one = len(optimizers) == 1 and not wide
+    title = (
+        f"ampkit plan · {task['name']} (traced){where} · micro-batch {summary['config']['micro_batch']}"
+        + (f" · {next(iter(optimizers))}" if one else "")
+        + " · GiB"
     )
-    for header in TABLE_HEADERS:
-        table.add_column(header, justify="left" if header.startswith("precision") else "right")
-    for cells in task_plan_rows(summary):
-        table.add_row(*cells)
-    return table
+    if wide:
+        return compact_table(title, columns(TABLE_HEADERS, names=2), task_plan_rows(summary))
+    headers = ["setting", "params", "grads", "optim", "activ", "total", "fits", "max batch"]
+    cells = []
+    for row in rows:
+        s, lines, fit = row["setting"], row["traced"]["lines_at_peak_bytes"], row.get("fit")
+        setting = s["precision"] + ("" if one else f"/{s['optimizer']}")
+        cells.append(
+            [
+                setting + ("/ckpt" if s["checkpointing"] != "none" else ""),
+                *(_gib(lines[k]) for k in ("parameters", "gradients", "optimizer_states")),
+                _gib(lines["activations"] + lines["temporaries"]),
+                _gib(row["traced"]["total_bytes"]),
+                "-" if fit is None else ("yes" if fit["fits"] else "no"),
+                "-" if fit is None else f"{fit['max_micro_batch']:,}",
+            ]
+        )
+    return compact_table(title, columns(headers), cells, notes=["activ: activations + temporaries"])
 
 
 def write_task_plan_report(summary: dict[str, Any], run_dir) -> tuple:
