@@ -69,6 +69,7 @@ from ampkit.precision import (
     get_spec,
     precision_names_help,
 )
+from ampkit.provenance import device_text, provenance
 from ampkit.tasks import optional
 from ampkit.tasks.check import check_first_batch
 from ampkit.tasks.lm import LanguageModelTask
@@ -429,6 +430,7 @@ def build_summary(
         "command": "doctor",
         "ampkit_version": __version__,
         "status": "problems" if fixes else "healthy",
+        "provenance": provenance(device=device_text(setup.info), config=asdict(cfg)),
         "config": asdict(cfg),
         "device": {"type": setup.device.type, "name": setup.info.name, "native_bf16": setup.info.native_bf16},
         "warnings": setup.warnings,

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ampkit.report import Report, plt
+from ampkit.report import Report, as_stored, plt
 
 
 def _fmt(value: Any, spec: str = ".4g") -> str:
@@ -147,8 +148,14 @@ def print_console(console: Console, summary: dict[str, Any], run_dir) -> None:
         console.print(f"report: {run_dir / 'report.html'}")
 
 
+def write_report(summary: dict[str, Any], run_dir: str | Path) -> tuple[Path, Path]:
+    """report.html and report.md into run_dir, from the summary as summary.json stores it."""
+    return build_report(as_stored(summary)).write(run_dir)
+
+
 def build_report(summary: dict[str, Any]) -> Report:
-    report = Report(title=f"ampkit doctor: {summary['config']['precision']} on {summary['model']['preset']}")
+    title = f"ampkit doctor: {summary['config']['precision']} on {summary['model']['preset']}"
+    report = Report(title=title, provenance=summary.get("provenance"))
     report.heading("Verdict").table(["finding", "value"], [list(r) for r in key_findings(summary)])
     report.heading("Advice")
     for item in summary["advice"]:
