@@ -34,6 +34,7 @@ from ampkit.runs import (
     SUMMARY_FILE,
     MetricsWriter,
     say,
+    summary_marks_write_failure,
     truncate_metrics_after,
     write_json_atomic,
     write_summary_or_say,
@@ -229,7 +230,8 @@ class _Run:
                 self._write_report_or_say(summary)
         elif self.main:
             write_json_atomic(self.run_dir / SUMMARY_FILE, summary)  # cannot be written: the run fails (WriteFailed)
-            _write_report(summary, self.run_dir)
+            with summary_marks_write_failure(self.run_dir, "train", self.console):  # as bench's, doctor's, plan's
+                _write_report(summary, self.run_dir)
         self._raise_outcome(summary_written=written)
         return summary
 
