@@ -6,7 +6,7 @@ import json
 
 from ampkit import __version__
 from ampkit.hardware.device import DeviceInfo
-from ampkit.provenance import command_line, device_text, invoked_as, provenance
+from ampkit.provenance import command_line, device_text, handed_to_ranks, invoked_as, provenance
 
 
 def _info(**overrides) -> DeviceInfo:
@@ -47,3 +47,11 @@ def test_the_block_holds_date_versions_device_command_and_config_as_json():
     assert block["ampkit_version"] == __version__ and block["torch_version"]
     assert block["command_line"] == "ampkit plan --model tiny" and block["created_utc"].endswith("Z")
     assert json.loads(json.dumps(block)) == block
+
+
+def test_ranks_launched_by_nproc_record_the_launchers_command_line(monkeypatch):
+    monkeypatch.delenv("AMPKIT_LAUNCHER_COMMAND_LINE", raising=False)
+    with invoked_as(["train", "--nproc", "2"]), handed_to_ranks():
+        with invoked_as(["train", "--out", "runs/x"]):  # a rank: torchrun's worker argv
+            assert command_line() == "ampkit train --nproc 2"
+    assert command_line() is None  # the launcher's environment is restored

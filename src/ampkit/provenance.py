@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import os
 import shlex
 import sys
 import time
@@ -22,7 +23,7 @@ from typing import Any
 
 from ampkit import __version__
 
-PROVENANCE_KEY = "provenance"
+LAUNCHER_COMMAND_LINE_ENV = "AMPKIT_LAUNCHER_COMMAND_LINE"  # set by `train --nproc N` for its ranks only
 _ARGV: ContextVar[tuple[str, ...] | None] = ContextVar("ampkit_argv", default=None)
 
 
@@ -37,9 +38,28 @@ def invoked_as(argv: Sequence[str]) -> Iterator[None]:
 
 
 def command_line() -> str | None:
-    """`ampkit ARGS...` exactly as given (shell-quoted), or None outside the command line."""
+    """`ampkit ARGS...` exactly as given (shell-quoted), or None outside the command line. A rank that
+    `train --nproc N` launched records its launcher's command line, the one the user typed."""
+    launched = os.environ.get(LAUNCHER_COMMAND_LINE_ENV)
+    if launched:
+        return launched
     argv = _ARGV.get()
     return None if argv is None else shlex.join(["ampkit", *argv])
+
+
+@contextlib.contextmanager
+def handed_to_ranks() -> Iterator[None]:
+    """While `--nproc N` runs its ranks: they inherit this process's command line (restored after)."""
+    before, line = os.environ.get(LAUNCHER_COMMAND_LINE_ENV), command_line()
+    if line:
+        os.environ[LAUNCHER_COMMAND_LINE_ENV] = line
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(LAUNCHER_COMMAND_LINE_ENV, None)
+        else:
+            os.environ[LAUNCHER_COMMAND_LINE_ENV] = before
 
 
 def torch_version() -> str | None:

@@ -124,3 +124,29 @@ def test_bad_run_directories_exit_2_with_one_line(tmp_path, capsys, setup, messa
     assert main(["report", str(run_dir)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("ampkit report: error: ") and message in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "config_class"),
+    [
+        ("train", "ampkit.train.config:TrainConfig"),
+        ("bench-lora", "ampkit.bench.config:BenchConfig"),
+        ("doctor", "ampkit.diagnostics.doctor:DoctorConfig"),
+        ("plan-lora", "ampkit.plan.config:PlanConfig"),
+        ("kv", "ampkit.plan.config:KvConfig"),
+        ("hw", "ampkit.cli.hw:HwConfig"),
+    ],
+)
+def test_the_headers_resolved_config_is_a_toml_file_the_command_accepts_back(runs, name, config_class, tmp_path):
+    import dataclasses
+    import importlib
+
+    from ampkit.config import dict_to_toml, resolve_config
+
+    config = json.loads((runs[name] / "summary.json").read_text())["provenance"]["config"]
+    toml = tmp_path / "resolved.toml"
+    toml.write_text(dict_to_toml(config, heading="resolved"))
+    module, _, cls = config_class.partition(":")
+    resolved = resolve_config(getattr(importlib.import_module(module), cls), toml_path=toml)
+    assert json.loads(json.dumps(dataclasses.asdict(resolved))) == config
