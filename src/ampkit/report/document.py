@@ -182,7 +182,7 @@ def provenance_rows(provenance: dict[str, Any] | None) -> list[tuple[str, str]]:
         ("ampkit", get("ampkit_version")),
         ("torch", get("torch_version")),
         ("device", get("device")),
-        ("command line", get("command_line") if provenance else NOT_RECORDED),
+        ("command line", get("command_line")),  # None from the Python API
     ]
 
 
