@@ -106,7 +106,7 @@ def doctor(
 ) -> dict[str, Any]:
     """`ampkit doctor` on `task`; returns the summary (summary.json and report.html are written)."""
     from ampkit.diagnostics.doctor import DoctorConfig, run_doctor
-    from ampkit.diagnostics.doctor_report import build_report
+    from ampkit.diagnostics.doctor_report import write_report
 
     spec, obj = _split_task(task)
     resolved = _config(DoctorConfig, spec, config, settings)
@@ -114,7 +114,7 @@ def doctor(
     run_dir = create_run_dir(None if out is None else str(out), "doctor")
     write_json_atomic(run_dir / "config.json", result.summary["config"])
     write_json_atomic(run_dir / SUMMARY_FILE, result.summary)
-    build_report(result.summary).write(run_dir)
+    write_report(result.summary, run_dir)
     if result.signum is not None:  # SIGINT/SIGTERM: the parts finished are written, as the command does
         where = run_dir / SUMMARY_FILE
         raise RunInterrupted(f"doctor interrupted; what was measured is in {where}", signum=result.signum)

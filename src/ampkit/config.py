@@ -312,10 +312,15 @@ def _toml_line(key: str, value: Any) -> str:
 def config_to_toml(config) -> str:
     """The resolved config as a TOML file that `--config` accepts back: top-level settings, one
     `key = value` per line, then one `[section]` table per section."""
-    sections = config_layout(type(config)).sections
-    data = dataclasses.asdict(config)
-    lines = [f"# {type(config).__name__}: every setting, resolved (defaults <- file <- flags)"]
-    tables = {k: v for k, v in data.items() if k in sections or isinstance(v, dict)}
+    heading = f"{type(config).__name__}: every setting, resolved (defaults <- file <- flags)"
+    return dict_to_toml(dataclasses.asdict(config), heading=heading)
+
+
+def dict_to_toml(data: dict[str, Any], *, heading: str) -> str:
+    """A config's dict (`dataclasses.asdict`, or as summary.json stores it) as TOML: a `# heading`
+    line, the top-level settings, one `key = value` per line, then a `[table]` per nested dict."""
+    lines = [f"# {heading}"]
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
     lines += [_toml_line(k, v) for k, v in data.items() if k not in tables]
     for name, table in tables.items():  # TOML: every table after the top-level keys
         lines += ["", f"[{name}]", *(_toml_line(k, v) for k, v in table.items())]

@@ -126,8 +126,12 @@ def make_dir(path: str | Path) -> Path:
 
 def write_json_atomic(path: str | Path, payload: Any) -> None:
     """Write JSON through a temporary file and a rename, so a reader never sees half a file."""
-    text = json.dumps(payload, indent=2, sort_keys=False, default=_json_default) + "\n"  # a bad value: no file
-    write_text_atomic(path, text)
+    write_text_atomic(path, json_text(payload))  # a bad value: no file
+
+
+def json_text(payload: Any) -> str:
+    """summary.json's text: indented JSON, Paths as strings, 0-d tensors and numpy scalars as numbers."""
+    return json.dumps(payload, indent=2, sort_keys=False, default=_json_default) + "\n"
 
 
 def _json_default(obj: Any) -> Any:

@@ -22,8 +22,12 @@ def test_sweep_runs_baseline_and_pack_and_re_renders(tmp_path, capsys):
     assert rows["pack"]["throughput"]["batching"] == "pack"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64" in html and "pack" in html
-    (out / "report.html").unlink()
-    assert main(["report", str(out)]) == 0 and (out / "report.html").is_file()
+    written = {p.name: p.read_bytes() for p in out.glob("report*")}
+    for name in written:
+        (out / name).unlink()
+    assert main(["report", str(out)]) == 0
+    assert {p.name: p.read_bytes() for p in out.glob("report*")} == written  # byte for byte, figures too
+    assert summary["provenance"]["command_line"].startswith("ampkit bench --sweep pack ")
 
 
 def test_sweep_bad_inputs_are_one_line(tmp_path, capsys):

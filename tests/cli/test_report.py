@@ -21,9 +21,14 @@ def _write(run_dir, text: str):
     [
         (None, "holds no summary.json"),
         ("{not json", "is not valid JSON"),
-        ("[1, 2]", "has no 'command' field"),
-        (json.dumps({"command": "plan"}), "no report renderer for 'plan' runs yet (renderers exist for: bench, "),
-        (json.dumps({"command": "bench", "schema": "x"}), "does not match its schema"),
+        ("[1, 2]", "is not a JSON object"),
+        (
+            json.dumps({"command": "plan"}),
+            "has no 'schema' field: not a summary ampkit writes (it renders ampkit.bench/2, ",
+        ),
+        (json.dumps({"command": "bench", "schema": "x"}), "has schema 'x': not a summary ampkit writes"),
+        (json.dumps({"schema": "ampkit.bench/2"}), "does not match its schema"),
+        (json.dumps({"command": "bench", "status": "failed", "error": "disk full"}), "a run that failed (disk full)"),
     ],
 )
 def test_what_it_cannot_render_is_a_usage_error(parse, tmp_path, content, message):

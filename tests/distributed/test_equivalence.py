@@ -100,3 +100,4 @@ def test_rank_zero_alone_writes_and_reports_the_job(fsdp_fp32_run):
     # tokens are the global batch's: 2 ranks x 2 micro-batches x 2 rows, real tokens only
     lines = (fsdp_fp32_run / "metrics.jsonl").read_text().splitlines()
     assert len([line for line in lines if '"event": "train"' in line]) == 4  # one writer, not two
+    assert (fsdp_fp32_run / "report.html").is_file()  # rank 0's report

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from ampkit.report import Report, plt
+from ampkit.report import Report, as_stored, plt
 from ampkit.report.document import Report as DocumentReport
 
 
@@ -53,3 +53,52 @@ def test_figures_are_closed_once_rendered():
     number = fig.number
     Report("r").figure(fig)
     assert number not in plt.get_fignums()
+
+
+PROVENANCE = {
+    "created_utc": "2026-01-02T03:04:05Z",
+    "ampkit_version": "9.9.9",
+    "torch_version": "2.99.0",
+    "device": "NVIDIA H200 (cuda:0, 139.8 GiB)",
+    "command_line": "ampkit bench --out 'runs/a b'",
+    "config": {"budget_s": 5.0, "task": "", "lora": {"lora": 0, "lora_targets": ""}},
+}
+
+
+def test_the_header_shows_where_the_run_came_from(tmp_path):
+    html_path, md_path = Report("r", provenance=PROVENANCE).write(tmp_path)
+    html = html_path.read_text(encoding="utf-8")
+    for value in ("2026-01-02T03:04:05Z", "9.9.9", "2.99.0", "NVIDIA H200 (cuda:0, 139.8 GiB)"):
+        assert f"<td>{value}</td>" in html
+    assert "<code>ampkit bench --out &#x27;runs/a b&#x27;</code>" in html
+    assert "<pre># the run&#x27;s resolved config" in html and "budget_s = 5.0" in html and "[lora]" in html
+    md = md_path.read_text(encoding="utf-8")
+    assert "- command line: `ampkit bench --out 'runs/a b'`" in md and "```toml" in md
+
+
+def test_a_summary_without_provenance_says_not_recorded(tmp_path):
+    _, md_path = Report("old").write(tmp_path)
+    md = md_path.read_text(encoding="utf-8")
+    assert "- created (UTC): not recorded" in md and "- command line: not recorded" in md
+    assert "predates the provenance block" in md and "```toml" not in md
+
+
+def test_the_python_api_has_no_command_line(tmp_path):
+    _, md_path = Report("api", provenance=PROVENANCE | {"command_line": None}).write(tmp_path)
+    assert "Run through the Python API" in md_path.read_text(encoding="utf-8")
+
+
+def test_pngs_are_the_same_bytes_every_time(tmp_path):
+    def png() -> bytes:
+        fig, ax = plt.subplots()
+        ax.plot([0, 1, 2], [2, 0, 1])
+        return Report("r").figure(fig).blocks[0].png
+
+    first = png()
+    assert png() == first and b"Software" not in first  # no matplotlib version tag
+
+
+def test_as_stored_is_what_summary_json_reads_back(tmp_path):
+    from pathlib import Path
+
+    assert as_stored({"a": (1, 2), "p": Path("x/y"), "n": float("inf")}) == {"a": [1, 2], "p": "x/y", "n": float("inf")}

@@ -84,10 +84,11 @@ def _figure(summary: dict[str, Any]):
 
 
 def render_inference_report(summary: dict[str, Any], run_dir: str | Path) -> tuple[Path, Path]:
-    from ampkit.report import Report
+    from ampkit.report import Report, as_stored
 
+    summary = as_stored(summary)  # the values `ampkit report` reads back: the same page, byte for byte
     rec = summary["recommendation"]
-    report = Report(title=f"ampkit bench --inference: {summary['model']['name']}")
+    report = Report(title=f"ampkit bench --inference: {summary['model']['name']}", provenance=summary.get("provenance"))
     report.text(
         f"Measured {summary['created_utc']} with ampkit {summary['ampkit_version']}, torch "
         f"{summary['torch_version']}, on {summary['device']['name']}. Fidelity is against fp32 weights with an fp32 "

@@ -24,6 +24,7 @@ from ampkit.bench.fidelity import HEALTHY_COSINE
 from ampkit.data import IGNORE_INDEX
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
+from ampkit.provenance import device_text, provenance
 from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
 from ampkit.tasks.lm import LanguageModelTask
 from ampkit.tasks.load import build_task
@@ -141,6 +142,7 @@ def build_summary(task, config, device, results: list[dict], wall_s: float, shap
         "torch_version": torch.__version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "wall_s": wall_s,
+        "provenance": provenance(device=device_text(info), config=config.to_dict()),
         "config": config.to_dict(),
         "device": {"type": info.type, "name": info.name, "total_memory_bytes": info.total_memory_bytes},
         "model": {

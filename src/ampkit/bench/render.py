@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Group
 
 from ampkit.bench.recommend import format_cosine
-from ampkit.report import Report, plt
+from ampkit.report import Report, as_stored, plt
 from ampkit.report.console import Col, Footnotes, column_format, compact_table, name_col, note_col
 
 MIB = 1024**2
@@ -678,7 +678,7 @@ def profile_figure(summary: dict):
 
 
 def build_report(summary: dict) -> Report:
-    report = Report(title=_title(summary))
+    report = Report(title=_title(summary), provenance=summary.get("provenance"))
     report.text(recommendation_text(summary), kind="note")
     for line in summary["recommendation"]["advice"] + summary["warnings"]:
         report.text(line, kind="warn")
@@ -760,4 +760,4 @@ def _memory_section(report: Report, summary: dict) -> None:
 
 def render_report(summary: dict, run_dir: str | Path) -> tuple[Path, Path]:
     """Write report.html (self-contained, plots embedded) and report.md into run_dir."""
-    return build_report(summary).write(run_dir)
+    return build_report(as_stored(summary)).write(run_dir)  # as `ampkit report` reads it back

@@ -136,6 +136,15 @@ TRAIN = {
     "expected_items_per_s": OPT_NUM,
     "measured_batch_size": Opt(int),
 }
+# `ampkit.provenance`: where the run came from (the report's header reads it; added within version 2)
+PROVENANCE = {
+    "created_utc": str,
+    "ampkit_version": str,
+    "torch_version": Opt(str),
+    "device": str,
+    "command_line": Opt(str),
+    "config": Opt(dict),
+}
 SUMMARY = {
     "schema": str,
     "schema_version": int,
@@ -186,6 +195,7 @@ SUMMARY = {
         )
     ),
     "peaks": Absent(Opt(dict)),
+    "provenance": Absent(PROVENANCE),
     "budget": Absent(
         Opt(
             {

@@ -24,6 +24,7 @@ from ampkit.bench.profile import CATEGORIES
 from ampkit.bench.recommend import Candidate, native_support, recommend
 from ampkit.bench.timing import summarize_steps
 from ampkit.precision import REFERENCE
+from ampkit.provenance import device_text, provenance
 
 SCHEMA = "ampkit.bench/2"
 SCHEMA_VERSION = 2  # 2: throughput as items_per_s in the task's "unit"; model.flops_per_item
@@ -415,6 +416,7 @@ def build_summary(
         "torch_version": torch.__version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "wall_s": wall_s,
+        "provenance": provenance(device=device_text(info), config=config.to_dict()),
         "config": config.to_dict(),
         "device": device_block(info),
         "host_load": host_load,

@@ -24,6 +24,7 @@ from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, worker_time
 from ampkit.bench.timing import summarize_steps
 from ampkit.errors import UsageError
 from ampkit.precision import REFERENCE
+from ampkit.provenance import device_text, provenance
 from ampkit.report.console import Footnotes, column_format, columns, compact_table
 from ampkit.runs import (
     SUMMARY_FILE,
@@ -131,6 +132,7 @@ def _summary(plan, precision: str, rows: list[dict], run_dir: Path, *, wall_s: f
         "ampkit_version": __version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "wall_s": wall_s,
+        "provenance": provenance(device=device_text(plan.info), config=plan.config.to_dict()),
         "precision": precision,
         "config": plan.config.to_dict(),
         "device": {"type": plan.info.type, "name": plan.info.name},
@@ -178,9 +180,11 @@ def sweep_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
 
 def render_sweep_report(summary: dict[str, Any], run_dir: Path):
     """report.html (bars of tokens/s and memory per combination) and report.md, from summary.json alone."""
-    from ampkit.report import Report, plt
+    from ampkit.report import Report, as_stored, plt
 
-    report = Report(f"ampkit bench --sweep: {summary['precision']} on {summary['device']['name']}")
+    summary = as_stored(summary)  # the values `ampkit report` reads back: the same page, byte for byte
+    title = f"ampkit bench --sweep: {summary['precision']} on {summary['device']['name']}"
+    report = Report(title, provenance=summary.get("provenance"))
     report.text(
         f"Fastest: {summary['fastest']}. tokens/s counts real (non-padding) tokens; ratios are against "
         "the baseline (pad batching, AdamW, no checkpointing, no compile), all in one run.",

@@ -19,6 +19,7 @@ import sys
 
 from ampkit import __version__
 from ampkit.errors import RunDiverged, RunInterrupted, TrainingError, UsageError
+from ampkit.provenance import invoked_as
 from ampkit.runs import lock_fresh_out, lock_resumed_run, release_run_dirs
 
 # Order is the order shown in `ampkit --help`.
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ampkit train: {'error' if isinstance(err, UsageError) else 'run failed'}: {err}", file=sys.stderr)
         return EXIT_USAGE if isinstance(err, UsageError) else EXIT_FAILED
     try:
-        return _main(argv)
+        with invoked_as(argv_):  # the command line the summaries record
+            return _main(argv)
     finally:
         release_run_dirs()
 

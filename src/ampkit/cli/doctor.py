@@ -21,7 +21,7 @@ from rich.console import Console
 from ampkit.cli import add_run_command, add_wide_flag
 from ampkit.config import resolve_config
 from ampkit.diagnostics.doctor import DoctorConfig, doctor_defaults, run_doctor
-from ampkit.diagnostics.doctor_report import build_report, print_console
+from ampkit.diagnostics.doctor_report import print_console, write_report
 from ampkit.errors import RunInterrupted, UsageError
 from ampkit.hardware import describe_device, pick_device
 from ampkit.plan.fit_check import fit_check_for
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     summary = result.summary
     with summary_marks_write_failure(run_dir, "doctor", console):  # disk full: "status": "failed", exit 1
         write_json_atomic(run_dir / SUMMARY_FILE, summary)
-        build_report(summary).write(run_dir)
+        write_report(summary, run_dir)
     if result.signum is not None:
         stopped = summary["interrupted"]
         raise RunInterrupted(

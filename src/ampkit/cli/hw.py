@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,12 +23,14 @@ from ampkit.hardware import (
     DeviceInfo,
     MatmulThroughput,
     describe_device,
+    format_ratio,
     pick_device,
     survey_matmul,
     throughput_note,
     throughput_verdict,
 )
 from ampkit.options import device_field
+from ampkit.provenance import device_text, provenance
 from ampkit.report.console import (
     Col,
     Footnotes,
@@ -38,7 +41,7 @@ from ampkit.report.console import (
     name_col,
     note_col,
 )
-from ampkit.runs import create_run_dir, write_json_atomic
+from ampkit.runs import SUMMARY_FILE, create_run_dir, summary_marks_write_failure, write_json_atomic
 
 SCHEMA = "ampkit.hw/1"
 
@@ -58,7 +61,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_config_flags(parser, HwConfig)
     parser.add_argument("--config", metavar="FILE.toml", help="settings file; flags given here override it")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
-    parser.add_argument("--out", default=None, help="also write the result to OUT/summary.json")
+    parser.add_argument(
+        "--out", default=None, help="also write the result to OUT/summary.json, with report.html and report.md"
+    )
     add_wide_flag(parser)
     return parser
 
@@ -71,15 +76,17 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     with _progress(console, "measuring matmul throughput per dtype"):
         results = survey_matmul(info, device, quick=config.quick)
-    summary = build_summary(info, results, quick=config.quick)
+    summary = build_summary(info, results, quick=config.quick, config=asdict(config))
     if out_dir is not None:
-        write_json_atomic(out_dir / "summary.json", summary)
+        with summary_marks_write_failure(out_dir, "hw"):
+            write_json_atomic(out_dir / SUMMARY_FILE, summary)
+            write_hw_report(summary, out_dir)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         _print_tables(make_console(wide=args.wide), info, results, wide=args.wide)
         if out_dir is not None:
-            console.print(f"wrote {out_dir / 'summary.json'}")
+            console.print(f"wrote {out_dir / 'summary.json'}, report.html, report.md")
     return 0
 
 
@@ -90,10 +97,14 @@ def _progress(console: Console, message: str) -> AbstractContextManager:
     return nullcontext()
 
 
-def build_summary(info: DeviceInfo, results: list[MatmulThroughput], *, quick: bool) -> dict[str, Any]:
+def build_summary(
+    info: DeviceInfo, results: list[MatmulThroughput], *, quick: bool, config: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The JSON document of `ampkit hw` (schema "ampkit.hw/1"); FLOP/s fields are FLOP/s, not TFLOP/s."""
     return {
         "schema": SCHEMA,
+        "command": "hw",
+        "provenance": provenance(device=device_text(info), config=config),
         "quick": quick,
         "torch_version": torch.__version__,
         "cpu_threads": torch.get_num_threads(),
@@ -193,3 +204,61 @@ def _dtype_table(info: DeviceInfo, results: list[MatmulThroughput], *, wide: boo
         rows.append(row)
     columns.append(note_col("note") if wide else Col("note"))
     return compact_table("Matmul throughput, (n x n) @ (n x n), best repeat", columns, rows, notes=notes)
+
+
+HW_HEADERS = ["dtype", "mode", "n", "measured TFLOP/s", "vs fp32", "table peak TFLOP/s", "note"]
+
+
+def hw_report_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """One row per dtype; TFLOP/s is 1e12 FLOP/s."""
+
+    def tflops(value) -> str:
+        return f"{value / 1e12:,.3f}" if value else "-"
+
+    return [
+        [
+            key,
+            entry["mode"],
+            str(entry["matmul_size"]) if entry["matmul_size"] else "-",
+            tflops(entry["measured_flops"]),
+            f"{format_ratio(entry['ratio_vs_fp32'])}x" if entry["ratio_vs_fp32"] else "-",
+            tflops(entry["table_peak_flops"]),
+            entry["note"] or "",
+        ]
+        for key, entry in summary["dtypes"].items()
+    ]
+
+
+def write_hw_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Path]:
+    """`hw --out DIR`'s report.html and report.md, from summary.json alone."""
+    from ampkit.report import Report, as_stored, plt
+
+    summary = as_stored(summary)  # the values `ampkit report` reads back: the same page, byte for byte
+    device = summary["device"]
+    report = Report(title=f"ampkit hw: {device['name']}", provenance=summary.get("provenance"))
+    fields = (
+        "type",
+        "kind",
+        "arch",
+        "gpu_model",
+        "total_memory_gib",
+        "native_bf16",
+        "native_fp16",
+        "has_tf32",
+        "has_fp8",
+    )
+    report.heading("Device")
+    report.table(["field", "value"], [[k, "-" if device[k] is None else str(device[k])] for k in fields])
+    flags = " ".join(device["cpu_flags"]) or "(unreadable)"
+    report.text(f"CPU flags: {flags}; torch threads: {summary['cpu_threads']}.")
+    report.heading("Matmul throughput, (n x n) @ (n x n), best repeat")
+    report.table(HW_HEADERS, hw_report_rows(summary))
+    measured = [(k, e["measured_flops"]) for k, e in summary["dtypes"].items() if e["measured_flops"]]
+    if measured:
+        fig, ax = plt.subplots(figsize=(7, 0.5 + 0.5 * len(measured)))
+        ax.barh([k for k, _ in measured], [v / 1e12 for _, v in measured], color="#4c72b0")
+        ax.set_xlabel("measured TFLOP/s (1e12 FLOP/s)")
+        ax.invert_yaxis()
+        fig.tight_layout()
+        report.figure(fig, "measured matmul throughput per dtype")
+    return report.write(run_dir)

@@ -29,8 +29,11 @@ from ampkit.plan.render import (
     recommendation_lines,
     write_plan_report,
 )
+from ampkit.provenance import provenance
 from ampkit.report.console import make_console, print_run_dir
 from ampkit.runs import create_run_dir, summary_marks_write_failure, write_json_atomic
+
+PLANNED_DEVICE = "none: planned on this host (nothing measured on a device)"
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -66,10 +69,11 @@ def write_planned_run(
     summary: dict,
     *,
     show: Callable[[dict, Path], None],
-    write_report: Callable[[dict, Path], object] | None,
+    write_report: Callable[[dict, Path], object],
 ) -> int:
     """`plan`'s and `kv`'s run directory (config.json, summary.json, report.html) and answer: the
     summary as JSON with --json, else `show(summary, run_dir)`."""
+    summary = {"schema": summary["schema"], "command": command, **summary, "provenance": planned_provenance(summary)}
     run_dir = create_run_dir(args.out, command)
     with summary_marks_write_failure(run_dir, command):  # disk full: "status": "failed", exit 1
         write_json_atomic(run_dir / "config.json", summary["config"])
@@ -78,9 +82,13 @@ def write_planned_run(
             print(json.dumps(summary, indent=2), flush=True)
         else:
             show(summary, run_dir)
-        if write_report is not None:
-            write_report(summary, run_dir)  # after the answer is on screen: plotting takes a moment
+        write_report(summary, run_dir)  # after the answer is on screen: plotting takes a moment
     return 0
+
+
+def planned_provenance(summary: dict) -> dict:
+    """A plan's provenance: nothing ran on a device (the ledger is computed; a trace runs on fake tensors)."""
+    return provenance(device=PLANNED_DEVICE, config=summary["config"])
 
 
 def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
@@ -120,7 +128,7 @@ def _run_task(config: PlanConfig, args: argparse.Namespace) -> int:
 
 def _run_lora(config: PlanConfig, args: argparse.Namespace, desc) -> int:
     """`--lora RANK`: the LoRA ledger rows and full fine-tuning vs LoRA vs QLoRA (`ampkit.plan.lora_plan`)."""
-    from ampkit.plan.lora_plan import build_lora_plan, lora_rows_table, methods_table
+    from ampkit.plan.lora_plan import build_lora_plan, lora_rows_table, methods_table, write_lora_plan_report
 
     summary = build_lora_plan(config, desc=desc)  # a model or precision LoRA plans refuse: before the run dir
 
@@ -131,6 +139,6 @@ def _run_lora(config: PlanConfig, args: argparse.Namespace, desc) -> int:
         console.print(methods_table(summary, wide=args.wide))
         for note in summary["notes"]:
             console.print(note, markup=False)
-        print_run_dir(console, run_dir, "summary.json")
+        print_run_dir(console, run_dir, "summary.json, report.html")
 
-    return write_planned_run(args, "plan", summary, show=show, write_report=None)
+    return write_planned_run(args, "plan", summary, show=show, write_report=write_lora_plan_report)

@@ -71,6 +71,7 @@ from ampkit.precision import (
     get_spec,
     precision_names_help,
 )
+from ampkit.provenance import device_text, provenance
 from ampkit.tasks import optional
 from ampkit.tasks.check import check_first_batch
 from ampkit.tasks.lm import LanguageModelTask
@@ -571,6 +572,7 @@ def build_summary(
         "ampkit_version": __version__,
         "status": "interrupted" if interrupted else ("problems" if fixes else "healthy"),
         "interrupted": interrupted,
+        "provenance": provenance(device=device_text(setup.info), config=asdict(cfg)),
         "config": asdict(cfg),
         "device": {"type": setup.device.type, "name": setup.info.name, "native_bf16": setup.info.native_bf16},
         "warnings": setup.warnings,

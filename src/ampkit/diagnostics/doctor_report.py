@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.console import Console
 
-from ampkit.report import Report, plt
+from ampkit.report import Report, as_stored, plt
 from ampkit.report.console import key_value_table, labelled_lines
 
 
@@ -166,8 +167,14 @@ def print_console(console: Console, summary: dict[str, Any], run_dir) -> None:
         console.print(f"report: {run_dir / 'report.html'}", highlight=False, markup=False, soft_wrap=True)
 
 
+def write_report(summary: dict[str, Any], run_dir: str | Path) -> tuple[Path, Path]:
+    """report.html and report.md into run_dir, from the summary as summary.json stores it."""
+    return build_report(as_stored(summary)).write(run_dir)
+
+
 def build_report(summary: dict[str, Any]) -> Report:
-    report = Report(title=f"ampkit doctor: {summary['config']['precision']} on {summary['model']['preset']}")
+    title = f"ampkit doctor: {summary['config']['precision']} on {summary['model']['preset']}"
+    report = Report(title=title, provenance=summary.get("provenance"))
     report.heading("Verdict").table(["finding", "value"], [list(r) for r in key_findings(summary)])
     for line in notes(summary):
         report.text(line, kind="note")

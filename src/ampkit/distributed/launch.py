@@ -15,6 +15,7 @@ from typing import Any
 
 from ampkit.config import given_flags
 from ampkit.errors import RunInterrupted, TrainingError
+from ampkit.provenance import handed_to_ranks
 
 EXIT_USAGE = 2
 
@@ -58,7 +59,8 @@ def relaunch(*, nproc: int, module_argv: list[str]) -> int:
         ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", "0", "--module", "ampkit", *module_argv]
     )
     try:
-        torchrun(launcher_args)
+        with handed_to_ranks():  # the ranks' summaries record the command line typed here
+            torchrun(launcher_args)
     except ChildFailedError as err:
         codes = {failure.exitcode for failure in err.failures.values()}
         if EXIT_USAGE in codes and codes <= {EXIT_USAGE, -signal.SIGTERM}:  # the rest stopped by the launcher

@@ -112,9 +112,11 @@ def _rows(summary: dict[str, Any]) -> list[list[str]]:
 
 
 def write_measured_report(summary: dict[str, Any], run_dir) -> tuple:
-    from ampkit.report import Report
+    from ampkit.report import Report, as_stored
 
-    report = Report(title=f"ampkit kv --from-bench: {summary['model']['name']} on {summary['target']['name']}")
+    summary = as_stored(summary)  # the values `ampkit report` reads back: the same page, byte for byte
+    title = f"ampkit kv --from-bench: {summary['model']['name']} on {summary['target']['name']}"
+    report = Report(title=title, provenance=summary.get("provenance"))
     report.text(
         f"From the measurements of {summary['from_bench']}: weights, the prefill's activation peak (scaled "
         f"to {summary['batched_tokens']} batched tokens) and the KV bytes per token; GiB = 1024^3 bytes.",

@@ -221,3 +221,81 @@ def methods_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
         )
     notes = ["work: activations + temporaries + low-precision weight copies"]
     return compact_table(title, columns(headers, names=2), cells, notes=notes)
+
+
+LORA_HEADERS = [
+    "setting",
+    "base",
+    "params",
+    "grads",
+    "optim",
+    "copies",
+    "activ.",
+    "temps",
+    "total",
+    "vs traced",
+    "max mb",
+]
+METHOD_HEADERS = ["method", "base", "params", "grads", "optim", "activ.+temps", "total GiB", "fits", "max mb"]
+
+
+def lora_report_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """The LoRA ledger per setting (GiB at the peak), as the report's table shows it."""
+    out = []
+    for row in summary["rows"]:
+        s, lines, agree = row["setting"], row["analytic"]["lines_at_peak_bytes"], row["agreement"]
+        keys = ("parameters", "gradients", "optimizer_states", "weight_copies", "activations", "temporaries")
+        out.append(
+            [
+                f"{s['precision']}/{s['optimizer']}{'/ckpt' if s['checkpointing'] == 'full' else ''}",
+                row["lora"]["base_dtype"],
+                *(_gib(lines[k]) for k in keys),
+                f"{row['analytic']['total_gib']:.2f}",
+                f"{100 * agree['tensor_peak_relative']:+.2f}%" if agree else "-",
+                str(row["fit"]["max_micro_batch"]) if row["fit"] else "-",
+            ]
+        )
+    return out
+
+
+def method_report_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """Full fine-tuning vs LoRA vs QLoRA at one setting (GiB at the peak)."""
+    out = []
+    for m in summary["methods"]["methods"]:
+        lines = m["lines_at_peak_bytes"]
+        work = lines["activations"] + lines["temporaries"] + lines["weight_copies"]
+        out.append(
+            [
+                m["method"],
+                m["base_dtype"],
+                *(_gib(lines[k]) for k in ("parameters", "gradients", "optimizer_states")),
+                _gib(work),
+                f"{m['total_gib']:.2f}",
+                "-" if m["fits"] is None else ("yes" if m["fits"] else "no"),
+                "-" if m["max_micro_batch"] is None else str(m["max_micro_batch"]),
+            ]
+        )
+    return out
+
+
+def write_lora_plan_report(summary: dict[str, Any], run_dir) -> tuple:
+    """`plan --lora`'s report.html and report.md, from summary.json alone."""
+    from ampkit.report import Report, as_stored
+
+    summary = as_stored(summary)  # the values `ampkit report` reads back: the same page, byte for byte
+    lora, target, info = summary["lora"], summary["target"], summary["methods"]
+    title = f"ampkit plan --lora {lora['lora']}: {summary['model']['name']}"
+    report = Report(title=title, provenance=summary.get("provenance"))
+    report.text(
+        "Memory in GiB (1024^3 bytes): each line is what is alive when the step's tensor memory peaks.", kind="note"
+    )
+    report.heading("LoRA ledger")
+    report.table(LORA_HEADERS, lora_report_rows(summary))
+    where = f" on {target['name']}" if target else ""
+    s = info["setting"]
+    report.heading(f"Full fine-tuning vs LoRA vs QLoRA{where}")
+    report.text(f"{info['precision']}, micro-batch {s['micro_batch']} x {s['seq_len']} tokens.")
+    report.table(METHOD_HEADERS, method_report_rows(summary))
+    for note in summary["notes"]:
+        report.text(note)
+    return report.write(run_dir)

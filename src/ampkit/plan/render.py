@@ -389,10 +389,11 @@ def ledger_figure(summary: dict[str, Any]):
 
 
 def write_plan_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Path]:
-    from ampkit.report import Report
+    from ampkit.report import Report, as_stored
 
+    summary = as_stored(summary)  # the values `ampkit report` reads back: the same page, byte for byte
     target = summary["target"]
-    report = Report(title=f"ampkit plan: {summary['model']['name']}")
+    report = Report(title=f"ampkit plan: {summary['model']['name']}", provenance=summary.get("provenance"))
     report.text(
         "Memory is in GiB (1024^3 bytes). Each line is what is alive at the moment the step's tensor "
         "memory peaks; the framework reserve (CUDA context + allocator fragmentation) is added on top.",
@@ -475,9 +476,11 @@ def kv_figure(summary: dict[str, Any]):
 
 
 def write_kv_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Path]:
-    from ampkit.report import Report
+    from ampkit.report import Report, as_stored
 
-    report = Report(title=f"ampkit kv: {summary['model']['name']} on {summary['target']['name']}")
+    summary = as_stored(summary)
+    title = f"ampkit kv: {summary['model']['name']} on {summary['target']['name']}"
+    report = Report(title=title, provenance=summary.get("provenance"))
     report.text(
         "KV bytes per token = 2 x layers x KV heads x head dim x bytes(KV dtype). Memory is in GiB (1024^3 bytes).",
         kind="note",

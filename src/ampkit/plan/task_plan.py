@@ -209,9 +209,10 @@ def task_plan_table(summary: dict[str, Any], *, wide: bool = False):
 
 
 def write_task_plan_report(summary: dict[str, Any], run_dir) -> tuple:
-    from ampkit.report import Report
+    from ampkit.report import Report, as_stored
 
-    report = Report(title=f"ampkit plan: {summary['task']['name']} (traced)")
+    summary = as_stored(summary)  # the values `ampkit report` reads back: the same page, byte for byte
+    report = Report(title=f"ampkit plan: {summary['task']['name']} (traced)", provenance=summary.get("provenance"))
     report.text(
         summary["analytic_note"] + ". Memory in GiB (1024^3 bytes): each line is what is alive when the "
         "step's tensor memory peaks, plus the framework reserve (CUDA context + fragmentation).",

@@ -3,6 +3,11 @@
 Figures are matplotlib figures embedded as base64 PNG (`data:` URIs), so `report.html` opens
 offline with nothing beside it; `report.md` references the same PNGs written next to it.
 matplotlib runs with the non-interactive Agg backend (no display needed).
+
+Every page opens with where its run came from (`ampkit.provenance`: date, ampkit and torch versions,
+device, command line, resolved config), read from summary.json; nothing in a page comes from the
+clock or the environment that renders it, and PNGs carry no metadata, so `ampkit report RUN_DIR`
+re-renders a run's files byte for byte.
 """
 
 from __future__ import annotations
@@ -10,10 +15,11 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import matplotlib
 
@@ -21,7 +27,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 from matplotlib.figure import Figure  # noqa: E402
 
-from ampkit.runs import write_bytes_atomic, write_text_atomic  # noqa: E402
+from ampkit.config import dict_to_toml  # noqa: E402
+from ampkit.runs import json_text, write_bytes_atomic, write_text_atomic  # noqa: E402
+
+NOT_RECORDED = "not recorded"
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;
@@ -33,6 +42,8 @@ th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
 .note{background:#f7f7ff;border-left:4px solid #66c;padding:.5em 1em}
 .warn{background:#fff7e6;border-left:4px solid #e90;padding:.5em 1em}
 figure{margin:1em 0}figcaption{color:#555;font-size:.9em}img{max-width:100%}
+table.provenance{font-size:.85em;color:#444}table.provenance td{text-align:left}
+pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.85em}
 """
 
 
@@ -67,10 +78,12 @@ _Block = _Heading | _Text | _Table | _Figure
 
 @dataclass
 class Report:
-    """Build with add_* calls, then `write(run_dir)` -> report.html and report.md."""
+    """Build with add_* calls, then `write(run_dir)` -> report.html and report.md. `provenance`: the
+    summary's "provenance" block (`ampkit.provenance`), shown under the title; None says "not recorded"."""
 
     title: str
     blocks: list[_Block] = field(default_factory=list)
+    provenance: dict[str, Any] | None = None
 
     def heading(self, text: str) -> "Report":
         self.blocks.append(_Heading(text))
@@ -88,7 +101,8 @@ class Report:
     def figure(self, fig: Figure, caption: str = "") -> "Report":
         """Takes ownership of a matplotlib figure (closed after rendering to PNG bytes)."""
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+        # the same bytes on every render: no "Software" tag (matplotlib's version), a fixed dpi
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
         plt.close(fig)
         self.blocks.append(_Figure(buf.getvalue(), caption))
         return self
@@ -96,7 +110,8 @@ class Report:
     def to_html(self) -> str:
         parts = [
             f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
-            f"<style>{_CSS}</style></head><body><h1>{html.escape(self.title)}</h1>"
+            f"<style>{_CSS}</style></head><body><h1>{html.escape(self.title)}</h1>",
+            _html_provenance(self.provenance),
         ]
         for block in self.blocks:
             parts.append(_html_block(block))
@@ -104,7 +119,7 @@ class Report:
         return "\n".join(parts)
 
     def to_markdown(self, figure_names: list[str]) -> str:
-        lines, figures = [f"# {self.title}", ""], iter(figure_names)
+        lines, figures = [f"# {self.title}", "", *_md_provenance(self.provenance), ""], iter(figure_names)
         for block in self.blocks:
             lines.extend(_md_block(block, figures))
             lines.append("")
@@ -152,3 +167,79 @@ def _md_block(block: _Block, figures: Iterator[str]) -> list[str]:
         out += ["| " + " | ".join(str(c) for c in row) + " |" for row in block.rows]
         return out
     return [f"![{block.caption}]({next(figures)})"]
+
+
+def provenance_rows(provenance: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(field, value) lines of a run's header; every value "not recorded" for a summary without one."""
+    p = provenance or {}
+
+    def get(key: str) -> str:
+        value = p.get(key)
+        return NOT_RECORDED if value in (None, "") else str(value)
+
+    return [
+        ("created (UTC)", get("created_utc")),
+        ("ampkit", get("ampkit_version")),
+        ("torch", get("torch_version")),
+        ("device", get("device")),
+        ("command line", get("command_line")),  # None from the Python API
+    ]
+
+
+def _config_toml(provenance: dict[str, Any] | None) -> str | None:
+    config = (provenance or {}).get("config")
+    if not isinstance(config, dict):
+        return None
+    return dict_to_toml(config, heading="the run's resolved config: pass it back with --config FILE.toml")
+
+
+def _command_note(provenance: dict[str, Any] | None) -> str:
+    if not provenance:
+        return "This run's summary predates the provenance block: date, versions and command line were not recorded."
+    if provenance.get("command_line") is None:
+        return "Run through the Python API (no command line); the resolved config below reproduces it."
+    return "The command line, or the resolved config below with --config FILE.toml and a new --out, reproduces it."
+
+
+def _html_provenance(provenance: dict[str, Any] | None) -> str:
+    rows = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{_code_html(v) if k == 'command line' else html.escape(v)}</td></tr>"
+        for k, v in provenance_rows(provenance)
+    )
+    note = html.escape(_command_note(provenance))
+    out = f"<table class='provenance'><tbody>{rows}</tbody></table><p class='note'>{note}</p>"
+    toml = _config_toml(provenance)
+    if toml is not None:
+        out += f"<details><summary>resolved config (TOML)</summary><pre>{html.escape(toml)}</pre></details>"
+    return out
+
+
+def _code_html(value: str) -> str:
+    return html.escape(value) if value == NOT_RECORDED else f"<code>{html.escape(value)}</code>"
+
+
+def _md_provenance(provenance: dict[str, Any] | None) -> list[str]:
+    lines = [
+        f"- {k}: " + (f"`{v}`" if k == "command line" and v != NOT_RECORDED else v)
+        for k, v in provenance_rows(provenance)
+    ]
+    lines += ["", f"> {_command_note(provenance)}"]
+    toml = _config_toml(provenance)
+    if toml is not None:
+        lines += [
+            "",
+            "<details><summary>resolved config (TOML)</summary>",
+            "",
+            "```toml",
+            toml.rstrip("\n"),
+            "```",
+            "",
+            "</details>",
+        ]
+    return lines
+
+
+def as_stored(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary as summary.json holds it (a JSON round trip: tuples become lists, Paths strings),
+    so that a report written at run time and one `ampkit report` renders later read the same values."""
+    return json.loads(json_text(summary))

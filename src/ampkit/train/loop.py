@@ -25,14 +25,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ampkit import __version__
 from ampkit.core.signals import StopRequests
 from ampkit.diagnostics.train_hooks import build_train_diagnostics
-from ampkit.errors import RunDiverged, RunInterrupted, TrainingError
+from ampkit.errors import RunDiverged, RunInterrupted, TrainingError, WriteFailed
 from ampkit.hardware.backend import backend_for
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.precision import LossScaleCollapse
+from ampkit.provenance import device_text, provenance
 from ampkit.runs import (
     METRICS_FILE,
     SUMMARY_FILE,
     MetricsWriter,
+    say,
+    summary_marks_write_failure,
     truncate_metrics_after,
     write_json_atomic,
     write_summary_or_say,
@@ -43,6 +46,7 @@ from ampkit.train.checkpointer import CheckpointWriteFailed, RunProgress, run_id
 from ampkit.train.guard import build_guard
 from ampkit.train.loggers import LoggedMetrics, build_logger
 
+SUMMARY_SCHEMA = "ampkit.train/1"
 SUMMARY_SCHEMA_VERSION = 1
 WARMUP_STEPS_EXCLUDED = 2  # first steps carry allocation and kernel set-up: not timed in the summary
 
@@ -222,8 +226,12 @@ class _Run:
         written = False
         if self.main and self.error:  # a failing run's summary when there is room, else a line saying so
             written = write_summary_or_say(self.run_dir / SUMMARY_FILE, summary, self.console)
+            if written:
+                self._write_report_or_say(summary)
         elif self.main:
             write_json_atomic(self.run_dir / SUMMARY_FILE, summary)  # cannot be written: the run fails (WriteFailed)
+            with summary_marks_write_failure(self.run_dir, "train", self.console):  # as bench's, doctor's, plan's
+                _write_report(summary, self.run_dir)
         self._raise_outcome(summary_written=written)
         return summary
 
@@ -331,6 +339,13 @@ class _Run:
         except TrainingError as err:
             self.status, self.error = RunStatus.FAILED, str(err)
 
+    def _write_report_or_say(self, summary: dict[str, Any]) -> None:
+        """A failing run's report when there is room; its own error is the message that matters."""
+        try:
+            _write_report(summary, self.run_dir)
+        except WriteFailed as err:
+            say(f"note: the report could not be written ({err.reason})", self.console)
+
     def _raise_outcome(self, *, summary_written: bool) -> None:
         if self.error:
             where = f" (partial summary in {self.run_dir / SUMMARY_FILE})" if summary_written else ""
@@ -347,6 +362,12 @@ class _Run:
         loss = self.objs.trainer.evaluate(self.objs.val_batches)
         metrics.write({"event": "eval", "step": step, "eval_loss": loss})
         return loss
+
+
+def _write_report(summary: dict[str, Any], run_dir: Path) -> None:
+    from ampkit.train.report import write_train_report  # matplotlib: loaded once the run is over
+
+    write_train_report(summary, run_dir)
 
 
 def type_for(status: RunStatus) -> type[TrainingError]:
@@ -393,9 +414,11 @@ def build_summary(
     tokens = [t for _, t in measured]
     items_per_s = sum(tokens) / sum(step_s) if step_s and sum(step_s) > 0 else None
     return {
+        "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_SCHEMA_VERSION,
         "command": "train",
         "ampkit_version": __version__,
+        "provenance": provenance(device=device_text(objs.device_info), config=dataclasses.asdict(objs.config)),
         "status": status,
         "error": error,
         "config": dataclasses.asdict(objs.config),

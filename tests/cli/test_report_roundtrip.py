@@ -1,0 +1,152 @@
+"""`ampkit report RUN_DIR` on every command's run directory: each command run for real (tiny model,
+few steps), its report files copied away, the run directory copied without them and rendered again
+under another clock: report.html, report.md and every PNG come back byte for byte. (A plain bench and
+a bench --sweep are re-rendered byte for byte in tests/bench: test_bench_cli.py, test_sweep.py.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from html import escape
+from pathlib import Path
+
+import pytest
+
+import ampkit.provenance
+from ampkit.cli import main
+from helpers import TINY_ARGS
+
+BENCH = ["--model", "tiny", "--seq-len", "32", "--batch-size", "2", "--steps", "2", "--warmup-steps", "1"]
+INFERENCE = ["--prompt-len", "8", "--gen-tokens", "4", "--infer-batch", "1", "--repeats", "1"]
+PLAN = ["--model", "tiny", "--seq-len", "64"]
+
+RUNS: dict[str, list[str]] = {
+    # bench with LoRA adapters, fp32 alone (an emulated bf16 LoRA step is slow on CPU); tests/bench/test_bench_cli.py
+    # re-renders a plain fp32 + bf16-mixed bench
+    "bench-lora": ["bench", "--lora", "4", "--precisions", "fp32", *BENCH],
+    "bench-inference": ["bench", "--inference", *INFERENCE, "--weights", "fp32", "--kv-dtypes", "fp32"],
+    "train": ["train", *TINY_ARGS, "--precision", "fp16-mixed", "--steps", "3"],  # fp16: a loss-scale curve
+    "doctor": ["doctor", "--precision", "fp32", "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--no-smoke"],
+    "plan": ["plan", *PLAN, "--gpu", "T4"],
+    "plan-task": ["plan", "--task", "mlp", "--precisions", "fp32,bf16-mixed", "--checkpointing", "none"],
+    "plan-lora": ["plan", *PLAN, "--lora", "8", "--gpu", "T4"],
+    "plan-trace": ["plan", *PLAN, "--trace", "--precisions", "fp32,bf16-mixed", "--checkpointing", "none"],
+    "kv": ["kv", "--model", "tiny", "--gpu", "A100-80GB"],
+    "hw": ["hw", "--quick", "--device", "cpu"],
+}
+SCHEMAS = {
+    "bench-lora": "ampkit.bench/2",
+    "bench-inference": "ampkit.bench-inference/1",
+    "train": "ampkit.train/1",
+    "doctor": "ampkit.doctor/1",
+    "plan": "ampkit.plan/1",
+    "plan-task": "ampkit.plan-task/1",
+    "plan-lora": "ampkit.plan/1",
+    "plan-trace": "ampkit.plan/1",
+    "kv": "ampkit.kv/1",
+    "kv-from-bench": "ampkit.kv-measured/1",
+    "hw": "ampkit.hw/1",
+}
+
+
+def report_files(run_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(run_dir.glob("report*")) if p.suffix in (".html", ".md", ".png")}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """Every command's run directory, written once for the module's tests."""
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    for name, argv in RUNS.items():
+        out[name] = root / name
+        assert main([*argv, "--out", str(out[name])]) == 0, name
+    out["kv-from-bench"] = root / "kv-from-bench"
+    argv = ["kv", "--from-bench", str(out["bench-inference"]), "--gpu", "A100-80GB", "--out", str(out["kv-from-bench"])]
+    assert main(argv) == 0
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SCHEMAS))
+def test_a_run_is_rendered_again_byte_for_byte(runs, name, tmp_path, monkeypatch, capsys):
+    original = runs[name]
+    written = report_files(original)
+    assert {"report.html", "report.md"} <= set(written), f"{name} wrote no report"
+    summary = json.loads((original / "summary.json").read_text())
+    assert summary["schema"] == SCHEMAS[name]
+    provenance = summary["provenance"]
+    assert provenance["command_line"].startswith(f"ampkit {RUNS.get(name, ['kv'])[0]} ")
+    assert provenance["ampkit_version"] == ampkit.__version__ and provenance["torch_version"]
+    assert provenance["device"] and isinstance(provenance["config"], dict)
+    html = written["report.html"].decode()
+    assert provenance["created_utc"] in html and f"<code>{escape(provenance['command_line'])}</code>" in html
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy, ignore=shutil.ignore_patterns("report*", "checkpoints", ".lock"))
+    later = time.gmtime(time.time() + 86400 * 400)  # another day: a renderer reading the clock would differ
+    monkeypatch.setattr(ampkit.provenance.time, "gmtime", lambda *a: later)
+    capsys.readouterr()
+    assert main(["report", str(copy)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {copy / 'report.html'}, {copy / 'report.md'}")
+    assert report_files(copy) == written
+
+
+@pytest.mark.slow
+def test_a_report_is_rendered_again_in_place(runs, capsys):
+    run_dir = runs["train"]
+    written = report_files(run_dir)
+    for name in written:
+        (run_dir / name).unlink()
+    assert main(["report", str(run_dir)]) == 0
+    assert report_files(run_dir) == written
+    assert "fig" in " ".join(written)  # train's curves are PNGs
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda d: None, "does not exist"),
+        (lambda d: d.write_text("x"), "is not a directory"),
+        (lambda d: d.mkdir(), "holds no summary.json, so it is not an ampkit run directory"),
+        (lambda d: (d.mkdir(), (d / "summary.json").write_text("{oops")), "is not valid JSON"),
+        (lambda d: (d.mkdir(), (d / "summary.json").write_text("[]")), "is not a JSON object"),
+        (lambda d: (d.mkdir(), (d / "summary.json").write_text('{"a": 1}')), "has no 'schema' field"),
+        (
+            lambda d: (d.mkdir(), (d / "summary.json").write_text('{"schema": "ampkit.plan/1"}')),
+            "is incomplete for its schema",
+        ),
+    ],
+)
+def test_bad_run_directories_exit_2_with_one_line(tmp_path, capsys, setup, message):
+    run_dir = tmp_path / "run"
+    setup(run_dir)
+    assert main(["report", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ampkit report: error: ") and message in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "config_class"),
+    [
+        ("train", "ampkit.train.config:TrainConfig"),
+        ("bench-lora", "ampkit.bench.config:BenchConfig"),
+        ("doctor", "ampkit.diagnostics.doctor:DoctorConfig"),
+        ("plan-lora", "ampkit.plan.config:PlanConfig"),
+        ("kv", "ampkit.plan.config:KvConfig"),
+        ("hw", "ampkit.cli.hw:HwConfig"),
+    ],
+)
+def test_the_headers_resolved_config_is_a_toml_file_the_command_accepts_back(runs, name, config_class, tmp_path):
+    import dataclasses
+    import importlib
+
+    from ampkit.config import dict_to_toml, resolve_config
+
+    config = json.loads((runs[name] / "summary.json").read_text())["provenance"]["config"]
+    toml = tmp_path / "resolved.toml"
+    toml.write_text(dict_to_toml(config, heading="resolved"))
+    module, _, cls = config_class.partition(":")
+    resolved = resolve_config(getattr(importlib.import_module(module), cls), toml_path=toml)
+    assert json.loads(json.dumps(dataclasses.asdict(resolved))) == config
