@@ -13,8 +13,8 @@ from ampkit.tasks.builtin import builtin_task
 KW = {"context_bytes": 0, "fragmentation": 0.0}
 
 
-def _ledger(task, **setting):
-    step = StepSetting(precision="fp32", micro_batch=8, **setting)
+def _ledger(task, precision="fp32", **setting):
+    step = StepSetting(precision=precision, micro_batch=8, **setting)
     batch = task.train_stream(batch_size=step.micro_batch, seed=0).next_batch()
     return task_ledger(task, step, batch=batch, **KW)
 
@@ -45,3 +45,13 @@ def test_a_task_plan_fits_a_gpu_and_skips_native_fp8():
     plan = build_task_plan(config, builtin_task("mlp", hidden=16))
     assert plan["skipped"] == ["fp8"] and [r["setting"]["precision"] for r in plan["rows"]] == ["fp32"]
     assert plan["rows"][0]["fit"]["fits"] and plan["rows"][0]["compute"]["step_s_at_peak"] > 0
+
+
+def test_a_true_precision_traces_the_tasks_model_in_its_dtype():
+    """bf16-true and fp16-true (in plan's default precisions): weights built in the dtype, not cast after
+    (casting a fake-tensor model used to fail: "Couldn't swap Linear.weight")."""
+    task = builtin_task("mlp", hidden=32)
+    n = sum(p.numel() for p in task.build_model(device=torch.device("cpu"), seed=0).parameters())
+    for precision in ("bf16-true", "fp16-true"):
+        ledger, _ = _ledger(task, precision=precision)
+        assert ledger.at_peak["parameters"] == 2 * n  # 2 bytes a parameter

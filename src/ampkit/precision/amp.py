@@ -128,5 +128,11 @@ class TruePrecision(Precision):
         return default_dtype(self.spec.param_dtype)
 
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """A no-op for a model built inside `init_context`; casts one built in fp32 (e.g. doctor's)."""
-        return module.to(dtype=self.spec.param_dtype)
+        """A no-op for a model built inside `init_context`; casts one built in fp32 (e.g. doctor's).
+        Nothing to cast returns the module untouched: `Module.to` would still swap every parameter,
+        which a planner's fake tensor refuses."""
+        dtype = self.spec.param_dtype
+        tensors = [*module.parameters(), *module.buffers()]
+        if all(t.dtype == dtype for t in tensors if t.is_floating_point()):
+            return module
+        return module.to(dtype=dtype)
