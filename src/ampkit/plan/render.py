@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Group
 
 from ampkit.plan.setting import GIB, LINE_LABELS
+from ampkit.precision import get_spec
 from ampkit.report.console import Footnotes, column_format, columns, compact_table, key_value_table, time_unit
 
 _SHORT = {
@@ -192,11 +193,15 @@ def mixed_precision_notes(rows: list[dict[str, Any]]) -> list[str]:
     def same(row: dict[str, Any]) -> tuple[str, str]:
         return row["setting"]["optimizer"], row["setting"]["checkpointing"]
 
-    fp32 = {same(r): r for r in rows if r["setting"]["precision"] == "fp32"}
+    def spec(row: dict[str, Any]):
+        return get_spec(row["setting"]["precision"])
+
+    fp32 = {same(r): r for r in rows if spec(r).is_reference}
     worse = [
         (r, fp32[same(r)])
         for r in rows
-        if r["setting"]["precision"].endswith("-mixed")
+        if spec(r).autocast
+        and spec(r).fp8 is None  # fp32 weights computing in fp16/bf16 (the -mixed regimes)
         and same(r) in fp32
         and primary(r)["total_bytes"] > primary(fp32[same(r)])["total_bytes"]
     ]
