@@ -131,3 +131,9 @@ def test_a_candidates_optimizer_ranks_it_just_after_its_precision():
     assert rec.precision == "bf16-true"
     rec = recommend([cand("fp32", 1000, cos=1.0), cand("bf16-true+adamw-sr", 2000), cand("fp16-true", 2010)])
     assert rec.precision == "bf16-true+adamw-sr"  # fp16-true's rank is above bf16-true's plus a half
+
+
+def test_fp32_is_never_the_memory_lean_choice():
+    """On a CPU the low-precision runs can peak above fp32 (RSS): then nothing is named lean."""
+    rec = recommend([cand("fp32", 1000, cos=1.0, mem=GIB), cand("bf16-mixed", 1100, mem=int(1.45 * GIB))])
+    assert rec.precision == "bf16-mixed" and rec.advice == []

@@ -227,12 +227,14 @@ LEAN_FRACTION = 0.9
 
 
 def _memory_lean(chosen: Candidate, ref: Candidate, passing: list[Candidate], unit: str) -> list[str]:
-    """The passing candidate with the smallest peak, when it is not the chosen one and saves memory
-    (e.g. bf16-true+adamw-sr: bf16 weights and states whose updates are not rounded away)."""
-    leanest = min((c for c in passing if c.peak_bytes), key=_peak_bytes, default=None)
+    """The passing low-precision candidate with the smallest peak, when it is not the chosen one and
+    saves at least 10% against both the chosen one and fp32 (e.g. bf16-true+adamw-sr: bf16 weights and
+    states whose updates are not rounded away)."""
+    lower = [c for c in passing if c.peak_bytes and not _is_reference(c.name)]  # fp32 is the yardstick
+    leanest = min(lower, key=_peak_bytes, default=None)
     if leanest is None or leanest.name == chosen.name or not (chosen.peak_bytes and ref.peak_bytes):
         return []
-    if _peak_bytes(leanest) >= LEAN_FRACTION * chosen.peak_bytes:
+    if _peak_bytes(leanest) >= LEAN_FRACTION * min(chosen.peak_bytes, ref.peak_bytes):  # must save vs both
         return []
     change = format_memory_change(_peak_bytes(leanest) / ref.peak_bytes)
     speed = format_speedup(_items_per_s(leanest) / _items_per_s(ref))
