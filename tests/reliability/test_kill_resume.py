@@ -14,17 +14,17 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kill_resume.py"
 
 
-def test_five_kills_resume_bitwise(tmp_path):
+def test_three_kills_resume_bitwise(tmp_path):
     out = tmp_path / "kill.json"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--kills", "5", "--steps", "30", "--json-out", str(out)],
+        [sys.executable, str(SCRIPT), "--kills", "3", "--steps", "30", "--json-out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
-    assert result["kills"] >= 5
+    assert result["kills"] >= 3
     assert result["kills_during_checkpoint_write"] >= 1
     assert result["every_resume_loaded_latest_complete_checkpoint"] is True
     assert result["losses_bitwise_equal"] is True
