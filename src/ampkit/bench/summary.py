@@ -422,17 +422,8 @@ def build_summary(
         "host_load": host_load,
         "unit": task["unit"],
         "task": task,
-        "model": {
-            "preset": task["name"],
-            "parameters": task.get("parameters") or flops.pop("measured_parameters"),
-            **{k: v for k, v in flops.items() if k != "measured_parameters"},
-            "flops_formula": FLOPS_FORMULAS.get(flops["flops_source"] or "", None),
-        },
-        "data": {
-            "corpus": task.get("corpus"),
-            "seq_len": task.get("seq_len"),
-            "batch_size": config.batch_size,
-        },
+        "model": _model_block(task, flops),
+        "data": {"corpus": task.get("corpus"), "seq_len": task.get("seq_len"), "batch_size": config.batch_size},
         "reference": REFERENCE,
         "warnings": warnings,
         "loss_common_step": common_step,
@@ -443,6 +434,16 @@ def build_summary(
         "recommendation": rec,
     }
     return json_safe(summary)
+
+
+def _model_block(task: dict[str, Any], flops: dict[str, Any]) -> dict[str, Any]:
+    """summary.json's `model`: the task's name and parameters, its FLOPs per item and how they were counted."""
+    return {
+        "preset": task["name"],
+        "parameters": task.get("parameters") or flops["measured_parameters"],
+        **{k: v for k, v in flops.items() if k != "measured_parameters"},
+        "flops_formula": FLOPS_FORMULAS.get(flops["flops_source"] or "", None),
+    }
 
 
 def _recommendation(config, info, task, entries, fit_batch: Callable | None) -> dict[str, Any]:

@@ -548,6 +548,28 @@ def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity)
     )
 
 
+def _run_blocks(run: RunRecord) -> dict[str, Any]:
+    """summary.json's `run`, `locator` and `scale`: the diagnostic run's losses, findings and loss scale."""
+    trajectory = run.trajectory
+    return {
+        "run": {
+            "steps": len(run.losses),
+            "losses": run.losses,
+            "grad_norms": run.grad_norms,
+            "nonfinite_loss_steps": run.nonfinite_loss_steps,
+            "error": run.error,
+        },
+        "locator": run.locator | {"scaler_overflows": [f.to_dict(frames=False) for f in run.scaler_overflows]},
+        "scale": trajectory.summary()
+        | {
+            "points": [
+                {"step": s, "scale": v, "skipped": k}
+                for s, v, k in zip(trajectory.steps, trajectory.scales, trajectory.skipped)
+            ]
+        },
+    }
+
+
 def build_summary(
     setup: _Setup,
     run: RunRecord,
@@ -584,21 +606,7 @@ def build_summary(
             "fp32_modules": cfg.fp32_paths,
         },
         "inject": {"spec": cfg.inject, "fired_steps": run.fired} if cfg.inject else None,
-        "run": {
-            "steps": len(run.losses),
-            "losses": run.losses,
-            "grad_norms": run.grad_norms,
-            "nonfinite_loss_steps": run.nonfinite_loss_steps,
-            "error": run.error,
-        },
-        "locator": run.locator | {"scaler_overflows": [f.to_dict(frames=False) for f in run.scaler_overflows]},
-        "scale": run.trajectory.summary()
-        | {
-            "points": [
-                {"step": s, "scale": v, "skipped": k}
-                for s, v, k in zip(run.trajectory.steps, run.trajectory.scales, run.trajectory.skipped)
-            ]
-        },
+        **_run_blocks(run),
         "gradients": {
             "scale_range": scale_range.to_dict() if scale_range is not None else None,
             "long_tail": tail.to_dict() if tail else None,
