@@ -93,3 +93,17 @@ def provenance(*, device: str, config: dict[str, Any] | None) -> dict[str, Any]:
         "command_line": command_line(),
         "config": config,
     }
+
+
+def summary_header(*, info, config: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """The keys every bench summary.json opens with after its schema: versions, created (UTC), the run's
+    wall seconds, the provenance block and the resolved config (the same dict twice: readers of schema 1
+    read the top-level one)."""
+    return {
+        "ampkit_version": __version__,
+        "torch_version": torch_version(),
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "wall_s": wall_s,
+        "provenance": provenance(device=device_text(info), config=config),
+        "config": config,
+    }

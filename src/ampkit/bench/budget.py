@@ -157,12 +157,15 @@ class PrecisionPlan:
     name: str
     mode: str
     """"full", "reduced-batch", "not-timed" or "exact-steps" ("few steps" is decided by the worker)"""
+    reason: str | None = None
+    """why the mode is not "full" (None when it is)"""
     batch_size: int
+    """rows per step: the configured batch size, or fewer in the reduced-batch mode"""
     fidelity_rows: int
     max_measure_s: float
+    """seconds the measured window may stretch to so that --min-steps fit (the bench's total allows it)"""
     estimated_step_s: float | None = None
     estimated_total_s: float | None = None
-    reason: str | None = None
 
     @property
     def timed(self) -> bool:

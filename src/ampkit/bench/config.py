@@ -12,21 +12,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ampkit import options
 from ampkit.bench.candidates import canonical_candidate, split_candidate
 from ampkit.bench.inference import InferenceSettings
 from ampkit.errors import UsageError
 from ampkit.lora import LoraSettings, check_lora_run, lora_field
-from ampkit.options import (
-    batch_size_field,
-    data_field,
-    device_field,
-    lr_field,
-    model_field,
-    seed_field,
-    seq_len_field,
-    task_args_field,
-    task_field,
-)
 from ampkit.precision import SPECS, check_supported, precision_names_help
 
 REFERENCE = "fp32"
@@ -55,13 +45,13 @@ class BenchConfig:
             "('' = every one this device supports); fp32 is always added"
         },
     )
-    task: str = task_field()
-    task_args: dict = task_args_field()
-    model: str = model_field("auto", note="'auto' = tiny on CPU, gpt2-124m on CUDA")
-    data: str = data_field()
-    device: str = device_field()
-    seq_len: int = seq_len_field(0, note="0 = auto: 256 on CPU, 512 on CUDA")
-    batch_size: int = batch_size_field(0, note="0 = auto: 8 on CPU, 16 on CUDA")
+    task: str = options.task_field()
+    task_args: dict = options.task_args_field()
+    model: str = options.model_field("auto", note="'auto' = tiny on CPU, gpt2-124m on CUDA")
+    data: str = options.data_field()
+    device: str = options.device_field()
+    seq_len: int = options.seq_len_field(0, note="0 = auto: 256 on CPU, 512 on CUDA")
+    batch_size: int = options.batch_size_field(0, note="0 = auto: 8 on CPU, 16 on CUDA")
     budget_s: float = field(
         default=12.0,
         metadata={
@@ -69,11 +59,11 @@ class BenchConfig:
             "the bench's total), a step beyond it is not timed (an emulated dtype) or runs on a smaller batch"
         },
     )
+    steps: int = field(default=0, metadata={"help": "exactly this many measured steps per precision (0 = by budget)"})
     min_steps: int = field(
         default=5, metadata={"help": "measured steps per precision at least, while they fit 2x the budget"}
     )
     max_steps: int = field(default=1000, metadata={"help": "measured steps per precision at most"})
-    steps: int = field(default=0, metadata={"help": "exactly this many measured steps per precision (0 = by budget)"})
     warmup_steps: int = field(
         default=3,
         metadata={
@@ -81,8 +71,8 @@ class BenchConfig:
             "the last, which is profiled; fewer when half the budget cannot pay for them"
         },
     )
-    lr: float = lr_field(3e-3, note="same schedule for every precision")
-    seed: int = seed_field(note="same for every precision")
+    lr: float = options.lr_field(3e-3, note="same schedule for every precision")
+    seed: int = options.seed_field(note="same for every precision")
     fidelity_threshold: float = field(
         default=0.99, metadata={"help": "logits cosine vs fp32 a precision must reach to be recommended"}
     )

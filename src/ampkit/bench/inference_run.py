@@ -17,14 +17,13 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from ampkit import __version__
 from ampkit.bench import inference as infer
 from ampkit.bench.config import resolve_for_device
 from ampkit.bench.fidelity import HEALTHY_COSINE
 from ampkit.data import IGNORE_INDEX
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
-from ampkit.provenance import device_text, provenance
+from ampkit.provenance import summary_header
 from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
 from ampkit.tasks.lm import LanguageModelTask
 from ampkit.tasks.load import build_task
@@ -138,12 +137,7 @@ def build_summary(task, config, device, results: list[dict], wall_s: float, shap
         "schema": SCHEMA,
         "command": "bench",
         "mode": "inference",
-        "ampkit_version": __version__,
-        "torch_version": torch.__version__,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "wall_s": wall_s,
-        "provenance": provenance(device=device_text(info), config=config.to_dict()),
-        "config": config.to_dict(),
+        **summary_header(info=info, config=config.to_dict(), wall_s=wall_s),
         "device": {"type": info.type, "name": info.name, "total_memory_bytes": info.total_memory_bytes},
         "model": {
             "name": task.name,

@@ -8,13 +8,11 @@ recommendation -- is computed here, in the parent, from those facts.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from ampkit import __version__
 from ampkit.bench.budget import amdahl_speedup
 from ampkit.bench.candidates import candidate_spec, split_candidate
 from ampkit.bench.config import BenchConfig
@@ -24,7 +22,7 @@ from ampkit.bench.profile import CATEGORIES
 from ampkit.bench.recommend import Candidate, native_support, recommend
 from ampkit.bench.timing import summarize_steps
 from ampkit.precision import REFERENCE
-from ampkit.provenance import device_text, provenance
+from ampkit.provenance import summary_header
 
 SCHEMA = "ampkit.bench/2"
 SCHEMA_VERSION = 2  # 2: throughput as items_per_s in the task's "unit"; model.flops_per_item
@@ -412,12 +410,7 @@ def build_summary(
         "command": "bench",
         "status": "interrupted" if interrupted else "completed",
         "interrupted": interrupted,
-        "ampkit_version": __version__,
-        "torch_version": torch.__version__,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "wall_s": wall_s,
-        "provenance": provenance(device=device_text(info), config=config.to_dict()),
-        "config": config.to_dict(),
+        **summary_header(info=info, config=config.to_dict(), wall_s=wall_s),
         "device": device_block(info),
         "host_load": host_load,
         "unit": task["unit"],

@@ -17,14 +17,13 @@ from typing import Any
 import torch
 from rich.console import Console, Group
 
-from ampkit import __version__
 from ampkit.bench.candidates import candidate_spec
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, worker_timeout_s
 from ampkit.bench.timing import summarize_steps
 from ampkit.errors import UsageError
 from ampkit.precision import REFERENCE
-from ampkit.provenance import device_text, provenance
+from ampkit.provenance import summary_header
 from ampkit.report.console import Footnotes, column_format, columns, compact_table
 from ampkit.runs import (
     SUMMARY_FILE,
@@ -129,12 +128,8 @@ def _summary(plan, precision: str, rows: list[dict], run_dir: Path, *, wall_s: f
         "schema": "ampkit.bench-sweep/1",
         "schema_version": SWEEP_SCHEMA_VERSION,
         "command": "bench-sweep",
-        "ampkit_version": __version__,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "wall_s": wall_s,
-        "provenance": provenance(device=device_text(plan.info), config=plan.config.to_dict()),
+        **summary_header(info=plan.info, config=plan.config.to_dict(), wall_s=wall_s),
         "precision": precision,
-        "config": plan.config.to_dict(),
         "device": {"type": plan.info.type, "name": plan.info.name},
         "rows": rows,
         "fastest": best["variant"] if best else None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 
 from rich.console import Console
 
@@ -48,10 +49,15 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep is not None:
         return _run_sweep(config, args)
     summary, run_dir = run_bench(config, out=args.out, console=Console(stderr=True), show_progress=not args.json)
+    return _answer(args, summary, run_dir, show_bench)
+
+
+def _answer(args: argparse.Namespace, summary: dict, run_dir, show: Callable[..., None]) -> int:
+    """summary.json on stdout under --json (nothing else), else the command's table at the terminal's width."""
     if args.json:
         print(json.dumps(summary, indent=2))
-        return 0
-    show_bench(make_console(wide=args.wide), summary, run_dir, wide=args.wide)
+    else:
+        show(make_console(wide=args.wide), summary, run_dir, wide=args.wide)
     return 0
 
 
@@ -84,11 +90,7 @@ def _run_sweep(config: BenchConfig, args: argparse.Namespace) -> int:
 
     sweep_names_ok(args.sweep)  # unknown names are refused before anything runs
     summary, run_dir = run_sweep(config, names=args.sweep, out=args.out, console=Console(stderr=True))
-    if args.json:
-        print(json.dumps(summary, indent=2))
-        return 0
-    show_sweep(make_console(wide=args.wide), summary, run_dir, wide=args.wide)
-    return 0
+    return _answer(args, summary, run_dir, show_sweep)
 
 
 def show_sweep(out: Console, summary: dict, run_dir, *, wide: bool = False) -> None:
@@ -105,11 +107,7 @@ def _run_inference(config: BenchConfig, args: argparse.Namespace) -> int:
     summary, run_dir = run_inference_bench(
         config, out=args.out, console=Console(stderr=True), show_progress=not args.json
     )
-    if args.json:
-        print(json.dumps(summary, indent=2))
-        return 0
-    show_inference(make_console(wide=args.wide), summary, run_dir, wide=args.wide)
-    return 0
+    return _answer(args, summary, run_dir, show_inference)
 
 
 def show_inference(out: Console, summary: dict, run_dir, *, wide: bool = False) -> None:

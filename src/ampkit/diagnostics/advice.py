@@ -148,15 +148,12 @@ def rule_lower_init_scale(ev: Evidence) -> Advice | None:
         suggested = min(suggested, ev.scale_range.high_pow2)
     if suggested >= ev.init_scale:
         return None
-    return Advice(
-        rule="lower_init_scale",
-        severity="fix",
-        title=f"Lower init_scale from {ev.init_scale:g} to {suggested:g}",
-        evidence=[
-            f"{s['early_skipped']} of the first steps were skipped for overflow with finite losses; "
-            f"the scale backed off {s['initial']:g} -> {s['min']:g}"
-        ]
-        + _range_evidence(ev),
+    return _scale_advice(
+        ev,
+        "lower_init_scale",
+        f"Lower init_scale from {ev.init_scale:g} to {suggested:g}",
+        f"{s['early_skipped']} of the first steps were skipped for overflow with finite losses; "
+        f"the scale backed off {s['initial']:g} -> {s['min']:g}",
         fix=f"--init-scale {suggested:g} (torch.amp.GradScaler(init_scale={suggested:g}))",
     )
 
@@ -168,17 +165,19 @@ def rule_raise_init_scale(ev: Evidence) -> Advice | None:
     target = ev.scale_range.low_pow2 if ev.scale_range and ev.scale_range.representable else 2 * final
     if target <= final:
         return None
-    return Advice(
-        rule="raise_init_scale",
-        severity="fix",
-        title=f"Raise the loss scale to {target:g}: {100 * ev.flush_fraction:.1f}% of gradients flush to zero",
-        evidence=[
-            f"at scale {final:g}, {100 * ev.flush_fraction:.2f}% of gradient elements are below fp16's "
-            "smallest subnormal after scaling"
-        ]
-        + _range_evidence(ev),
+    return _scale_advice(
+        ev,
+        "raise_init_scale",
+        f"Raise the loss scale to {target:g}: {100 * ev.flush_fraction:.1f}% of gradients flush to zero",
+        f"at scale {final:g}, {100 * ev.flush_fraction:.2f}% of gradient elements are below fp16's "
+        "smallest subnormal after scaling",
         fix=f"--init-scale {target:g} and --min-scale {target:g} (keeps backoffs from dropping below it)",
     )
+
+
+def _scale_advice(ev: Evidence, rule: str, title: str, seen: str, *, fix: str) -> Advice:
+    """A loss-scale fix: what was seen, then the range of loss scales that keeps the gradients representable."""
+    return Advice(rule=rule, severity="fix", title=title, evidence=[seen, *_range_evidence(ev)], fix=fix)
 
 
 def rule_unscaled_fp16(ev: Evidence) -> Advice | None:
@@ -189,11 +188,11 @@ def rule_unscaled_fp16(ev: Evidence) -> Advice | None:
         or ev.flush_fraction < UNDERFLOW_DOMINATES
     ):
         return None
-    return Advice(
-        rule="fp16_without_loss_scaling",
-        severity="fix",
-        title=f"{ev.precision} has no loss scaling: {100 * ev.flush_fraction:.1f}% of gradients flush to zero",
-        evidence=[f"{100 * ev.flush_fraction:.2f}% of gradient elements are below 2^-25, fp16's round-to-zero bound"],
+    return _scale_advice(
+        ev,
+        "fp16_without_loss_scaling",
+        f"{ev.precision} has no loss scaling: {100 * ev.flush_fraction:.1f}% of gradients flush to zero",
+        f"{100 * ev.flush_fraction:.2f}% of gradient elements are below 2^-25, fp16's round-to-zero bound",
         fix="use fp16-mixed (fp32 weights + GradScaler) or bf16-mixed",
     )
 

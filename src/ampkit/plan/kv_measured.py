@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ampkit.bench.inference_render import configuration_rows
 from ampkit.errors import UsageError
 from ampkit.plan.fit import resolve_target
 from ampkit.plan.kv import kv_pool_bytes
@@ -97,18 +98,12 @@ HEADERS = ["weights", "KV", "KV B/token", "pool GiB", "max tokens", "requests", 
 
 
 def _rows(summary: dict[str, Any]) -> list[list[str]]:
-    return [
-        [
-            r["weights"],
-            r["kv_dtype"],
-            f"{r['kv_bytes_per_token']:,}",
-            f"{r['pool_bytes'] / GIB:.2f}",
-            f"{r['max_tokens']:,}",
-            f"{r['max_requests']:,}",
-            f"{r['greedy_agreement']:.0%}",
-        ]
-        for r in summary["measured"]
-    ]
+    def cells(r: dict[str, Any]) -> list[str]:
+        pool_gib = r["pool_bytes"] / GIB
+        counts = f"{r['max_tokens']:,}", f"{r['max_requests']:,}"
+        return [f"{r['kv_bytes_per_token']:,}", f"{pool_gib:.2f}", *counts, f"{r['greedy_agreement']:.0%}"]
+
+    return configuration_rows(summary["measured"], cells)
 
 
 def write_measured_report(summary: dict[str, Any], run_dir) -> tuple:
