@@ -25,6 +25,9 @@ from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.errors import RunInterrupted, TrainingError, UsageError
 from ampkit.hardware.backend import AcceleratorBackend
 
+CLOSE_TIMEOUT_S = 300
+"""How long a rank that finished cleanly waits at close for its peers to finish too (seconds)."""
+
 # How a collective fails when a peer process died (gloo) or the network dropped (nccl, c10d store).
 _PEER_LOST = ("closed by peer", "reset by peer", "remote worker", "broken pipe", "nccl", "timed out")
 
@@ -188,8 +191,24 @@ class ProcessGroupRun(LocalRun):
             try:
                 if clean:
                     dist.barrier()
+                    self._meet_on_store()
             finally:
                 dist.destroy_process_group()
+
+    def _meet_on_store(self) -> None:
+        """Wait until every rank has left the barrier, meeting on the rendezvous store (not on the
+        group's own connections). Gloo's barrier can return on one rank while its last messages are
+        still in flight to a peer; destroying the group then closes those connections under the peer,
+        which aborts ("terminate called without an active exception"; gloo issue 155, barrier followed
+        by context destruction). Once each rank's key is in the store, no rank has a collective left."""
+        import datetime
+
+        from torch.distributed import distributed_c10d
+
+        store = distributed_c10d._get_default_store()  # the default group's store (c10d has no public getter)
+        store.set(f"ampkit/left-barrier/{self.rank}", "1")
+        keys = [f"ampkit/left-barrier/{rank}" for rank in range(self.world_size)]
+        store.wait(keys, datetime.timedelta(seconds=CLOSE_TIMEOUT_S))
 
 
 def init_run(*, parallel: str, device: torch.device, reduce_dtype: str = "fp32") -> tuple[LocalRun, torch.device]:
