@@ -31,7 +31,7 @@ from ampkit.plan.hf_describe import HFDescription, meta_model
 from ampkit.plan.layers import check_copy, config_at_depth
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.setting import StepSetting
-from ampkit.plan.trace import _train_step, fake_batch, materialize_fake, steady_state_optimizer
+from ampkit.plan.trace import _train_step, convert_for_trace, fake_batch, materialize_fake, steady_state_optimizer
 from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import Precision, build_precision
 
@@ -88,7 +88,7 @@ def build_at_depth(desc: HFDescription, depth: int, policy: Precision) -> HFCaus
         raise CopyMismatch(f"a {depth}-layer copy of the model does not have the layers of its first {depth}")
     adapter = HFCausalLM(model, _plan_info(desc))
     adapter.train()
-    converted = policy.convert_module(adapter)
+    converted = convert_for_trace(policy, adapter)
     assert isinstance(converted, HFCausalLM), "the policies convert a model in place"
     return converted
 

@@ -157,7 +157,10 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
     target = resolve_target(config.gpu, config.gpu_mem)
     primary = primary_engine(desc, **ledger_kwargs(config))
     engines = (primary, hf_traced_engine(desc, primary, **ledger_kwargs(config)))
-    rows = [_row(desc, setting, config, target, engines) for setting in settings_of(config)]
+    settings = settings_of(config)
+    if engines[1] is not None:
+        engines[1].prefetch(settings)  # the rows' traces, two processes where there are two cores
+    rows = [_row(desc, setting, config, target, engines) for setting in settings]
     return {
         "schema": PLAN_SCHEMA,
         "units": UNITS,

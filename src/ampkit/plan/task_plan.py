@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 from ampkit.errors import UsageError
 from ampkit.plan.fit import Target, resolve_target
 from ampkit.plan.setting import GIB, StepSetting
-from ampkit.plan.trace import _train_step, steady_state_optimizer, tracker_ledger
+from ampkit.plan.trace import _train_step, convert_for_trace, steady_state_optimizer, tracker_ledger
 from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import build_precision, get_spec
 from ampkit.tasks import optional
@@ -57,7 +57,7 @@ def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[St
     tracker = StorageTracker()
     fake = FakeTensorMode(allow_non_fake_inputs=True)  # bitsandbytes' lookup tables stay real constants
     with fake, policy.init_context():
-        model = policy.convert_module(task.build_model(device=torch.device("cpu"), seed=0))
+        model = convert_for_trace(policy, task.build_model(device=torch.device("cpu"), seed=0))
     optimizer = steady_state_optimizer(model, setting, tracker, fake)
     with fake:
         if setting.checkpointing == "full":

@@ -38,6 +38,7 @@ from ampkit.plan.optim import build_optimizer
 from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting, framework_reserve
 from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import Precision, build_precision
+from ampkit.precision.fp8 import Fp8Precision
 
 
 def trace_blocker(desc: ModelDescription, setting: StepSetting) -> str | None:
@@ -93,9 +94,31 @@ def _build(desc: ModelDescription, policy: Precision) -> LlamaLM:
     assert desc.model_config is not None, "check_traceable refuses the models ampkit does not build"
     with torch.device("meta"):  # no memory: shapes only, then the policy's dtype conversion
         model = LlamaLM(desc.model_config)
-    converted = policy.convert_module(model)
+    converted = convert_for_trace(policy, model)
     assert isinstance(converted, LlamaLM), "the policies convert a model in place"
     return converted
+
+
+def convert_for_trace(policy: Precision, model: nn.Module) -> nn.Module:
+    """`policy.convert_module(model)` for a fake-tensor trace. torchao's float8 conversion also patches
+    inductor's Triton code generation for compiled float8 kernels, which imports inductor (~0.4 s of
+    CPU); a trace compiles nothing, so that patch is held off here (the next conversion of a model
+    that runs applies it) and the converted modules are the same."""
+    if not isinstance(policy, Fp8Precision):
+        return policy.convert_module(model)
+    try:
+        from torchao.float8 import _inductor_patch as patch
+    except ImportError:  # no torchao (convert_module says how to install it) or the patch moved
+        return policy.convert_module(model)
+    apply = getattr(patch, "_patch_inductor_min_max_codegen", None)
+    patch._patch_inductor_min_max_codegen = lambda: None
+    try:
+        return policy.convert_module(model)
+    finally:
+        if apply is None:
+            del patch._patch_inductor_min_max_codegen
+        else:
+            patch._patch_inductor_min_max_codegen = apply
 
 
 def _warm_up(model: nn.Module, optimizer: torch.optim.Optimizer, *, keep_grads: bool) -> None:
