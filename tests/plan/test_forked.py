@@ -1,0 +1,69 @@
+"""plan/forked.py runs part of the work in a forked child, and the traced engine's prefetch through it
+gives the tables a sequential plan traces; any failure of the child leaves the work to the caller."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from ampkit.plan import forked
+from ampkit.plan.describe import describe_model
+from ampkit.plan.extrapolate import HFTracedEngine
+from ampkit.plan.setting import StepSetting
+from hf_archs import save_tiny
+
+needs_fork = pytest.mark.skipif(not forked.can_fork(), reason="forking is not offered here (see plan/forked.py)")
+
+
+@needs_fork
+def test_the_child_computes_beside_this_process():
+    ran = []
+    got = forked.run_beside(lambda: {"pid": os.getpid(), "value": 42}, lambda: ran.append(os.getpid()))
+    assert ran == [os.getpid()]
+    assert got["value"] == 42 and got["pid"] != os.getpid()
+
+
+@needs_fork
+def test_a_failing_child_delivers_nothing():
+    def child():
+        raise RuntimeError("boom")
+
+    ran = []
+    assert forked.run_beside(child, lambda: ran.append(1)) is None
+    assert ran == [1]
+
+
+@needs_fork
+def test_a_silent_child_is_killed_after_the_timeout():
+    import time
+
+    assert forked.run_beside(lambda: time.sleep(30), lambda: None, timeout_s=0.5) is None
+
+
+def test_workers_1_runs_everything_here(monkeypatch):
+    monkeypatch.setenv(forked.WORKERS_ENV, "1")
+    assert not forked.can_fork()
+    ran = []
+    assert forked.run_beside(lambda: 1, lambda: ran.append(1)) is None
+    assert ran == [1]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork is used on Linux only")
+def test_prefetched_tables_equal_the_sequential_ones(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    save_tiny(tmp_path, "llama", layers=8)
+    desc = describe_model(f"hf:{tmp_path}")
+    settings = [
+        StepSetting(precision=p, checkpointing=c, micro_batch=1, seq_len=32)
+        for p in ("fp32", "bf16-mixed", "bf16-true")
+        for c in ("none", "full")
+    ]
+    parallel = HFTracedEngine(desc)
+    parallel.prefetch(settings)
+    monkeypatch.setenv(forked.WORKERS_ENV, "1")
+    sequential = HFTracedEngine(desc)
+    for setting in settings:
+        assert parallel.ledger(setting) == sequential.ledger(setting), setting.label()
+    assert parallel.note == sequential.note
