@@ -25,17 +25,18 @@ Units: bytes.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from ampkit.plan.fit import MAX_SEARCH, Fit, SearchField, largest_affine, tensor_budget
+from ampkit.plan.fit import MAX_SEARCH, Fit, SearchField, fit_of, largest_affine
 from ampkit.plan.forked import run_beside
 from ampkit.plan.hf_describe import HFDescription
 from ampkit.plan.hf_trace import CopyMismatch, MomentTracker, trace_hf_step, traced_precision
 from ampkit.plan.numerics import get_numerics
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting, framework_reserve
+from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
 from ampkit.plan.tracker import TENSOR_LINES
 
 CHECK_TOLERANCE = 1e-3
@@ -176,10 +177,8 @@ class HFTracedEngine:
 
     name = "traced"
 
-    def __init__(
-        self, desc: HFDescription, *, context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION
-    ):
-        self.desc, self.context_bytes, self.fragmentation = desc, context_bytes, fragmentation
+    def __init__(self, desc: HFDescription, *, reserve: Reserve = DEFAULT_RESERVE):
+        self.desc, self.reserve = desc, reserve
         self._tables: dict[tuple, Table] = {}
         pattern = desc.pattern
         self.extrapolating: bool | None = None if pattern.extrapolable else False
@@ -275,16 +274,9 @@ class HFTracedEngine:
         table = self.table(setting)
         moments = self.moments(setting)
         key = max(moments, key=lambda k: sum(moments[k].values()))
-        at_peak = moments[key]
-        return Ledger(
-            setting=setting,
-            engine="traced",
-            at_peak=at_peak,
-            largest=shard(table.largest, self.desc, setting),
-            peak_moment=table.labels[key],
-            reserve=framework_reserve(
-                sum(at_peak.values()), context_bytes=self.context_bytes, fragmentation=self.fragmentation
-            ),
+        largest = shard(table.largest, self.desc, setting)
+        return Ledger.of_peak(
+            setting, "traced", lines=moments[key], largest=largest, moment=table.labels[key], reserve=self.reserve
         )
 
     def _check_positions(self, setting: StepSetting) -> None:
@@ -306,12 +298,11 @@ class HFTracedEngine:
         capacity: int,
         *,
         field: SearchField,
-        context_bytes: int = CUDA_CONTEXT_BYTES,
-        fragmentation: float = FRAGMENTATION,
         limit: int = MAX_SEARCH,
     ) -> int:
-        """Largest micro-batch (affine in it) or sequence (quadratic: attention scores) that fits."""
-        budget = tensor_budget(capacity, context_bytes, fragmentation)
+        """Largest micro-batch (affine in it) or sequence (quadratic: attention scores) that fits with
+        the engine's reserve."""
+        budget = self.reserve.tensor_budget(capacity)
         if field == "micro_batch":
             return self._largest_batch(setting, budget, limit)
         return self._largest_seq(setting, budget, min(limit, self.desc.max_positions or limit))
@@ -333,17 +324,7 @@ class HFTracedEngine:
         return max(0, int(min(best, limit)))
 
     def fit(self, setting: StepSetting, total_bytes: int, capacity: int) -> Fit:
-        context, fragmentation = self.context_bytes, self.fragmentation
-        return Fit(
-            fits=total_bytes <= capacity,
-            headroom_bytes=capacity - total_bytes,
-            max_micro_batch=self.largest(
-                setting, capacity, field="micro_batch", context_bytes=context, fragmentation=fragmentation
-            ),
-            max_seq_len=self.largest(
-                setting, capacity, field="seq_len", context_bytes=context, fragmentation=fragmentation
-            ),
-        )
+        return fit_of(total_bytes, capacity, functools.partial(self.largest, setting, capacity))
 
 
 def _quadratic_root(values: list[int], points: list[int], budget: float) -> float:

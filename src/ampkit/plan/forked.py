@@ -37,7 +37,7 @@ def can_fork() -> bool:
     return len(os.sched_getaffinity(0)) >= 2
 
 
-def run_beside(child: Callable[[], Any], here: Callable[[], None], *, timeout_s: float = CHILD_TIMEOUT_S) -> Any:
+def run_beside(child: Callable[[], Any], here: Callable[[], object], *, timeout_s: float = CHILD_TIMEOUT_S) -> Any:
     """`here()` in this process while `child()` runs in a forked copy; the child's (picklable) result,
     or None when there was no child or it did not deliver (the caller computes what is missing)."""
     if not can_fork():

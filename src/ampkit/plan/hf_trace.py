@@ -57,18 +57,16 @@ def traced_precision(name: str) -> str:
     return "fp8-emulated" if not get_numerics(name).traceable else name
 
 
+_SAME_FIELDS = ("name", "model_type", "architecture", "vocab_size", "d_model", "n_layers", "n_heads", "tie_embeddings")
+"""the `HFModelInfo` fields an `HFDescription` holds under the same name"""
+
+
 def _plan_info(desc: HFDescription) -> HFModelInfo:
+    """The adapter's model info for a planned (never loaded) model: counts from the description."""
     return HFModelInfo(
-        name=desc.name,
+        **{name: getattr(desc, name) for name in _SAME_FIELDS},
         path=desc.name,
-        model_type=desc.model_type,
-        architecture=desc.architecture,
-        vocab_size=desc.vocab_size,
-        d_model=desc.d_model,
-        n_layers=desc.n_layers,
-        n_heads=desc.n_heads,
         max_seq_len=desc.max_positions,
-        tie_embeddings=desc.tie_embeddings,
         pretrained=False,
         total_parameters=desc.counts.total,
         embedding_parameters=desc.counts.embedding,

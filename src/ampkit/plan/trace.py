@@ -35,7 +35,7 @@ from ampkit.models import LlamaLM
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import build_optimizer
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting, framework_reserve
+from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
 from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import Precision, build_precision
 from ampkit.precision.fp8 import Fp8Precision
@@ -311,28 +311,13 @@ def trace_step(desc: ModelDescription, setting: StepSetting, *, model: LlamaLM |
     return tracker
 
 
-def traced_ledger(
-    desc: ModelDescription,
-    setting: StepSetting,
-    *,
-    context_bytes: int = CUDA_CONTEXT_BYTES,
-    fragmentation: float = FRAGMENTATION,
-) -> Ledger:
+def traced_ledger(desc: ModelDescription, setting: StepSetting, *, reserve: Reserve = DEFAULT_RESERVE) -> Ledger:
     """The step's memory as measured on fake tensors; same lines and reserve as the analytic one."""
-    tracker = trace_step(desc, setting)
-    return tracker_ledger(tracker, setting, context_bytes=context_bytes, fragmentation=fragmentation)
+    return tracker_ledger(trace_step(desc, setting), setting, reserve)
 
 
-def tracker_ledger(
-    tracker: StorageTracker, setting: StepSetting, *, context_bytes: int, fragmentation: float
-) -> Ledger:
+def tracker_ledger(tracker: StorageTracker, setting: StepSetting, reserve: Reserve) -> Ledger:
     """The traced ledger of a tracked step (any traced engine's): the lines live at the tracker's
     peak, each line's largest, and the framework reserve on top of that peak."""
-    return Ledger(
-        setting=setting,
-        engine="traced",
-        at_peak=dict(tracker.peak_lines),
-        largest=dict(tracker.largest),
-        peak_moment=tracker.peak_label,
-        reserve=framework_reserve(tracker.peak_total, context_bytes=context_bytes, fragmentation=fragmentation),
-    )
+    lines, largest = tracker.peak_lines, tracker.largest
+    return Ledger.of_peak(setting, "traced", lines=lines, largest=largest, moment=tracker.peak_label, reserve=reserve)
