@@ -14,14 +14,11 @@ Writes benchmarks/results/plan_hf_70b.json. Run: .venv/bin/python benchmarks/pla
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import print_table, write_result
+from common import print_table, run_ampkit_json, write_result
 
 LLAMA3_70B = {  # Meta-Llama-3-70B's published config.json (shape fields)
     "model_type": "llama",
@@ -45,30 +42,16 @@ SETTINGS = [("bf16-mixed", "none"), ("bf16-mixed", "full"), ("fp32", "none"), ("
 
 
 def run_plan(folder: Path) -> dict:
-    """A fresh process; time to the complete JSON answer, time to exit, the child's peak RSS."""
-    with tempfile.TemporaryDirectory() as tmp:
-        args = ["plan", "--model", f"hf:{folder}", "--gpu", "H100-80GB"]
-        argv = [sys.executable, "-m", "ampkit", *args, "--json", "--out", str(Path(tmp) / "run")]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert proc.stdout is not None and proc.stderr is not None
-        text, answered = "", None
-        for line in proc.stdout:  # the JSON ends with a lone "}" line
-            text += line
-            if line.rstrip() == "}":
-                answered = time.perf_counter() - t0
-        _, status, usage = os.wait4(proc.pid, 0)
-        exited = time.perf_counter() - t0
-        err = proc.stderr.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"ampkit {' '.join(args)} failed: {err.strip()}")
-    summary = json.loads(text)
+    """A fresh process (`common.run_ampkit_json`): time to the JSON answer and to exit, peak RSS, rows."""
+    args = ["plan", "--model", f"hf:{folder}", "--gpu", "H100-80GB"]
+    run = run_ampkit_json(args)
+    summary = run["summary"]
     rows = summary["rows"]
     return {
         "command": "python -m ampkit " + " ".join(args),
-        "answer_s": round(answered or exited, 2),
-        "exit_s": round(exited, 2),
-        "max_rss_mib": round(usage.ru_maxrss / 1024),
+        "answer_s": round(run["answer_s"], 2),
+        "exit_s": round(run["exit_s"], 2),
+        "max_rss_mib": round(run["max_rss_mib"]),
         "rows": len(rows),
         "traced_rows": sum(1 for r in rows if r["traced"]),
         "trace_note": summary["trace_note"],
