@@ -67,3 +67,17 @@ def test_prefetched_tables_equal_the_sequential_ones(tmp_path, monkeypatch):
     for setting in settings:
         assert parallel.ledger(setting) == sequential.ledger(setting), setting.label()
     assert parallel.note == sequential.note
+
+
+def test_a_sequence_past_the_positions_is_refused_before_any_trace(tmp_path):
+    pytest.importorskip("transformers")
+    from ampkit.errors import UsageError
+
+    save_tiny(tmp_path, "gpt2", layers=8, max_position_embeddings=64)
+    desc = describe_model(f"hf:{tmp_path}")
+    engine = HFTracedEngine(desc)
+    settings = [StepSetting(precision=p, seq_len=128) for p in ("fp32", "bf16-mixed")]
+    engine.prefetch(settings)  # leaves the refusal to the ledger
+    assert engine._tables == {}
+    with pytest.raises(UsageError, match="exceeds"):
+        engine.ledger(settings[0])

@@ -142,8 +142,9 @@ def memory_class(precision: str) -> tuple:
 
 
 CHECK_COST = 1.0
-"""the 3-repeat check's trace, in units of `trace_cost` of the setting it checks (measured: about as
-much as its 1- and 2-repeat traces together)"""
+"""the first setting's extra work, in units of its `trace_cost`: the 3-repeat check's trace plus this
+process's first-trace warm-up (measured on a Llama-shaped model: about as much as its 1- and 2-repeat
+traces together)"""
 
 
 def trace_cost(setting: StepSetting) -> float:
@@ -242,6 +243,8 @@ class HFTracedEngine:
         table is the one `table(setting)` traces (a trace depends on its setting only)."""
         todo: dict[tuple, StepSetting] = {}
         for setting in settings:  # each table traced with its first setting, as the rows ask for it
+            if self.desc.max_positions and setting.seq_len > self.desc.max_positions:
+                return  # `ledger` refuses this setting before tracing anything: leave it to the rows
             if self._key(setting) not in self._tables:
                 todo.setdefault(self._key(setting), setting)
         if self.extrapolating is False or len(todo) < 2:
