@@ -37,14 +37,16 @@ def write_result(name: str, payload: dict) -> Path:
     return path
 
 
-def run_ampkit_json(args: list[str]) -> dict:
-    """`python -m ampkit ARGS --json --out TMP` in a fresh process: wall seconds to the complete JSON
-    answer (`answer_s`, its last line is a lone "}") and to exit (`exit_s`), the child's peak RSS in
-    MiB (`os.wait4`'s rusage: KiB on Linux, bytes on macOS) and the parsed `summary`."""
+def run_ampkit_json(args: list[str], *, env: dict[str, str] | None = None) -> dict:
+    """`python -m ampkit ARGS --json --out TMP` in a fresh process (`env`: added to this environment):
+    wall seconds to the complete JSON answer (`answer_s`, its last line is a lone "}") and to exit
+    (`exit_s`), its CPU seconds (`cpu_s`, user + system, with any process it forked and waited for),
+    its peak RSS in MiB (`os.wait4`'s rusage: KiB on Linux, bytes on macOS) and the parsed `summary`."""
     with tempfile.TemporaryDirectory() as tmp:
         argv = [sys.executable, "-m", "ampkit", *args, "--json", "--out", str(Path(tmp) / "run")]
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        environ = {**os.environ, **(env or {})}
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
         assert proc.stdout is not None and proc.stderr is not None
         text, answered = "", None
         for line in proc.stdout:
@@ -57,7 +59,14 @@ def run_ampkit_json(args: list[str]) -> dict:
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"ampkit {' '.join(args)} failed: {err.strip()}")
     rss_mib = usage.ru_maxrss / 1024 if sys.platform != "darwin" else usage.ru_maxrss / 2**20
-    return {"answer_s": answered or exited, "exit_s": exited, "max_rss_mib": rss_mib, "summary": json.loads(text)}
+    cpu_s = usage.ru_utime + usage.ru_stime
+    return {
+        "answer_s": answered or exited,
+        "exit_s": exited,
+        "cpu_s": cpu_s,
+        "max_rss_mib": rss_mib,
+        "summary": json.loads(text),
+    }
 
 
 def print_table(headers: list[str], rows: list[list]) -> None:
