@@ -7,7 +7,8 @@ small enough to trace in full here. Measured:
 - the command in a fresh process (`python -m ampkit plan ... --json`), three runs: wall time to the
   answer (the JSON on stdout) and to exit, CPU time (with the forked child that traces part of the
   settings where two cores are offered, `plan/forked.py`), peak RSS; how many rows were traced and how;
-  each run alternated with one whose traces stay in one process (AMPKIT_PLAN_WORKERS=1), for comparison;
+  each run alternated with one whose traces stay in one process (AMPKIT_PLAN_WORKERS=1), for comparison,
+  and the 1-minute load average before each (the default forks the child only while a core is idle);
 - a 24-layer Llama (hidden 512, 32,000-token vocabulary): the extrapolated tensor peak against a full
   trace of all 24 layers, for four settings (precision x checkpointing), and both engines' times.
 Writes benchmarks/results/plan_hf_70b.json. Run: .venv/bin/python benchmarks/plan_hf_70b.py
@@ -16,6 +17,7 @@ Writes benchmarks/results/plan_hf_70b.json. Run: .venv/bin/python benchmarks/pla
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -45,8 +47,10 @@ SETTINGS = [("bf16-mixed", "none"), ("bf16-mixed", "full"), ("fp32", "none"), ("
 
 def run_plan(folder: Path, *, workers: str = "") -> dict:
     """A fresh process (`common.run_ampkit_json`): time to the JSON answer and to exit, CPU, peak RSS,
-    rows; `workers="1"`: the traces in one process (AMPKIT_PLAN_WORKERS=1)."""
+    rows, the 1-minute load average before it; `workers`: AMPKIT_PLAN_WORKERS ("1": one process; "":
+    the default, a forked child only while a core is idle)."""
     args = ["plan", "--model", f"hf:{folder}", "--gpu", "H100-80GB"]
+    load = os.getloadavg()[0]
     run = run_ampkit_json(args, env={"AMPKIT_PLAN_WORKERS": workers} if workers else None)
     summary = run["summary"]
     rows = summary["rows"]
@@ -55,6 +59,7 @@ def run_plan(folder: Path, *, workers: str = "") -> dict:
         "answer_s": round(run["answer_s"], 2),
         "exit_s": round(run["exit_s"], 2),
         "cpu_s": round(run["cpu_s"], 2),
+        "load_before": round(load, 2),
         "max_rss_mib": round(run["max_rss_mib"]),
         "rows": len(rows),
         "traced_rows": sum(1 for r in rows if r["traced"]),
@@ -107,9 +112,9 @@ def main() -> None:
         checks = accuracy(small)
     print(f"`{runs[0]['command']}` (Llama-3-70B's config.json, 80 layers), fresh process, 3 runs:")
     print_table(
-        ["run", "traces in", "answer s", "exit s", "CPU s", "peak RSS MiB", "rows", "traced", "max analytic vs traced"],
+        ["run", "workers", "load", "answer s", "exit s", "CPU s", "peak RSS MiB", "rows", "traced", "max vs traced"],
         [
-            [i // 2 + 1, "1 process" if i % 2 else "2 processes", r["answer_s"], r["exit_s"], r["cpu_s"]]
+            [i // 2 + 1, "1" if i % 2 else "default", r["load_before"], r["answer_s"], r["exit_s"], r["cpu_s"]]
             + [r["max_rss_mib"], r["rows"], r["traced_rows"], f"{r['largest_analytic_vs_traced']:.2e}"]
             for i, r in enumerate(x for pair in zip(runs, one_process) for x in pair)
         ],

@@ -14,7 +14,13 @@ from ampkit.plan.extrapolate import HFTracedEngine
 from ampkit.plan.setting import StepSetting
 from hf_archs import save_tiny
 
-needs_fork = pytest.mark.skipif(not forked.can_fork(), reason="forking is not offered here (see plan/forked.py)")
+needs_fork = pytest.mark.skipif(sys.platform != "linux", reason="forking is offered on Linux only")
+
+
+@pytest.fixture(autouse=True)
+def _fork_whatever_the_load(monkeypatch):
+    """The suite may run on a busy machine, where the child is not forked by default."""
+    monkeypatch.setenv(forked.WORKERS_ENV, "2")
 
 
 @needs_fork
@@ -50,7 +56,13 @@ def test_workers_1_runs_everything_here(monkeypatch):
     assert ran == [1]
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="fork is used on Linux only")
+def test_no_idle_core_runs_everything_here(monkeypatch):
+    monkeypatch.delenv(forked.WORKERS_ENV)
+    monkeypatch.setattr(forked.os, "getloadavg", lambda: (99.0, 99.0, 99.0))
+    assert not forked.can_fork()
+
+
+@needs_fork
 def test_prefetched_tables_equal_the_sequential_ones(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     save_tiny(tmp_path, "llama", layers=8)

@@ -2,13 +2,19 @@
 
 A transformers model's traced plan spends most of its CPU time in fake-tensor traces that do not
 depend on one another (`plan/extrapolate.py`: one table per memory class x checkpointing). A child
-forked once the model is described starts with every import and the fake-tensor caches already
-loaded, so on a second core the traces split in two for the cost of a fork (milliseconds). The
-child's results come back pickled through a pipe.
+forked once the model is described starts with every import loaded (transformers' alone is ~2 s), so
+on a second core the traces split in two for the cost of a fork (milliseconds) and of each process
+filling its own fake-tensor cache. The child's results come back pickled through a pipe.
+
+A second process pays only on an idle core: on this project's 2-core CPU with other jobs running (load
+average 3.5-4), the 70B plan's answer came 0.1-0.3 s later with the child than without it (the two
+processes shared one core, and each filled its own cache). So the child is forked only when
+the 1-minute load average leaves a core idle (`IDLE_CORE_LOAD`).
 
 Nothing depends on how a result was obtained: where forking is not offered (not Linux, one usable
-core, `AMPKIT_PLAN_WORKERS=1`, threads running in this process) or the child fails, dies or goes
-silent for `CHILD_TIMEOUT_S`, the caller gets no result for those items and computes them itself.
+core, no idle core unless `AMPKIT_PLAN_WORKERS=2`, `AMPKIT_PLAN_WORKERS=1`, threads running in this
+process) or the child fails, dies or goes silent for `CHILD_TIMEOUT_S`, the caller gets no result for
+those items and computes them itself.
 """
 
 from __future__ import annotations
@@ -26,15 +32,20 @@ from typing import Any
 CHILD_TIMEOUT_S = 60.0
 """seconds the parent waits for the child once its own share is done (a deadlocked child only)"""
 WORKERS_ENV = "AMPKIT_PLAN_WORKERS"
+IDLE_CORE_LOAD = 0.5
+"""a child is forked while the 1-minute load average is below the usable cores minus this (processes)"""
 
 
 def can_fork() -> bool:
-    """Whether a second process may run beside this one (see the module docstring)."""
-    if sys.platform != "linux" or os.environ.get(WORKERS_ENV, "").strip() == "1":
+    """Whether a second process may run beside this one (see the module docstring). `AMPKIT_PLAN_WORKERS`:
+    1, never; 2, whatever the load; unset, when a core is idle."""
+    workers = os.environ.get(WORKERS_ENV, "").strip()
+    if sys.platform != "linux" or workers == "1":
         return False
     if threading.active_count() > 1:  # another Python thread may hold a lock the child would need
         return False
-    return len(os.sched_getaffinity(0)) >= 2
+    cores = len(os.sched_getaffinity(0))
+    return cores >= 2 and (workers == "2" or os.getloadavg()[0] < cores - IDLE_CORE_LOAD)
 
 
 def run_beside(child: Callable[[], Any], here: Callable[[], object], *, timeout_s: float = CHILD_TIMEOUT_S) -> Any:
