@@ -4,7 +4,6 @@ gives the tables a sequential plan traces; any failure of the child leaves the w
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
@@ -14,25 +13,24 @@ from ampkit.plan.extrapolate import HFTracedEngine
 from ampkit.plan.setting import StepSetting
 from hf_archs import save_tiny
 
-needs_fork = pytest.mark.skipif(sys.platform != "linux", reason="forking is offered on Linux only")
 
-
-@pytest.fixture(autouse=True)
-def _fork_whatever_the_load(monkeypatch):
-    """The suite may run on a busy machine, where the child is not forked by default."""
+@pytest.fixture
+def forking(monkeypatch):
+    """A child forked whatever the load (the suite may run on a busy machine, where it is not by
+    default); skipped where forking is not offered at all (not Linux, one core, threads running)."""
     monkeypatch.setenv(forked.WORKERS_ENV, "2")
+    if not forked.can_fork():
+        pytest.skip("forking is not offered here (see plan/forked.py)")
 
 
-@needs_fork
-def test_the_child_computes_beside_this_process():
+def test_the_child_computes_beside_this_process(forking):
     ran = []
     got = forked.run_beside(lambda: {"pid": os.getpid(), "value": 42}, lambda: ran.append(os.getpid()))
     assert ran == [os.getpid()]
     assert got["value"] == 42 and got["pid"] != os.getpid()
 
 
-@needs_fork
-def test_a_failing_child_delivers_nothing():
+def test_a_failing_child_delivers_nothing(forking):
     def child():
         raise RuntimeError("boom")
 
@@ -41,8 +39,7 @@ def test_a_failing_child_delivers_nothing():
     assert ran == [1]
 
 
-@needs_fork
-def test_a_silent_child_is_killed_after_the_timeout():
+def test_a_silent_child_is_killed_after_the_timeout(forking):
     import time
 
     assert forked.run_beside(lambda: time.sleep(30), lambda: None, timeout_s=0.5) is None
@@ -57,13 +54,12 @@ def test_workers_1_runs_everything_here(monkeypatch):
 
 
 def test_no_idle_core_runs_everything_here(monkeypatch):
-    monkeypatch.delenv(forked.WORKERS_ENV)
+    monkeypatch.delenv(forked.WORKERS_ENV, raising=False)
     monkeypatch.setattr(forked.os, "getloadavg", lambda: (99.0, 99.0, 99.0))
     assert not forked.can_fork()
 
 
-@needs_fork
-def test_prefetched_tables_equal_the_sequential_ones(tmp_path, monkeypatch):
+def test_prefetched_tables_equal_the_sequential_ones(tmp_path, monkeypatch, forking):
     pytest.importorskip("transformers")
     save_tiny(tmp_path, "llama", layers=8)
     desc = describe_model(f"hf:{tmp_path}")
