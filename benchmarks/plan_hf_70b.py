@@ -5,7 +5,10 @@ CPU, its traced ledgers extrapolated from traces of 1 and 2 decoder layers (the 
 them, compared row by row); and the extrapolated ledger within 1% of the full trace for a 24-layer model
 small enough to trace in full here. Measured:
 - the command in a fresh process (`python -m ampkit plan ... --json`), three runs: wall time to the
-  answer (the JSON on stdout) and to exit, peak RSS; how many rows were traced and how;
+  answer (the JSON on stdout) and to exit, CPU time (with the forked child that traces part of the
+  settings where two cores are offered, `plan/forked.py`), peak RSS; how many rows were traced and how;
+  each run alternated with one whose traces stay in one process (AMPKIT_PLAN_WORKERS=1), for comparison,
+  and the 1-minute load average before each (the default forks the child only while a core is idle);
 - a 24-layer Llama (hidden 512, 32,000-token vocabulary): the extrapolated tensor peak against a full
   trace of all 24 layers, for four settings (precision x checkpointing), and both engines' times.
 Writes benchmarks/results/plan_hf_70b.json. Run: .venv/bin/python benchmarks/plan_hf_70b.py
@@ -15,13 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import print_table, write_result
+from common import print_table, run_ampkit_json, write_result
 
 LLAMA3_70B = {  # Meta-Llama-3-70B's published config.json (shape fields)
     "model_type": "llama",
@@ -44,31 +45,22 @@ LLAMA_24.update(num_attention_heads=8, num_key_value_heads=4, vocab_size=32000, 
 SETTINGS = [("bf16-mixed", "none"), ("bf16-mixed", "full"), ("fp32", "none"), ("bf16-true", "none")]
 
 
-def run_plan(folder: Path) -> dict:
-    """A fresh process; time to the complete JSON answer, time to exit, the child's peak RSS."""
-    with tempfile.TemporaryDirectory() as tmp:
-        args = ["plan", "--model", f"hf:{folder}", "--gpu", "H100-80GB"]
-        argv = [sys.executable, "-m", "ampkit", *args, "--json", "--out", str(Path(tmp) / "run")]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert proc.stdout is not None and proc.stderr is not None
-        text, answered = "", None
-        for line in proc.stdout:  # the JSON ends with a lone "}" line
-            text += line
-            if line.rstrip() == "}":
-                answered = time.perf_counter() - t0
-        _, status, usage = os.wait4(proc.pid, 0)
-        exited = time.perf_counter() - t0
-        err = proc.stderr.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"ampkit {' '.join(args)} failed: {err.strip()}")
-    summary = json.loads(text)
+def run_plan(folder: Path, *, workers: str = "") -> dict:
+    """A fresh process (`common.run_ampkit_json`): time to the JSON answer and to exit, CPU, peak RSS,
+    rows, the 1-minute load average before it; `workers`: AMPKIT_PLAN_WORKERS ("1": one process; "":
+    the default, a forked child only while a core is idle)."""
+    args = ["plan", "--model", f"hf:{folder}", "--gpu", "H100-80GB"]
+    load = os.getloadavg()[0]
+    run = run_ampkit_json(args, env={"AMPKIT_PLAN_WORKERS": workers} if workers else None)
+    summary = run["summary"]
     rows = summary["rows"]
     return {
         "command": "python -m ampkit " + " ".join(args),
-        "answer_s": round(answered or exited, 2),
-        "exit_s": round(exited, 2),
-        "max_rss_mib": round(usage.ru_maxrss / 1024),
+        "answer_s": round(run["answer_s"], 2),
+        "exit_s": round(run["exit_s"], 2),
+        "cpu_s": round(run["cpu_s"], 2),
+        "load_before": round(load, 2),
+        "max_rss_mib": round(run["max_rss_mib"]),
         "rows": len(rows),
         "traced_rows": sum(1 for r in rows if r["traced"]),
         "trace_note": summary["trace_note"],
@@ -113,15 +105,18 @@ def main() -> None:
         for folder, config in ((big, LLAMA3_70B), (small, LLAMA_24)):
             folder.mkdir()
             (folder / "config.json").write_text(json.dumps(config))
-        runs = [run_plan(big) for _ in range(3)]
+        runs, one_process = [], []
+        for _ in range(3):  # alternated, so both see the same machine
+            runs.append(run_plan(big))
+            one_process.append(run_plan(big, workers="1"))
         checks = accuracy(small)
     print(f"`{runs[0]['command']}` (Llama-3-70B's config.json, 80 layers), fresh process, 3 runs:")
     print_table(
-        ["run", "answer s", "exit s", "peak RSS MiB", "rows", "traced", "max analytic vs traced"],
+        ["run", "workers", "load", "answer s", "exit s", "CPU s", "peak RSS MiB", "rows", "traced", "max vs traced"],
         [
-            [i + 1, r["answer_s"], r["exit_s"], r["max_rss_mib"], r["rows"], r["traced_rows"]]
-            + [f"{r['largest_analytic_vs_traced']:.2e}"]
-            for i, r in enumerate(runs)
+            [i // 2 + 1, "1" if i % 2 else "default", r["load_before"], r["answer_s"], r["exit_s"], r["cpu_s"]]
+            + [r["max_rss_mib"], r["rows"], r["traced_rows"], f"{r['largest_analytic_vs_traced']:.2e}"]
+            for i, r in enumerate(x for pair in zip(runs, one_process) for x in pair)
         ],
     )
     print(f"traced: {runs[0]['trace_note']}")
@@ -141,6 +136,7 @@ def main() -> None:
         "plan_hf_70b",
         {
             "runs": runs,
+            "runs_one_process": one_process,
             "accuracy_24_layers": checks,
             "meets": {"under_5_s": best < 5.0, "within_1pct": worst_rel <= 0.01},
         },

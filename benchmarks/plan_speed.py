@@ -18,11 +18,10 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
+
+from common import run_ampkit_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "plan_speed.json"
 ANALYTIC_ARGS = ["plan", "--model", "70b", "--gpu", "H100-80GB"]
@@ -66,29 +65,8 @@ def in_process(repeats: int = 5) -> dict:
 
 
 def run_command(args: list[str]) -> dict:
-    """A fresh process; time to the complete JSON answer, time to exit, the child's peak RSS."""
-    with tempfile.TemporaryDirectory() as tmp:
-        argv = [sys.executable, "-m", "ampkit", *args, "--json", "--out", str(Path(tmp) / "run")]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        text, answered = "", None
-        for line in proc.stdout:  # the JSON ends with a lone "}" line
-            text += line
-            if line.rstrip() == "}":
-                answered = time.perf_counter() - t0
-        _, status, usage = os.wait4(proc.pid, 0)
-        exited = time.perf_counter() - t0
-        err = proc.stderr.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(args)} failed: {err.strip()}")
-    summary = json.loads(text)
-    return {
-        "argv": args,
-        "answer_s": answered,
-        "exit_s": exited,
-        "max_rss_mib": usage.ru_maxrss / 1024 if sys.platform != "darwin" else usage.ru_maxrss / 2**20,
-        "summary": summary,
-    }
+    """A fresh process (`common.run_ampkit_json`): time to the JSON answer and to exit, peak RSS, summary."""
+    return {"argv": args, **run_ampkit_json(args)}
 
 
 def main() -> None:

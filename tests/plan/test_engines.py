@@ -13,7 +13,7 @@ from ampkit.plan.describe import describe_model
 from ampkit.plan.engines import AnalyticEngine, hf_traced_engine, primary_engine
 from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.planner import build_plan
-from ampkit.plan.setting import StepSetting
+from ampkit.plan.setting import NO_RESERVE, StepSetting
 from hf_archs import save_tiny
 
 pytest.importorskip("transformers")
@@ -88,7 +88,7 @@ def test_analytic_families_are_cross_checked_with_transformers_own_modules(tmp_p
 
 def test_engines_for_presets_and_hf_models(tmp_path):
     preset = describe_model("tiny")
-    engine = primary_engine(preset, context_bytes=0, fragmentation=0.0)
+    engine = primary_engine(preset, reserve=NO_RESERVE)
     assert isinstance(engine, AnalyticEngine) and hf_traced_engine(preset, engine) is None
     setting = StepSetting(precision="bf16-mixed", micro_batch=2, seq_len=64)
     assert engine.ledger(setting) == analytic_ledger(preset, setting, context_bytes=0, fragmentation=0.0)

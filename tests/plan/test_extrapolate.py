@@ -9,13 +9,13 @@ from ampkit.plan import extrapolate
 from ampkit.plan.describe import describe_model
 from ampkit.plan.extrapolate import HFTracedEngine, memory_class, moment_keys, shard, table_of
 from ampkit.plan.hf_trace import trace_hf_step
-from ampkit.plan.setting import StepSetting
+from ampkit.plan.setting import NO_RESERVE, StepSetting
 from ampkit.plan.tracker import TENSOR_LINES
 from hf_archs import save_tiny
 
 pytest.importorskip("transformers")
 
-KWARGS = {"context_bytes": 0, "fragmentation": 0.0}
+KWARGS = {"reserve": NO_RESERVE}
 
 
 def described(tmp_path, model_type, layers, **overrides):
@@ -110,11 +110,11 @@ def test_fsdp_divides_the_state_and_adds_two_gathered_layers(tmp_path):
 
 def test_largest_micro_batch_and_sequence_are_the_edges(tmp_path):
     desc = described(tmp_path, "gemma2", 8)  # eager attention: memory quadratic in the sequence
-    engine = HFTracedEngine(desc, context_bytes=0, fragmentation=0.0)
+    engine = HFTracedEngine(desc, reserve=NO_RESERVE)
     setting = StepSetting(precision="bf16-mixed", micro_batch=2, seq_len=32)
     capacity = engine.ledger(setting).total + 200_000
     for field, value in (("micro_batch", None), ("seq_len", None)):
-        best = engine.largest(setting, capacity, field=field, context_bytes=0, fragmentation=0.0)
+        best = engine.largest(setting, capacity, field=field)
         assert best >= 1
         at = StepSetting(**{**setting.to_dict(), field: best})
         over = StepSetting(**{**setting.to_dict(), field: best + 1})

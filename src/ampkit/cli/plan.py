@@ -20,17 +20,7 @@ from ampkit.config import resolve_config
 from ampkit.plan.config import PlanConfig
 from ampkit.plan.describe import describe_model
 from ampkit.plan.planner import build_plan
-from ampkit.plan.render import (
-    agreement_table,
-    compute_table,
-    has_traced,
-    ledger_table,
-    model_table,
-    recommendation_lines,
-    write_plan_report,
-)
 from ampkit.provenance import provenance
-from ampkit.report.console import make_console, print_run_dir
 from ampkit.runs import create_run_dir, summary_marks_write_failure, write_json_atomic
 
 PLANNED_DEVICE = "none: planned on this host (nothing measured on a device)"
@@ -48,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     config = resolve_config(PlanConfig, args, toml_path=args.config)
     if (config.gpu or "").strip().lower() == "list":  # the GPU table, every row with its source; no run directory
         from ampkit.hardware.listing import print_gpu_list
+        from ampkit.report.console import make_console
 
         return print_gpu_list(make_console(wide=args.wide))
     if config.task:
@@ -60,7 +51,12 @@ def run(args: argparse.Namespace) -> int:
     def show(summary: dict, run_dir) -> None:
         _print(summary, run_dir, wide=args.wide)
 
-    return write_planned_run(args, "plan", summary, show=show, write_report=write_plan_report)
+    def write_report(summary: dict, run_dir: Path) -> object:
+        from ampkit.plan.render import write_plan_report  # with --json, rich loads after the answer
+
+        return write_plan_report(summary, run_dir)
+
+    return write_planned_run(args, "plan", summary, show=show, write_report=write_report)
 
 
 def write_planned_run(
@@ -92,6 +88,16 @@ def planned_provenance(summary: dict) -> dict:
 
 
 def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
+    from ampkit.plan.render import (
+        agreement_table,
+        compute_table,
+        has_traced,
+        ledger_table,
+        model_table,
+        recommendation_lines,
+    )
+    from ampkit.report.console import make_console, print_run_dir
+
     console = make_console(wide=wide)
     traced = has_traced(summary)  # --trace, or a transformers architecture planned by its traced engine
     console.print(model_table(summary["model"]))
@@ -113,6 +119,7 @@ def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
 def _run_task(config: PlanConfig, args: argparse.Namespace) -> int:
     """A task other than the language model: its own model traced on fake tensors, one setting a row."""
     from ampkit.plan.task_plan import build_task_plan, task_plan_table, write_task_plan_report
+    from ampkit.report.console import make_console, print_run_dir
     from ampkit.tasks.load import load_task
 
     summary = build_task_plan(config, load_task(config.task, config.task_args))  # a bad task: before the run dir
@@ -129,6 +136,8 @@ def _run_task(config: PlanConfig, args: argparse.Namespace) -> int:
 def _run_lora(config: PlanConfig, args: argparse.Namespace, desc) -> int:
     """`--lora RANK`: the LoRA ledger rows and full fine-tuning vs LoRA vs QLoRA (`ampkit.plan.lora_plan`)."""
     from ampkit.plan.lora_plan import build_lora_plan, lora_rows_table, methods_table, write_lora_plan_report
+    from ampkit.plan.render import model_table
+    from ampkit.report.console import make_console, print_run_dir
 
     summary = build_lora_plan(config, desc=desc)  # a model or precision LoRA plans refuse: before the run dir
 

@@ -2,7 +2,8 @@
 
 - `describe_model`: a preset or Hugging Face config.json -> `ModelDescription` (exact parameter count)
 - `analytic_ledger` / `traced_ledger`: a training step's memory by line, at its peak
-- `fit`, `resolve_target`: fits on a GPU, headroom, largest micro-batch / sequence
+- `fit`, `resolve_target`: fits on a GPU, headroom, largest micro-batch / sequence (`Reserve`: the
+  framework reserve both engines and the searches add: CUDA context bytes + fragmentation)
 - `step_compute`: FLOPs per token and step, step time at peak and at an MFU
 - `kv_budget`: KV-cache tokens per KV dtype
 - `cheapest_fix`, `base_precision`: advice
@@ -22,7 +23,7 @@ from ampkit.plan.describe import ModelDescription, describe_config, describe_mod
 from ampkit.plan.fit import Fit, Target, fit, largest, parse_memory, resolve_target
 from ampkit.plan.kv import KvBudget, kv_budget, kv_bytes_per_token, kv_pool_bytes
 from ampkit.plan.ledger import analytic_ledger
-from ampkit.plan.setting import GIB, Ledger, StepSetting
+from ampkit.plan.setting import GIB, Ledger, Reserve, StepSetting
 
 __all__ = [
     "Fit",
@@ -31,6 +32,7 @@ __all__ = [
     "KvBudget",
     "Ledger",
     "ModelDescription",
+    "Reserve",
     "StepCompute",
     "StepSetting",
     "Target",

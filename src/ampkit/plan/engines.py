@@ -15,8 +15,8 @@ from __future__ import annotations
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.fit import Fit, SearchField, fit, largest
 from ampkit.plan.hf_describe import HFDescription, has_analytic
-from ampkit.plan.ledger import analytic_ledger
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting
+from ampkit.plan.ledger import ledger_with
+from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
 
 
 class AnalyticEngine:
@@ -25,26 +25,17 @@ class AnalyticEngine:
     name = "analytic"
     note = "analytic"
 
-    def __init__(
-        self, desc: ModelDescription, *, context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION
-    ):
-        self.desc, self.context_bytes, self.fragmentation = desc, context_bytes, fragmentation
+    def __init__(self, desc: ModelDescription, *, reserve: Reserve = DEFAULT_RESERVE):
+        self.desc, self.reserve = desc, reserve
 
     def ledger(self, setting: StepSetting) -> Ledger:
-        return analytic_ledger(self.desc, setting, context_bytes=self.context_bytes, fragmentation=self.fragmentation)
+        return ledger_with(self.desc, setting, self.reserve)
 
     def fit(self, setting: StepSetting, total_bytes: int, capacity: int) -> Fit:
-        return fit(
-            self.desc,
-            setting,
-            total_bytes,
-            capacity,
-            context_bytes=self.context_bytes,
-            fragmentation=self.fragmentation,
-        )
+        return fit(self.desc, setting, total_bytes, capacity, reserve=self.reserve)
 
     def largest(self, setting: StepSetting, capacity: int, *, field: SearchField, **kwargs) -> int:
-        return largest(self.desc, setting, capacity, field=field, **kwargs)
+        return largest(self.desc, setting, capacity, field=field, reserve=self.reserve, **kwargs)
 
 
 def primary_engine(desc: ModelDescription, **kwargs):

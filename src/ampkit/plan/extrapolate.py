@@ -25,15 +25,18 @@ Units: bytes.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from ampkit.plan.fit import MAX_SEARCH, Fit, SearchField, largest_affine, tensor_budget
+from ampkit.plan.fit import MAX_SEARCH, Fit, SearchField, fit_of, largest_affine
+from ampkit.plan.forked import run_beside
 from ampkit.plan.hf_describe import HFDescription
 from ampkit.plan.hf_trace import CopyMismatch, MomentTracker, trace_hf_step, traced_precision
 from ampkit.plan.numerics import get_numerics
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting, framework_reserve
+from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
 from ampkit.plan.tracker import TENSOR_LINES
 
 CHECK_TOLERANCE = 1e-3
@@ -138,16 +141,45 @@ def memory_class(precision: str) -> tuple:
     return (num.param_bytes, num.compute_bytes, num.autocast, num.float8_block_linears)
 
 
+CHECK_COST = 1.0
+"""the first setting's extra work, in units of its `trace_cost`: the 3-repeat check's trace plus this
+process's first-trace warm-up (measured on a Llama-shaped model: about as much as its 1- and 2-repeat
+traces together)"""
+
+
+def trace_cost(setting: StepSetting) -> float:
+    """A setting's shallow traces' relative CPU time: measured on a Llama-shaped model, float8 Linears
+    ~2.1x the others; checkpointing changes it by under 10%."""
+    return 2.1 if _float8(setting) else 1.0
+
+
+def _float8(setting: StepSetting) -> bool:
+    return get_numerics(traced_precision(setting.precision)).float8_block_linears
+
+
+def _split(settings: list[StepSetting], *, first_extra: float) -> tuple[list[StepSetting], list[StepSetting]]:
+    """(this process's, the child's): the first setting here, then the rest in groups that share their
+    first trace's warm-up (the float8 ones, ~0.1 s of imports and caches), costliest first, each to
+    the less loaded side."""
+    first, rest = settings[0], settings[1:]
+    groups = [[s for s in rest if _float8(s)]] + [[s] for s in rest if not _float8(s)]
+    sides: tuple[list[StepSetting], list[StepSetting]] = ([first], [])
+    load = [trace_cost(first) * (1 + first_extra), 0.0]
+    for group in sorted((g for g in groups if g), key=lambda g: sum(map(trace_cost, g)), reverse=True):
+        side = 0 if load[0] <= load[1] else 1
+        sides[side].extend(group)
+        load[side] += sum(map(trace_cost, group))
+    return sides
+
+
 class HFTracedEngine:
     """The traced ledger of an `HFDescription` for any setting (cached), extrapolated where the
     layers allow it; `note` says how it was obtained."""
 
     name = "traced"
 
-    def __init__(
-        self, desc: HFDescription, *, context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION
-    ):
-        self.desc, self.context_bytes, self.fragmentation = desc, context_bytes, fragmentation
+    def __init__(self, desc: HFDescription, *, reserve: Reserve = DEFAULT_RESERVE):
+        self.desc, self.reserve = desc, reserve
         self._tables: dict[tuple, Table] = {}
         pattern = desc.pattern
         self.extrapolating: bool | None = None if pattern.extrapolable else False
@@ -203,6 +235,38 @@ class HFTracedEngine:
     def note(self) -> str:
         return self.reason or "traced"
 
+    def prefetch(self, settings: Iterable[StepSetting]) -> None:
+        """Trace the tables `settings` need before they are asked for, in two processes where
+        `plan/forked.py` offers a second: the first setting here (it checks the extrapolation, as it
+        would first in order), the others split by `trace_cost`. The child's tables are kept only if
+        the check passed here; whatever it did not deliver is traced here when asked for. Every
+        table is the one `table(setting)` traces (a trace depends on its setting only)."""
+        todo: dict[tuple, StepSetting] = {}
+        for setting in settings:  # each table traced with its first setting, as the rows ask for it
+            if self.desc.max_positions and setting.seq_len > self.desc.max_positions:
+                return  # `ledger` refuses this setting before tracing anything: leave it to the rows
+            if self._key(setting) not in self._tables:
+                todo.setdefault(self._key(setting), setting)
+        if self.extrapolating is False or len(todo) < 2:
+            return
+        mine, theirs = _split(list(todo.values()), first_extra=CHECK_COST)
+        tables = run_beside(lambda: self._child_tables(theirs), lambda: [self.table(s) for s in mine])
+        if self.extrapolating and isinstance(tables, dict):
+            for key, table in tables.items():
+                self._tables.setdefault(key, table)
+
+    def _child_tables(self, settings: list[StepSetting]) -> dict[tuple, Table]:
+        """In the forked child: the extrapolated tables of `settings` (the parent checks the
+        assumption); it stops at a mismatch, which the parent then meets, and reports, itself."""
+        self.extrapolating = True
+        out: dict[tuple, Table] = {}
+        for setting in settings:
+            try:
+                out[self._key(setting)] = self._extrapolated(setting)
+            except (Mismatch, CopyMismatch):
+                break
+        return out
+
     # -- ledgers and fits ----------------------------------------------------------------------
     def moments(self, setting: StepSetting) -> dict[str, Lines]:
         table = self.table(setting)
@@ -213,16 +277,9 @@ class HFTracedEngine:
         table = self.table(setting)
         moments = self.moments(setting)
         key = max(moments, key=lambda k: sum(moments[k].values()))
-        at_peak = moments[key]
-        return Ledger(
-            setting=setting,
-            engine="traced",
-            at_peak=at_peak,
-            largest=shard(table.largest, self.desc, setting),
-            peak_moment=table.labels[key],
-            reserve=framework_reserve(
-                sum(at_peak.values()), context_bytes=self.context_bytes, fragmentation=self.fragmentation
-            ),
+        largest = shard(table.largest, self.desc, setting)
+        return Ledger.of_peak(
+            setting, "traced", lines=moments[key], largest=largest, moment=table.labels[key], reserve=self.reserve
         )
 
     def _check_positions(self, setting: StepSetting) -> None:
@@ -244,12 +301,11 @@ class HFTracedEngine:
         capacity: int,
         *,
         field: SearchField,
-        context_bytes: int = CUDA_CONTEXT_BYTES,
-        fragmentation: float = FRAGMENTATION,
         limit: int = MAX_SEARCH,
     ) -> int:
-        """Largest micro-batch (affine in it) or sequence (quadratic: attention scores) that fits."""
-        budget = tensor_budget(capacity, context_bytes, fragmentation)
+        """Largest micro-batch (affine in it) or sequence (quadratic: attention scores) that fits with
+        the engine's reserve."""
+        budget = self.reserve.tensor_budget(capacity)
         if field == "micro_batch":
             return self._largest_batch(setting, budget, limit)
         return self._largest_seq(setting, budget, min(limit, self.desc.max_positions or limit))
@@ -271,17 +327,7 @@ class HFTracedEngine:
         return max(0, int(min(best, limit)))
 
     def fit(self, setting: StepSetting, total_bytes: int, capacity: int) -> Fit:
-        context, fragmentation = self.context_bytes, self.fragmentation
-        return Fit(
-            fits=total_bytes <= capacity,
-            headroom_bytes=capacity - total_bytes,
-            max_micro_batch=self.largest(
-                setting, capacity, field="micro_batch", context_bytes=context, fragmentation=fragmentation
-            ),
-            max_seq_len=self.largest(
-                setting, capacity, field="seq_len", context_bytes=context, fragmentation=fragmentation
-            ),
-        )
+        return fit_of(total_bytes, capacity, functools.partial(self.largest, setting, capacity))
 
 
 def _quadratic_root(values: list[int], points: list[int], budget: float) -> float:

@@ -16,15 +16,15 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from ampkit.errors import UsageError
 from ampkit.hardware import GpuSpec, lookup_gpu
 from ampkit.plan.describe import ModelDescription
-from ampkit.plan.ledger import StepReplay, analytic_ledger
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, StepSetting
+from ampkit.plan.ledger import StepReplay, ledger_with
+from ampkit.plan.setting import DEFAULT_RESERVE, GIB, Reserve, StepSetting
 
 DRIVER_RESERVED = 0.01  # fraction of nominal memory the driver / ECC keep from PyTorch
 MAX_SEARCH = 1 << 24  # upper bound for micro-batch / sequence searches
@@ -108,11 +108,6 @@ class Fit:
         }
 
 
-def tensor_budget(capacity: int, context_bytes: int, fragmentation: float) -> float:
-    """The tensor peak allowed once the reserve is taken out."""
-    return (capacity - context_bytes) / (1 + fragmentation)
-
-
 def largest_affine(totals: Iterable[tuple[int, int]], budget: float, limit: int) -> int:
     """The largest x <= `limit` (0: none) at which every total, affine in x and given as its values at
     x = 1 and x = 2, stays within `budget`: a total that does not grow with x only has to fit."""
@@ -150,42 +145,33 @@ def largest(
     capacity: int,
     *,
     field: SearchField,
-    context_bytes: int = CUDA_CONTEXT_BYTES,
-    fragmentation: float = FRAGMENTATION,
+    reserve: Reserve = DEFAULT_RESERVE,
     limit: int = MAX_SEARCH,
 ) -> int:
     """Largest `field` ("micro_batch" or "seq_len") that fits, all else as in `setting` (0: none)."""
-    budget = tensor_budget(capacity, context_bytes, fragmentation)
     at1, at2 = _totals(desc, _with(setting, field, 1)), _totals(desc, _with(setting, field, 2))
-    best = largest_affine(zip(at1, at2), budget, limit)
+    best = largest_affine(zip(at1, at2), reserve.tensor_budget(capacity), limit)
     # the replay rounds each allocation to whole bytes: confirm, and step down if a rounding bit
-    while best > 0 and not _fits_total(desc, _with(setting, field, best), capacity, context_bytes, fragmentation):
+    while best > 0 and ledger_with(desc, _with(setting, field, best), reserve).total > capacity:
         best -= 1
     return best
 
 
-def _fits_total(desc, setting, capacity, context_bytes, fragmentation) -> bool:
-    ledger = analytic_ledger(desc, setting, context_bytes=context_bytes, fragmentation=fragmentation)
-    return ledger.total <= capacity
-
-
-def fit(
-    desc: ModelDescription,
-    setting: StepSetting,
-    total_bytes: int,
-    capacity: int,
-    *,
-    context_bytes: int = CUDA_CONTEXT_BYTES,
-    fragmentation: float = FRAGMENTATION,
-) -> Fit:
-    """Whether a step of `total_bytes` fits `capacity`, by how much, and the largest micro-batch and
-    sequence (each with the other as in `setting`) that fit."""
-    search = functools.partial(
-        largest, desc, setting, capacity, context_bytes=context_bytes, fragmentation=fragmentation
-    )
+def fit_of(total_bytes: int, capacity: int, search: Callable[..., int], *, seq_limit: int = MAX_SEARCH) -> Fit:
+    """The `Fit` of a step of `total_bytes` in `capacity`, with `search(field=..., limit=...)` an engine's
+    largest micro-batch / sequence search (each with the other as in the step's setting)."""
     return Fit(
         fits=total_bytes <= capacity,
         headroom_bytes=capacity - total_bytes,
-        max_micro_batch=search(field="micro_batch"),
-        max_seq_len=search(field="seq_len", limit=desc.max_positions or MAX_SEARCH),
+        max_micro_batch=search(field="micro_batch", limit=MAX_SEARCH),
+        max_seq_len=search(field="seq_len", limit=seq_limit),
     )
+
+
+def fit(
+    desc: ModelDescription, setting: StepSetting, total_bytes: int, capacity: int, *, reserve: Reserve = DEFAULT_RESERVE
+) -> Fit:
+    """Whether a step of `total_bytes` fits `capacity`, by how much, and the largest micro-batch and
+    sequence (each with the other as in `setting`) that fit."""
+    search = functools.partial(largest, desc, setting, capacity, reserve=reserve)
+    return fit_of(total_bytes, capacity, search, seq_limit=desc.max_positions or MAX_SEARCH)

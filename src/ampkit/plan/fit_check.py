@@ -33,7 +33,7 @@ from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.fit import largest
 from ampkit.plan.hf_describe import has_analytic
 from ampkit.plan.ledger import analytic_ledger
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, StepSetting
+from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, Reserve, StepSetting
 
 CPU_FIXED_BYTES = 100 * 1024**2
 """What a CPU run's process grows by beyond the step's tensors, whatever its size (measured ~100 MiB)."""
@@ -118,10 +118,11 @@ def estimate_fit(
         needed = int(ledger.tensor_peak * (1 + fragmentation)) + context
     else:
         needed = static + int(CPU_DYNAMIC_FACTOR * (ledger.tensor_peak - static)) + context
+    reserve = Reserve(context_bytes=context, fragmentation=fragmentation)
     if lora is None:
-        best = largest(desc, setting, capacity, field="micro_batch", context_bytes=context, fragmentation=fragmentation)
+        best = largest(desc, setting, capacity, field="micro_batch", reserve=reserve)
     else:
-        best = lora.largest(setting, capacity, context_bytes=context, fragmentation=fragmentation)
+        best = lora.largest(setting, capacity, reserve=reserve)
     return FitEstimate(
         peak_bytes=held + needed,
         needed_bytes=needed,

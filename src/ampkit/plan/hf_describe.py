@@ -67,6 +67,13 @@ class HFCounts:
     expert_parameters: int = 0
     """parameters inside the experts (all of them, over every layer)"""
 
+    def to_dict(self) -> dict[str, int]:
+        """The counts as summary.json's model block names them (`total` is num_parameters, `active`
+        active_parameters, ...; the expert fields keep their names)."""
+        renamed = {"total": "num_parameters", **{f: f"{f}_parameters" for f in ("active", "matmul", "embedding")}}
+        names = ("total", "active", "matmul", "embedding", "experts", "experts_per_token", "expert_parameters")
+        return {renamed.get(f, f): getattr(self, f) for f in names}
+
 
 def _distinct(params) -> dict[int, nn.Parameter]:
     seen: dict[int, nn.Parameter] = {}
@@ -163,18 +170,8 @@ class HFDescription(ModelDescription):
     def to_dict(self) -> dict[str, Any]:
         skip = {"model_config", "hf_config", "signatures", "counts", "pattern"}
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
-        c = self.counts
         out.update(
-            num_parameters=c.total,
-            active_parameters=c.active,
-            matmul_parameters=c.matmul,
-            embedding_parameters=c.embedding,
-            experts=c.experts,
-            experts_per_token=c.experts_per_token,
-            expert_parameters=c.expert_parameters,
-            buildable=self.buildable,
-            layers=self.pattern.to_dict(),
-            notes=list(self.notes),
+            self.counts.to_dict(), buildable=self.buildable, layers=self.pattern.to_dict(), notes=list(self.notes)
         )
         return out
 

@@ -31,7 +31,7 @@ from ampkit.plan.hf_describe import HFDescription, meta_model
 from ampkit.plan.layers import check_copy, config_at_depth
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.setting import StepSetting
-from ampkit.plan.trace import _train_step, fake_batch, materialize_fake, steady_state_optimizer
+from ampkit.plan.trace import _train_step, convert_for_trace, fake_batch, materialize_fake, steady_state_optimizer
 from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import Precision, build_precision
 
@@ -57,18 +57,16 @@ def traced_precision(name: str) -> str:
     return "fp8-emulated" if not get_numerics(name).traceable else name
 
 
+_SAME_FIELDS = ("name", "model_type", "architecture", "vocab_size", "d_model", "n_layers", "n_heads", "tie_embeddings")
+"""the `HFModelInfo` fields an `HFDescription` holds under the same name"""
+
+
 def _plan_info(desc: HFDescription) -> HFModelInfo:
+    """The adapter's model info for a planned (never loaded) model: counts from the description."""
     return HFModelInfo(
-        name=desc.name,
+        **{name: getattr(desc, name) for name in _SAME_FIELDS},
         path=desc.name,
-        model_type=desc.model_type,
-        architecture=desc.architecture,
-        vocab_size=desc.vocab_size,
-        d_model=desc.d_model,
-        n_layers=desc.n_layers,
-        n_heads=desc.n_heads,
         max_seq_len=desc.max_positions,
-        tie_embeddings=desc.tie_embeddings,
         pretrained=False,
         total_parameters=desc.counts.total,
         embedding_parameters=desc.counts.embedding,
@@ -88,7 +86,7 @@ def build_at_depth(desc: HFDescription, depth: int, policy: Precision) -> HFCaus
         raise CopyMismatch(f"a {depth}-layer copy of the model does not have the layers of its first {depth}")
     adapter = HFCausalLM(model, _plan_info(desc))
     adapter.train()
-    converted = policy.convert_module(adapter)
+    converted = convert_for_trace(policy, adapter)
     assert isinstance(converted, HFCausalLM), "the policies convert a model in place"
     return converted
 

@@ -34,7 +34,7 @@ from ampkit.plan.numerics import FP32_BYTES as F
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import optimizer_state_bytes
 from ampkit.plan.replay import Replay
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting, framework_reserve
+from ampkit.plan.setting import CUDA_CONTEXT_BYTES, DEFAULT_RESERVE, FRAGMENTATION, Ledger, Reserve, StepSetting
 
 BATCH_BYTES_PER_TOKEN = 16  # int64 input ids + int64 targets
 FORWARD_SCRATCH_FP32 = 2  # short-lived (tokens, q) fp32 buffers inside a block's forward (RoPE)
@@ -368,19 +368,18 @@ def analytic_ledger(
     context_bytes: int = CUDA_CONTEXT_BYTES,
     fragmentation: float = FRAGMENTATION,
 ) -> Ledger:
-    """The step's memory from formulas (see the module docstring); any model size, microseconds."""
-    replay = StepReplay(desc, setting).run()
-    return replay_ledger(replay, setting, context_bytes=context_bytes, fragmentation=fragmentation)
+    """The step's memory from formulas (see the module docstring); any model size, microseconds.
+    (`ledger_with` takes the reserve as one `Reserve`.)"""
+    return ledger_with(desc, setting, Reserve(context_bytes, fragmentation))
 
 
-def replay_ledger(replay: Replay, setting: StepSetting, *, context_bytes: int, fragmentation: float) -> Ledger:
+def ledger_with(desc: ModelDescription, setting: StepSetting, reserve: Reserve = DEFAULT_RESERVE) -> Ledger:
+    """`analytic_ledger` with `reserve` on top of the replay's peak."""
+    return replay_ledger(StepReplay(desc, setting).run(), setting, reserve)
+
+
+def replay_ledger(replay: Replay, setting: StepSetting, reserve: Reserve) -> Ledger:
     """The analytic ledger of a replayed step (the full step's or the LoRA step's): the lines live at
     the replay's peak, each line's largest, and the framework reserve on top of that peak."""
-    return Ledger(
-        setting=setting,
-        engine="analytic",
-        at_peak=dict(replay.peak_lines),
-        largest=dict(replay.largest),
-        peak_moment=replay.peak_moment,
-        reserve=framework_reserve(replay.peak, context_bytes=context_bytes, fragmentation=fragmentation),
-    )
+    lines, largest = replay.peak_lines, replay.largest
+    return Ledger.of_peak(setting, "analytic", lines=lines, largest=largest, moment=replay.peak_moment, reserve=reserve)

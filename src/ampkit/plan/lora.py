@@ -33,7 +33,7 @@ from ampkit.plan.lora_replay import LoraReplay
 from ampkit.plan.numerics import FP32_BYTES as FP32
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import optimizer_state_bytes
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting
+from ampkit.plan.setting import DEFAULT_RESERVE, NO_RESERVE, Ledger, Reserve, StepSetting
 
 NF4_BLOCK = 64
 """weights per 4-bit block (one 8-bit scale each, bitsandbytes' default for nf4)"""
@@ -195,8 +195,7 @@ def analytic_lora_ledger(
     setting: StepSetting,
     plan: LoraPlan,
     *,
-    context_bytes: int = CUDA_CONTEXT_BYTES,
-    fragmentation: float = FRAGMENTATION,
+    reserve: Reserve = DEFAULT_RESERVE,
 ) -> Ledger:
     """The LoRA step's memory from formulas (`ampkit.plan.lora_replay`); any model size, milliseconds."""
     check_lora_plannable(desc, plan)
@@ -213,7 +212,7 @@ def analytic_lora_ledger(
         ckpt=setting.checkpointing == "full",
     )
     replay.adapted = set(plan.targets)
-    return replay_ledger(replay.run(), setting, context_bytes=context_bytes, fragmentation=fragmentation)
+    return replay_ledger(replay.run(), setting, reserve)
 
 
 def lora_largest(
@@ -223,8 +222,7 @@ def lora_largest(
     capacity: int,
     *,
     field: str = "micro_batch",
-    context_bytes: int = CUDA_CONTEXT_BYTES,
-    fragmentation: float = FRAGMENTATION,
+    reserve: Reserve = DEFAULT_RESERVE,
     limit: int = 1 << 20,
 ) -> int:
     """Largest micro-batch (or sequence length) whose LoRA step fits `capacity` (0: not even 1).
@@ -232,7 +230,7 @@ def lora_largest(
 
     def fits(value: int) -> bool:
         probe = replace(setting, micro_batch=value) if field == "micro_batch" else replace(setting, seq_len=value)
-        ledger = analytic_lora_ledger(desc, probe, plan, context_bytes=context_bytes, fragmentation=fragmentation)
+        ledger = analytic_lora_ledger(desc, probe, plan, reserve=reserve)
         return ledger.total <= capacity
 
     if not fits(1):
@@ -255,12 +253,10 @@ class LoraFit:
     plan: LoraPlan
 
     def ledger(self, setting: StepSetting) -> Ledger:
-        return analytic_lora_ledger(self.desc, setting, self.plan, context_bytes=0, fragmentation=0)
+        return analytic_lora_ledger(self.desc, setting, self.plan, reserve=NO_RESERVE)
 
-    def largest(self, setting: StepSetting, capacity: int, *, context_bytes: int, fragmentation: float) -> int:
-        return lora_largest(
-            self.desc, setting, self.plan, capacity, context_bytes=context_bytes, fragmentation=fragmentation
-        )
+    def largest(self, setting: StepSetting, capacity: int, *, reserve: Reserve) -> int:
+        return lora_largest(self.desc, setting, self.plan, capacity, reserve=reserve)
 
 
 def lora_fit_for(desc: ModelDescription, settings: LoraSettings, precision: str) -> LoraFit | None:

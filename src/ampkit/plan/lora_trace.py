@@ -29,7 +29,7 @@ from ampkit.plan.describe import ModelDescription
 from ampkit.plan.lora import NF4_BLOCK, NF4_NESTED_BLOCK, NF4_TABLE_BYTES, LoraPlan, check_lora_plannable
 from ampkit.plan.measure import _storage_bytes, profiled_step_peak
 from ampkit.plan.optim import build_optimizer
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting
+from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
 from ampkit.plan.trace import _warm_up, random_batch, trace_step, tracker_ledger
 from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import build_precision
@@ -130,12 +130,10 @@ def traced_lora_ledger(
     setting: StepSetting,
     plan: LoraPlan,
     *,
-    context_bytes: int = CUDA_CONTEXT_BYTES,
-    fragmentation: float = FRAGMENTATION,
+    reserve: Reserve = DEFAULT_RESERVE,
 ) -> Ledger:
     """The LoRA step's memory measured on fake tensors (the same lines as the analytic ledger)."""
-    tracker = trace_lora_step(desc, setting, plan)
-    return tracker_ledger(tracker, setting, context_bytes=context_bytes, fragmentation=fragmentation)
+    return tracker_ledger(trace_lora_step(desc, setting, plan), setting, reserve)
 
 
 def _quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:

@@ -18,8 +18,8 @@ from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.engines import hf_traced_engine, primary_engine
 from ampkit.plan.fit import Target, resolve_target
 from ampkit.plan.kv import activation_reserve_bytes, kv_budget, kv_pool_bytes, weight_bytes
-from ampkit.plan.ledger import analytic_ledger
-from ampkit.plan.setting import GIB, Ledger, StepSetting
+from ampkit.plan.ledger import ledger_with
+from ampkit.plan.setting import GIB, Ledger, Reserve, StepSetting
 from ampkit.plan.tracker import TENSOR_LINES
 from ampkit.precision import Fp8Mode, get_spec
 
@@ -37,7 +37,8 @@ UNITS = {
 
 
 def ledger_kwargs(config: PlanConfig) -> dict[str, Any]:
-    return {"context_bytes": int(config.context_gib * GIB), "fragmentation": config.fragmentation}
+    """The engines' and searches' `reserve` keyword, from --context-gib and --fragmentation."""
+    return {"reserve": Reserve(context_bytes=int(config.context_gib * GIB), fragmentation=config.fragmentation)}
 
 
 def settings_of(config: PlanConfig) -> list[StepSetting]:
@@ -130,7 +131,7 @@ def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | 
     setting = _setting(config, precision=precision, optimizer=config.optimizer_list()[0], checkpointing="none")
     kwargs = ledger_kwargs(config)
     traced = engine is not None and engine.name == "traced"
-    ledger = engine.ledger(setting) if traced else analytic_ledger(desc, setting, **kwargs)
+    ledger = engine.ledger(setting) if traced else ledger_with(desc, setting, **kwargs)
     out: dict[str, Any] = {
         "precision": precision,
         "reason": reason,
@@ -157,7 +158,10 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
     target = resolve_target(config.gpu, config.gpu_mem)
     primary = primary_engine(desc, **ledger_kwargs(config))
     engines = (primary, hf_traced_engine(desc, primary, **ledger_kwargs(config)))
-    rows = [_row(desc, setting, config, target, engines) for setting in settings_of(config)]
+    settings = settings_of(config)
+    if engines[1] is not None:
+        engines[1].prefetch(settings)  # the rows' traces, two processes where there are two cores
+    rows = [_row(desc, setting, config, target, engines) for setting in settings]
     return {
         "schema": PLAN_SCHEMA,
         "units": UNITS,

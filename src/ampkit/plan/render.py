@@ -62,6 +62,14 @@ def _fmt_time(seconds: float | None) -> str:
     return f"{seconds * 1000:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
 
 
+def titled(head: str, rows: list[dict[str, Any]], *, wide: bool, sep: str, tail: str) -> tuple[str, bool]:
+    """A table's title, `head` + `sep` + the optimizer every row uses + `tail`, and whether it names the
+    optimizer (then the rows need not): a compact table whose rows share one optimizer does."""
+    optimizers = {r["setting"]["optimizer"] for r in rows}
+    one = len(optimizers) == 1 and not wide
+    return head + (f"{sep}{next(iter(optimizers))}" if one else "") + tail, one
+
+
 def has_traced(summary: dict[str, Any]) -> bool:
     """Whether the plan traced its rows (`--trace`, or a transformers model: always)."""
     return bool(summary["config"].get("trace")) or any(r.get("traced") for r in summary["rows"])
@@ -129,13 +137,8 @@ def ledger_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
     with_fit = target is not None
     cfg = summary["config"]
     where = f" on {target['name']} ({target['capacity_gib']:.1f} GiB)" if with_fit else ""
-    optimizers = {r["setting"]["optimizer"] for r in rows}
-    one_optimizer = len(optimizers) == 1 and not wide
-    title = (
-        f"Memory at the step's peak, GiB (1024^3 B): micro-batch {cfg['micro_batch']} x {cfg['seq_len']} tokens"
-        + (f", {next(iter(optimizers))}" if one_optimizer else "")
-        + where
-    )
+    head = f"Memory at the step's peak, GiB (1024^3 B): micro-batch {cfg['micro_batch']} x {cfg['seq_len']} tokens"
+    title, one_optimizer = titled(head, rows, wide=wide, sep=", ", tail=where)
     if wide:
         headers = ledger_headers(rows, with_fit)
         return compact_table(title, columns(headers, notes=1), ledger_rows(rows, with_fit))

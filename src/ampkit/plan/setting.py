@@ -96,6 +96,29 @@ def framework_reserve(
     return int(context_bytes + fragmentation * tensor_peak_bytes)
 
 
+@dataclass(frozen=True)
+class Reserve:
+    """What a process needs beyond its tensor peak, as both engines and every fit search apply it."""
+
+    context_bytes: int = CUDA_CONTEXT_BYTES
+    """bytes held outside the caching allocator (CUDA context, workspaces, kernels)"""
+    fragmentation: float = FRAGMENTATION
+    """allocator slack, a fraction of the tensor peak"""
+
+    def over(self, tensor_peak_bytes: int) -> int:
+        """The framework reserve (bytes) on top of a tensor peak of `tensor_peak_bytes`."""
+        return framework_reserve(tensor_peak_bytes, context_bytes=self.context_bytes, fragmentation=self.fragmentation)
+
+    def tensor_budget(self, capacity: int) -> float:
+        """The tensor peak (bytes) allowed in `capacity` bytes once the reserve is taken out."""
+        return (capacity - self.context_bytes) / (1 + self.fragmentation)
+
+
+DEFAULT_RESERVE = Reserve()
+NO_RESERVE = Reserve(context_bytes=0, fragmentation=0.0)
+"""the tensor peak alone (the pre-build fit check adds its own reserve)"""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Ledger:
     """A step's memory: each line as live at the step's peak, and each line's own largest value."""
@@ -111,6 +134,29 @@ class Ledger:
     """where in the step the peak falls (e.g. "backward: block 7 mlp")"""
     reserve: int
     """framework reserve bytes (CUDA context + allocator fragmentation), added to the tensor peak"""
+
+    @classmethod
+    def of_peak(
+        cls,
+        setting: StepSetting,
+        engine: str,
+        *,
+        lines: dict[str, int],
+        largest: dict[str, int],
+        moment: str,
+        reserve: Reserve,
+    ) -> Ledger:
+        """The ledger of a step whose tensor memory peaked with `lines` live (bytes) at `moment`: each
+        line's `largest`, and `reserve` over that peak."""
+        at_peak = dict(lines)
+        return cls(
+            setting=setting,
+            engine=engine,
+            at_peak=at_peak,
+            largest=dict(largest),
+            peak_moment=moment,
+            reserve=reserve.over(sum(at_peak.values())),
+        )
 
     @property
     def tensor_peak(self) -> int:

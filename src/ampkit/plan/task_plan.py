@@ -19,8 +19,8 @@ from torch.utils.checkpoint import checkpoint
 
 from ampkit.errors import UsageError
 from ampkit.plan.fit import Target, resolve_target
-from ampkit.plan.setting import GIB, StepSetting
-from ampkit.plan.trace import _train_step, steady_state_optimizer, tracker_ledger
+from ampkit.plan.setting import GIB, Reserve, StepSetting
+from ampkit.plan.trace import _train_step, convert_for_trace, steady_state_optimizer, tracker_ledger
 from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import build_precision, get_spec
 from ampkit.tasks import optional
@@ -57,7 +57,7 @@ def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[St
     tracker = StorageTracker()
     fake = FakeTensorMode(allow_non_fake_inputs=True)  # bitsandbytes' lookup tables stay real constants
     with fake, policy.init_context():
-        model = policy.convert_module(task.build_model(device=torch.device("cpu"), seed=0))
+        model = convert_for_trace(policy, task.build_model(device=torch.device("cpu"), seed=0))
     optimizer = steady_state_optimizer(model, setting, tracker, fake)
     with fake:
         if setting.checkpointing == "full":
@@ -76,7 +76,7 @@ def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[St
 
 def task_ledger(task: Task, setting: StepSetting, *, batch: Any, context_bytes: int, fragmentation: float):
     tracker, flops = trace_task_step(task, setting, batch=batch)
-    ledger = tracker_ledger(tracker, setting, context_bytes=context_bytes, fragmentation=fragmentation)
+    ledger = tracker_ledger(tracker, setting, Reserve(context_bytes, fragmentation))
     return dataclasses.replace(ledger, peak_moment=ledger.peak_moment or "step"), flops
 
 
@@ -177,17 +177,13 @@ def task_plan_rows(summary: dict[str, Any]) -> list[list[str]]:
 def task_plan_table(summary: dict[str, Any], *, wide: bool = False):
     """One row per setting. `wide`: the report's columns; else the setting in one cell (the optimizer in the
     title when there is one), activations and temporaries as one "activ" column, "fits" and "max batch" apart."""
+    from ampkit.plan.render import titled
     from ampkit.report.console import columns, compact_table
 
     task, target, rows = summary["task"], summary["target"], summary["rows"]
     where = f" · {target['name']}" if target else ""
-    optimizers = {r["setting"]["optimizer"] for r in rows}
-    one = len(optimizers) == 1 and not wide
-    title = (
-        f"ampkit plan · {task['name']} (traced){where} · micro-batch {summary['config']['micro_batch']}"
-        + (f" · {next(iter(optimizers))}" if one else "")
-        + " · GiB"
-    )
+    head = f"ampkit plan · {task['name']} (traced){where} · micro-batch {summary['config']['micro_batch']}"
+    title, one = titled(head, rows, wide=wide, sep=" · ", tail=" · GiB")
     if wide:
         return compact_table(title, columns(TABLE_HEADERS, names=2), task_plan_rows(summary))
     headers = ["setting", "params", "grads", "optim", "activ", "total", "fits", "max batch"]

@@ -35,9 +35,10 @@ from ampkit.models import LlamaLM
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import build_optimizer
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, Ledger, StepSetting, framework_reserve
+from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
 from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import Precision, build_precision
+from ampkit.precision.fp8 import Fp8Precision
 
 
 def trace_blocker(desc: ModelDescription, setting: StepSetting) -> str | None:
@@ -93,9 +94,31 @@ def _build(desc: ModelDescription, policy: Precision) -> LlamaLM:
     assert desc.model_config is not None, "check_traceable refuses the models ampkit does not build"
     with torch.device("meta"):  # no memory: shapes only, then the policy's dtype conversion
         model = LlamaLM(desc.model_config)
-    converted = policy.convert_module(model)
+    converted = convert_for_trace(policy, model)
     assert isinstance(converted, LlamaLM), "the policies convert a model in place"
     return converted
+
+
+def convert_for_trace(policy: Precision, model: nn.Module) -> nn.Module:
+    """`policy.convert_module(model)` for a fake-tensor trace. torchao's float8 conversion also patches
+    inductor's Triton code generation for compiled float8 kernels, which imports inductor (~0.4 s of
+    CPU); a trace compiles nothing, so that patch is held off here (the next conversion of a model
+    that runs applies it) and the converted modules are the same."""
+    if not isinstance(policy, Fp8Precision):
+        return policy.convert_module(model)
+    try:
+        from torchao.float8 import _inductor_patch as patch
+    except ImportError:  # no torchao (convert_module says how to install it) or the patch moved
+        return policy.convert_module(model)
+    apply = getattr(patch, "_patch_inductor_min_max_codegen", None)
+    patch._patch_inductor_min_max_codegen = lambda: None
+    try:
+        return policy.convert_module(model)
+    finally:
+        if apply is None:
+            del patch._patch_inductor_min_max_codegen
+        else:
+            patch._patch_inductor_min_max_codegen = apply
 
 
 def _warm_up(model: nn.Module, optimizer: torch.optim.Optimizer, *, keep_grads: bool) -> None:
@@ -288,28 +311,13 @@ def trace_step(desc: ModelDescription, setting: StepSetting, *, model: LlamaLM |
     return tracker
 
 
-def traced_ledger(
-    desc: ModelDescription,
-    setting: StepSetting,
-    *,
-    context_bytes: int = CUDA_CONTEXT_BYTES,
-    fragmentation: float = FRAGMENTATION,
-) -> Ledger:
+def traced_ledger(desc: ModelDescription, setting: StepSetting, *, reserve: Reserve = DEFAULT_RESERVE) -> Ledger:
     """The step's memory as measured on fake tensors; same lines and reserve as the analytic one."""
-    tracker = trace_step(desc, setting)
-    return tracker_ledger(tracker, setting, context_bytes=context_bytes, fragmentation=fragmentation)
+    return tracker_ledger(trace_step(desc, setting), setting, reserve)
 
 
-def tracker_ledger(
-    tracker: StorageTracker, setting: StepSetting, *, context_bytes: int, fragmentation: float
-) -> Ledger:
+def tracker_ledger(tracker: StorageTracker, setting: StepSetting, reserve: Reserve) -> Ledger:
     """The traced ledger of a tracked step (any traced engine's): the lines live at the tracker's
     peak, each line's largest, and the framework reserve on top of that peak."""
-    return Ledger(
-        setting=setting,
-        engine="traced",
-        at_peak=dict(tracker.peak_lines),
-        largest=dict(tracker.largest),
-        peak_moment=tracker.peak_label,
-        reserve=framework_reserve(tracker.peak_total, context_bytes=context_bytes, fragmentation=fragmentation),
-    )
+    lines, largest = tracker.peak_lines, tracker.largest
+    return Ledger.of_peak(setting, "traced", lines=lines, largest=largest, moment=tracker.peak_label, reserve=reserve)
