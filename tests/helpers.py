@@ -20,12 +20,15 @@ REAL_RUNS: dict[str, list[str]] = {
     # serving: fp32 and bf16 weights, each with its own KV dtype and fp8 (fp32/fp32 among them)
     "bench-inference": ["bench", "--inference", "--weights", "fp32,bf16", "--kv-dtypes", "weights,fp8"]
     + ["--prompt-len", "16", "--gen-tokens", "4", "--infer-batch", "2", "--repeats", "1"],
+    # a sweep under fp32 (baseline, then each variant in its own worker), --json: stdout is summary.json
+    "sweep": ["bench", "--sweep", "pack,pack+checkpointing", "--seq-len", "48", "--batch-size", "4", "--steps", "3"]
+    + ["--warmup-steps", "1", "--json"],
     "train": ["train", *TINY_ARGS, "--precision", "fp16-mixed", "--steps", "3"],  # fp16: a loss-scale curve
     "hw": ["hw", "--quick", "--device", "cpu"],
 }
 """Real small runs that several test modules only read (tests/report/test_console_width.py prints their
 tables at 80 columns; tests/cli/test_report_roundtrip.py renders their reports again byte for byte;
-tests/bench/test_bench_cli.py checks the bench's summary and report)."""
+tests/bench/test_bench_cli.py and test_sweep.py check the bench's and the sweep's summary and report)."""
 REAL_RUN_COLUMNS = 80
 
 

@@ -27,7 +27,6 @@ from helpers import REAL_RUN_COLUMNS
 WIDTHS = (80, 120)
 WHOLE_LINES = ("run directory: ", "report: ", "  ampkit ")
 """lines printed whole (soft-wrapped by a terminal, never broken): a path, or a command to copy"""
-BENCH = ["--seq-len", "32", "--batch-size", "2", "--steps", "2", "--warmup-steps", "1"]
 
 
 @pytest.fixture
@@ -140,16 +139,12 @@ def test_bench_inference_and_kv_from_bench_tables_fit(tmp_path, capsys, monkeypa
         assert_fits(text, width, tables)
 
 
-def test_bench_sweep_tables_fit(tmp_path, capsys, monkeypatch, tables):
-    run_dir = tmp_path / "sweep"
-    assert_fits(
-        _cli(capsys, monkeypatch, 80, "bench", "--sweep", "pack+checkpointing", *BENCH, "--out", str(run_dir)),
-        80,
-        tables,
-    )
-    summary = json.loads((run_dir / "summary.json").read_text())
-    tables.clear()
-    assert_fits(_rendered(bench_cli.show_sweep, summary, 120, run_dir), 120, tables)
+def test_bench_sweep_tables_fit(tables, real_runs):
+    run = real_runs["sweep"]  # bench --sweep pack,pack+checkpointing --json (tests/helpers.py): the tables as printed
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    for width in WIDTHS:
+        tables.clear()
+        assert_fits(_rendered(bench_cli.show_sweep, summary, width, run.run_dir), width, tables)
 
 
 @pytest.mark.slow
