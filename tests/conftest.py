@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import io
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 import torch
 
+import ampkit.report.console as console_mod
 from ampkit.cli import main
+from helpers import REAL_RUN_COLUMNS, REAL_RUNS
 
 
 @pytest.fixture(autouse=True)
@@ -27,3 +34,43 @@ def run_cli(capsys):
         return code, out.out, out.err
 
     return _run
+
+
+_TABLE_OF = console_mod.table_of
+
+
+class RealRuns:
+    """Each of `REAL_RUNS` run once, in-process, on first use, with `COLUMNS=80`: its run directory, its
+    stdout and stderr, and every console table it built (each goes through `ampkit.report.console.table_of`)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._done: dict[str, SimpleNamespace] = {}
+
+    def __getitem__(self, name: str) -> SimpleNamespace:
+        if name not in self._done:
+            self._done[name] = self._run(name, REAL_RUNS[name])
+        return self._done[name]
+
+    def _run(self, name: str, argv: list[str]) -> SimpleNamespace:
+        run_dir = self.root / name
+        tables: list = []
+
+        def recording(*args, **kwargs):
+            table = _TABLE_OF(*args, **kwargs)  # the real one, even inside a test that records its own
+            tables.append(table)
+            return table
+
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as mp, redirect_stdout(out), redirect_stderr(err):
+            mp.setenv("COLUMNS", str(REAL_RUN_COLUMNS))
+            mp.setattr(console_mod, "table_of", recording)
+            code = main([*argv, "--out", str(run_dir)])
+        assert code == 0, f"{name}: {err.getvalue()}"
+        return SimpleNamespace(run_dir=run_dir, out=out.getvalue(), err=err.getvalue(), tables=tables, argv=argv)
+
+
+@pytest.fixture(scope="session")
+def real_runs(tmp_path_factory) -> RealRuns:
+    """The shared real runs of `REAL_RUNS` (read them, never change them)."""
+    return RealRuns(tmp_path_factory.mktemp("real-runs"))

@@ -4,6 +4,7 @@ the synthetic-worker pipeline (summary, recommendation, reports), and one-line r
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -11,8 +12,6 @@ import ampkit.bench.runner as runner
 from ampkit.bench.schema import validate_summary
 from ampkit.cli import main
 from bench_fakes import AVX2_CPU, SimWorker, peaks_of
-
-TINY = ["--seq-len", "32", "--batch-size", "2", "--steps", "3", "--warmup-steps", "1"]
 
 
 def run_cli(capsys, *argv):
@@ -22,23 +21,17 @@ def run_cli(capsys, *argv):
 
 
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    """One real bench (fp32 + bf16-mixed, 1 warmup + 3 measured steps, tiny shapes), shared by the tests."""
-    out = tmp_path_factory.mktemp("bench") / "run"
-    import io
-    from contextlib import redirect_stdout
-
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        code = main(["bench", "--precisions", "fp32,bf16-mixed", *TINY, "--out", str(out), "--json"])
-    return code, buf.getvalue(), out
+def real_run(real_runs):
+    """One real bench (fp32 + bf16-mixed, 1 warmup + 3 measured steps, tiny shapes), shared by the tests (and
+    with tests/report/test_console_width.py: `real_runs`, tests/conftest.py)."""
+    run = real_runs["bench"]
+    return run.out, run.run_dir
 
 
 def test_real_bench_writes_summary_and_reports(real_run):
-    code, stdout, out = real_run
-    assert code == 0
-    summary = json.loads(stdout)  # --json: stdout is the summary and nothing else
-    assert summary == json.loads((out / "summary.json").read_text())
+    stdout, out = real_run
+    summary = json.loads((out / "summary.json").read_text())
+    assert "Recommendation" in stdout and str(out) in stdout  # the table, then the run directory
     assert validate_summary(summary) == []
     names = [e["name"] for e in summary["precisions"]]
     assert names == ["fp32", "bf16-mixed"]
@@ -82,8 +75,9 @@ def test_real_bench_writes_summary_and_reports(real_run):
     assert sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) < 5 * 1024**2
 
 
-def test_report_rerenders_from_summary(real_run, capsys):
-    _, _, out = real_run
+def test_report_rerenders_from_summary(real_run, capsys, tmp_path):
+    out = tmp_path / "run"  # a copy: the shared run stays as it is
+    shutil.copytree(real_run[1], out)
     written = {p.name: p.read_bytes() for p in out.glob("report*")}
     for name in written:
         (out / name).unlink()
@@ -170,8 +164,10 @@ def test_low_fidelity_is_not_recommended_even_when_fastest(tmp_path, capsys, mon
         "run_worker",
         fake_worker(monkeypatch, {"fp32": 50, "bf16-mixed": 10, "fp16-mixed": 30}, cos_noise={"bf16-mixed": 3.0}),
     )
-    assert run_cli(capsys, "bench", "--out", str(tmp_path / "run"), "--json")[0] == 0
+    code, stdout, _ = run_cli(capsys, "bench", "--out", str(tmp_path / "run"), "--json")
+    assert code == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert json.loads(stdout) == summary  # --json: stdout is the summary and nothing else
     bf16 = next(e for e in summary["precisions"] if e["name"] == "bf16-mixed")
     assert bf16["fidelity"]["logits_cosine"] < 0.9 and bf16["fidelity"]["verdict"] == "amplified"
     assert summary["recommendation"]["precision"] == "fp16-mixed"

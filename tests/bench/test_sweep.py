@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 from ampkit.cli import main
 
-TINY = ["--seq-len", "48", "--batch-size", "4", "--steps", "3", "--warmup-steps", "1"]
 
-
-def test_sweep_runs_baseline_and_pack_and_re_renders(tmp_path, capsys):
-    out = tmp_path / "sweep"
-    assert main(["bench", "--sweep", "pack", *TINY, "--out", str(out), "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
+def test_sweep_runs_baseline_and_pack_and_re_renders(tmp_path, real_runs):
+    # --sweep pack,pack+checkpointing, 3 measured steps, --json (tests/helpers.py; shared with test_console_width.py)
+    run = real_runs["sweep"]
+    summary = json.loads(run.out)  # --json: stdout is the summary and nothing else
+    assert summary == json.loads((run.run_dir / "summary.json").read_text())
+    out = tmp_path / "sweep"  # re-rendered in a copy: the shared run stays as it is
+    shutil.copytree(run.run_dir, out)
     assert summary["command"] == "bench-sweep" and summary["precision"] == "fp32"
     rows = {r["variant"]: r for r in summary["rows"]}
-    assert list(rows) == ["baseline", "pack"]  # the baseline is always measured first
+    assert list(rows) == ["baseline", "pack", "pack+checkpointing"]  # the baseline is always measured first
     assert all(r["status"] == "ok" and r["measured_steps"] == 3 for r in rows.values())
     assert rows["baseline"]["vs_baseline"]["tokens_per_s"] == 1.0
     assert rows["pack"]["padding_fraction"] < rows["baseline"]["padding_fraction"]
@@ -27,7 +29,7 @@ def test_sweep_runs_baseline_and_pack_and_re_renders(tmp_path, capsys):
         (out / name).unlink()
     assert main(["report", str(out)]) == 0
     assert {p.name: p.read_bytes() for p in out.glob("report*")} == written  # byte for byte, figures too
-    assert summary["provenance"]["command_line"].startswith("ampkit bench --sweep pack ")
+    assert summary["provenance"]["command_line"].startswith("ampkit bench --sweep pack,pack+checkpointing ")
 
 
 def test_sweep_bad_inputs_are_one_line(tmp_path, capsys):

@@ -15,25 +15,21 @@ import pytest
 
 import ampkit.provenance
 from ampkit.cli import main
-from helpers import TINY_ARGS
+from helpers import REAL_RUNS
 
-BENCH = ["--model", "tiny", "--seq-len", "32", "--batch-size", "2", "--steps", "2", "--warmup-steps", "1"]
-INFERENCE = ["--prompt-len", "8", "--gen-tokens", "4", "--infer-batch", "1", "--repeats", "1"]
 PLAN = ["--model", "tiny", "--seq-len", "64"]
 
+SHARED = ("bench-lora", "bench-inference", "train", "hw")
+"""run once for the session (tests/conftest.py: REAL_RUNS; tests/report/test_console_width.py reads them too).
+A plain fp32 + bf16-mixed bench is re-rendered in tests/bench/test_bench_cli.py."""
 RUNS: dict[str, list[str]] = {
-    # bench with LoRA adapters, fp32 alone (an emulated bf16 LoRA step is slow on CPU); tests/bench/test_bench_cli.py
-    # re-renders a plain fp32 + bf16-mixed bench
-    "bench-lora": ["bench", "--lora", "4", "--precisions", "fp32", *BENCH],
-    "bench-inference": ["bench", "--inference", *INFERENCE, "--weights", "fp32", "--kv-dtypes", "fp32"],
-    "train": ["train", *TINY_ARGS, "--precision", "fp16-mixed", "--steps", "3"],  # fp16: a loss-scale curve
+    **{name: REAL_RUNS[name] for name in SHARED},
     "doctor": ["doctor", "--precision", "fp32", "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--no-smoke"],
     "plan": ["plan", *PLAN, "--gpu", "T4"],
     "plan-task": ["plan", "--task", "mlp", "--precisions", "fp32,bf16-mixed", "--checkpointing", "none"],
     "plan-lora": ["plan", *PLAN, "--lora", "8", "--gpu", "T4"],
     "plan-trace": ["plan", *PLAN, "--trace", "--precisions", "fp32,bf16-mixed", "--checkpointing", "none"],
     "kv": ["kv", "--model", "tiny", "--gpu", "A100-80GB"],
-    "hw": ["hw", "--quick", "--device", "cpu"],
 }
 SCHEMAS = {
     "bench-lora": "ampkit.bench/2",
@@ -55,11 +51,13 @@ def report_files(run_dir: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    """Every command's run directory, written once for the module's tests."""
+def runs(tmp_path_factory, real_runs) -> dict[str, Path]:
+    """Every command's run directory, written once for the module's tests (the shared ones once a session)."""
     root = tmp_path_factory.mktemp("runs")
-    out = {}
+    out = {name: real_runs[name].run_dir for name in SHARED}
     for name, argv in RUNS.items():
+        if name in SHARED:
+            continue
         out[name] = root / name
         assert main([*argv, "--out", str(out[name])]) == 0, name
     out["kv-from-bench"] = root / "kv-from-bench"
@@ -93,8 +91,9 @@ def test_a_run_is_rendered_again_byte_for_byte(runs, name, tmp_path, monkeypatch
 
 
 @pytest.mark.slow
-def test_a_report_is_rendered_again_in_place(runs, capsys):
-    run_dir = runs["train"]
+def test_a_report_is_rendered_again_in_place(runs, capsys, tmp_path):
+    run_dir = tmp_path / "train"  # the shared run stays as it is: its copy, checkpoints included, is rendered
+    shutil.copytree(runs["train"], run_dir, ignore=shutil.ignore_patterns(".lock"))
     written = report_files(run_dir)
     for name in written:
         (run_dir / name).unlink()

@@ -36,13 +36,14 @@ def test_fp8_emulated_training_tracks_bf16_mixed(tmp_path, run_cli):
     results = {}
     for precision in ("bf16-mixed", "fp8-emulated"):
         code, out, err = run_cli(
-            "train", *TINY_ARGS, "--precision", precision, "--steps", "20", "--out", str(tmp_path / precision), "--json"
+            "train", *TINY_ARGS, "--precision", precision, "--steps", "10", "--out", str(tmp_path / precision), "--json"
         )
         assert code == 0, err
         results[precision] = json.loads(out)
     bf16, fp8 = results["bf16-mixed"], results["fp8-emulated"]
     assert fp8["eval_loss"] < 0.8 * fp8["eval_loss_initial"]  # it learns
-    # Stated tolerance: after 20 steps the held-out loss is within 5% of bf16-mixed's. Per-step
+    # Stated tolerance: after 10 steps the held-out loss is within 5% of bf16-mixed's (measured: 0.1%; 5.54 ->
+    # 3.30, both; each emulated fp8 step is slow, an emulated bf16 one too on an AVX2-only CPU). Per-step
     # losses wander more (high LR, chaotic early training), so the held-out loss is the fair figure.
     assert abs(fp8["eval_loss"] - bf16["eval_loss"]) / bf16["eval_loss"] < 0.05
     assert torch.isfinite(torch.tensor(fp8["final_loss"]))

@@ -1,10 +1,12 @@
 """Every command's console tables fit 80 and 120 columns and never break a number or a word.
 
-Real small runs (a tiny model, a few steps, CLI in-process with COLUMNS set): every table a command builds
-goes through `ampkit.report.console.table_of`, which the test records, so each cell and header of each table
-is checked against the printed text: every whitespace-separated token of it must appear whole among the
-printed tokens (a number wrapped as "5.1" over "327", or cut to "GFLOP/tok…", fails), and every line must
-fit the width (a run directory, a report path or a command to copy is printed whole on its own line).
+Real small runs (a tiny model, a few steps, CLI in-process with COLUMNS set; those that
+tests/cli/test_report_roundtrip.py renders again are shared with it: `real_runs`, tests/conftest.py): every
+table a command builds goes through `ampkit.report.console.table_of`, which the test records, so each cell
+and header of each table is checked against the printed text: every whitespace-separated token of it must
+appear whole among the printed tokens (a number wrapped as "5.1" over "327", or cut to "GFLOP/tok…", fails),
+and every line must fit the width (a run directory, a report path or a command to copy is printed whole on
+its own line).
 """
 
 from __future__ import annotations
@@ -20,12 +22,11 @@ import ampkit.report.console as console_mod
 from ampkit.cli import bench as bench_cli
 from ampkit.cli import main
 from ampkit.report.console import Footnotes, column_format, compact_table, decimals_for, make_console, time_unit
+from helpers import REAL_RUN_COLUMNS
 
 WIDTHS = (80, 120)
 WHOLE_LINES = ("run directory: ", "report: ", "  ampkit ")
 """lines printed whole (soft-wrapped by a terminal, never broken): a path, or a command to copy"""
-BENCH = ["--seq-len", "32", "--batch-size", "2", "--steps", "2", "--warmup-steps", "1"]
-SERVE = ["--prompt-len", "16", "--gen-tokens", "4", "--infer-batch", "2", "--repeats", "1"]
 
 
 @pytest.fixture
@@ -109,10 +110,10 @@ def test_the_console_follows_columns(monkeypatch):
 # ---- bench: precisions, --inference (and kv --from-bench), --sweep, --lora -----------------------------
 
 
-def test_bench_tables_fit(tmp_path, capsys, monkeypatch, tables):
-    run_dir = tmp_path / "bench"
-    text = _cli(capsys, monkeypatch, 80, "bench", "--precisions", "fp32,bf16-mixed", *BENCH, "--out", str(run_dir))
-    assert_fits(text, 80, tables)
+def test_bench_tables_fit(tables, real_runs):
+    run = real_runs["bench"]  # bench --precisions fp32,bf16-mixed, tiny shapes (tests/helpers.py)
+    run_dir, text = run.run_dir, run.out
+    assert_fits(text, 80, run.tables)
     assert "tokens/s" in text and "Recommendation" in text
     summary = json.loads((run_dir / "summary.json").read_text())
     for width in WIDTHS:
@@ -124,37 +125,34 @@ def test_bench_tables_fit(tmp_path, capsys, monkeypatch, tables):
     assert "step ms median (p10-p90)" in wide and "skipped / non-finite" in wide  # --wide: every column
 
 
-def test_bench_inference_and_kv_from_bench_tables_fit(tmp_path, capsys, monkeypatch, tables):
-    serve = tmp_path / "serve"
-    argv = ("bench", "--inference", "--weights", "fp32,bf16", "--kv-dtypes", "weights,fp8", *SERVE)
-    assert_fits(_cli(capsys, monkeypatch, 80, *argv, "--out", str(serve)), 80, tables)
-    summary = json.loads((serve / "summary.json").read_text())
-    tables.clear()
-    assert_fits(_rendered(bench_cli.show_inference, summary, 120, serve), 120, tables)
+def test_bench_inference_and_kv_from_bench_tables_fit(tmp_path, capsys, monkeypatch, tables, real_runs):
+    run = real_runs["bench-inference"]  # fp32 and bf16 weights, KV in the weights' dtype and fp8 (tests/helpers.py)
+    assert REAL_RUN_COLUMNS == 80 and "--inference" in run.argv
+    assert_fits(run.out, 80, run.tables)
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert_fits(_rendered(bench_cli.show_inference, summary, 120, run.run_dir), 120, tables)
     for width in WIDTHS:
         tables.clear()
-        text = _cli(capsys, monkeypatch, width, "kv", "--from-bench", str(serve), "--out", str(tmp_path / f"kv{width}"))
+        text = _cli(
+            capsys, monkeypatch, width, "kv", "--from-bench", str(run.run_dir), "--out", str(tmp_path / f"kv{width}")
+        )
         assert_fits(text, width, tables)
 
 
-def test_bench_sweep_tables_fit(tmp_path, capsys, monkeypatch, tables):
-    run_dir = tmp_path / "sweep"
-    assert_fits(
-        _cli(capsys, monkeypatch, 80, "bench", "--sweep", "pack+checkpointing", *BENCH, "--out", str(run_dir)),
-        80,
-        tables,
-    )
-    summary = json.loads((run_dir / "summary.json").read_text())
-    tables.clear()
-    assert_fits(_rendered(bench_cli.show_sweep, summary, 120, run_dir), 120, tables)
+def test_bench_sweep_tables_fit(tables, real_runs):
+    run = real_runs["sweep"]  # bench --sweep pack,pack+checkpointing --json (tests/helpers.py): the tables as printed
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    for width in WIDTHS:
+        tables.clear()
+        assert_fits(_rendered(bench_cli.show_sweep, summary, width, run.run_dir), width, tables)
 
 
 @pytest.mark.slow
-def test_bench_lora_tables_fit(tmp_path, capsys, monkeypatch, tables):
+def test_bench_lora_tables_fit(real_runs):
     pytest.importorskip("peft")
-    run_dir = tmp_path / "lora"
-    argv = ("bench", "--lora", "4", "--precisions", "fp32", *BENCH, "--out", str(run_dir))
-    assert_fits(_cli(capsys, monkeypatch, 80, *argv), 80, tables)
+    run = real_runs["bench-lora"]  # bench --lora 4 --precisions fp32, tiny shapes (tests/helpers.py)
+    assert "--lora" in run.argv
+    assert_fits(run.out, 80, run.tables)
 
 
 # ---- plan (analytic, --trace, --task, --lora, --gpu list), kv, doctor, hw, train --------------------------
@@ -206,17 +204,16 @@ def test_doctor_tables_fit(tmp_path, capsys, monkeypatch, tables):
     assert_fits(out.getvalue(), 120, tables)
 
 
-def test_hw_tables_fit(capsys, monkeypatch, tables):
-    for width in WIDTHS:
-        tables.clear()
-        assert_fits(_cli(capsys, monkeypatch, width, "hw", "--quick", "--device", "cpu"), width, tables)
+def test_hw_tables_fit(capsys, monkeypatch, tables, real_runs):
+    run = real_runs["hw"]  # hw --quick --device cpu at 80 columns
+    assert_fits(run.out, 80, run.tables)
+    assert_fits(_cli(capsys, monkeypatch, 120, *run.argv), 120, tables)
 
 
-def test_train_end_of_run_lines_fit(tmp_path, capsys, monkeypatch, tables):
-    argv = ["train", "--model", "tiny", "--steps", "2", "--batch-size", "2", "--seq-len", "32"]
-    text = _cli(capsys, monkeypatch, 80, *argv, "--out", str(tmp_path / "t"), stream="err")
-    table_start = text.index("ampkit train · ")
-    assert_fits(text[table_start:], 80, tables)
+def test_train_end_of_run_lines_fit(real_runs):
+    run = real_runs["train"]  # train, tiny, 3 fp16-mixed steps (tests/helpers.py)
+    table_start = run.err.index("ampkit train · ")
+    assert_fits(run.err[table_start:], 80, run.tables)
 
 
 def test_wide_prints_every_column_unwrapped(tmp_path, capsys, monkeypatch, tables):
