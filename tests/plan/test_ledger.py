@@ -137,8 +137,9 @@ def test_optimizer_state_rules():
     tensors = [10_000, 1_000]  # one 8-bit tensor, one kept in 32 bits (< 4,096 elements)
     assert optimizer_state_bytes("adamw", tensors, param_bytes=4) == 8 * 11_000 + 2 * 4
     assert optimizer_state_bytes("adamw", tensors, param_bytes=2) == 4 * 11_000 + 2 * 4
-    assert optimizer_state_bytes("sgd", tensors, param_bytes=4) == 0
-    assert optimizer_state_bytes("sgd-momentum", tensors, param_bytes=4) == 4 * 11_000
+    assert optimizer_state_bytes("sgd-no-momentum", tensors, param_bytes=4) == 0
+    assert optimizer_state_bytes("sgd", tensors, param_bytes=4) == 4 * 11_000  # train's sgd: momentum 0.9
+    assert optimizer_state_bytes("sgd-momentum", tensors, param_bytes=4) == 4 * 11_000  # its former name
     eight = optimizer_state_bytes("adamw-8bit", tensors, param_bytes=4)
     assert eight == 2 * 10_000 + 2 * 4 * 40 + 8 * 1_000 + 2 * 256 * 4
 

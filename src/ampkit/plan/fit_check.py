@@ -44,7 +44,6 @@ CUDA_WORKSPACE_BYTES = CUDA_CONTEXT_BYTES // 2
 """cuBLAS/cuDNN workspaces and kernels loaded after the context exists (the context itself is
 already used memory once `mem_get_info` has run)."""
 _STATIC_LINES = ("parameters", "optimizer_states", "master_weights")
-TRAIN_OPTIMIZERS = {"adamw": "adamw", "adamw-8bit": "adamw-8bit", "sgd": "sgd-momentum"}  # train's SGD: momentum 0.9
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,7 +154,7 @@ def check_fit(
         return None  # the build refuses a sequence longer than the model's with its own message
     setting = StepSetting(
         precision=precision,
-        optimizer=TRAIN_OPTIMIZERS.get(optimizer, optimizer),
+        optimizer=optimizer,  # the planner's names are train's
         checkpointing="full" if checkpointing == "full" else "none",  # every-N: bounded by none
         micro_batch=batch_size,
         seq_len=seq_len,
