@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 import torch
@@ -152,6 +153,20 @@ def test_cpu_run_leaves_global_state_clean(tmp_path, run_cli):
     before = (torch.is_autocast_enabled("cpu"), torch.backends.cuda.matmul.allow_tf32)
     run_cli("train", *TINY_ARGS, "--precision", "bf16-mixed", "--steps", "1", "--out", str(tmp_path / "r"))
     assert (torch.is_autocast_enabled("cpu"), torch.backends.cuda.matmul.allow_tf32) == before
+
+
+def _refresh_threads() -> set[int | None]:
+    """rich's progress refresh threads alive in this process."""
+    return {t.ident for t in threading.enumerate() if type(t).__name__ == "_RefreshThread"}
+
+
+def test_a_run_without_progress_leaves_no_refresh_thread(tmp_path, run_cli):
+    """`--json` (and the API's show_progress=False) shows no bar; once a bar's refresh thread was started
+    and the bar disabled afterwards, rich never stopped it, so every such run leaked a 10 Hz thread."""
+    before = _refresh_threads()
+    code, _, _ = run_cli("train", *TINY_ARGS, "--steps", "1", "--out", str(tmp_path / "r"), "--json")
+    assert code == 0
+    assert _refresh_threads() <= before
 
 
 def test_print_config_round_trips_through_config(tmp_path, run_cli):

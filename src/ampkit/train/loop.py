@@ -137,7 +137,9 @@ class _NoMetrics:
         """Nothing to close."""
 
 
-def _progress_bar(console: Console, total: int, start: int) -> Progress:
+def _progress_bar(console: Console, total: int, start: int, *, enabled: bool) -> Progress:
+    """The train bar. `enabled` is fixed here: a Progress disabled after it started never stops its
+    refresh thread (rich's `stop` is a no-op once `disable` is set), which then outlives the run."""
     progress = Progress(
         TextColumn("[bold]train[/]"),
         BarColumn(),
@@ -146,6 +148,7 @@ def _progress_bar(console: Console, total: int, start: int) -> Progress:
         TimeRemainingColumn(),
         console=console,
         transient=False,
+        disable=not enabled,
     )
     progress.add_task("train", total=total, completed=start, status="")
     return progress
@@ -250,9 +253,8 @@ class _Run:
         jsonl = MetricsWriter(self.run_dir / METRICS_FILE, append=self.resume) if self.main else _NoMetrics()
         log_kind = self.config.log if self.main else "none"
         logger = build_logger(log_kind, run_dir=self.run_dir, resume_step=self.progress.step if self.resume else None)
-        bar = _progress_bar(self.console, self.config.steps, self.progress.step)
+        bar = _progress_bar(self.console, self.config.steps, self.progress.step, enabled=self.show_progress)
         with self.objs.policy.run_context(), jsonl, logger, bar, StopRequests() as stops:
-            bar.disable = not self.show_progress
             self.stops = stops
             yield LoggedMetrics(jsonl, logger), bar  # every JSONL record also goes to --log's logger
 
