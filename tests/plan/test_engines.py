@@ -91,7 +91,7 @@ def test_engines_for_presets_and_hf_models(tmp_path):
     engine = primary_engine(preset, reserve=NO_RESERVE)
     assert isinstance(engine, AnalyticEngine) and hf_traced_engine(preset, engine) is None
     setting = StepSetting(precision="bf16-mixed", micro_batch=2, seq_len=64)
-    assert engine.ledger(setting) == analytic_ledger(preset, setting, context_bytes=0, fragmentation=0.0)
+    assert engine.ledger(setting) == analytic_ledger(preset, setting, reserve=NO_RESERVE)
     save_tiny(tmp_path, "phi", layers=4)
     desc = describe_model(f"hf:{tmp_path}")
     traced = primary_engine(desc)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import torch
 
 from ampkit.plan.config import PlanConfig
-from ampkit.plan.setting import StepSetting
+from ampkit.plan.setting import NO_RESERVE, StepSetting
 from ampkit.plan.task_plan import _largest_batch, build_task_plan, task_ledger
 from ampkit.tasks.builtin import builtin_task
 
-KW = {"context_bytes": 0, "fragmentation": 0.0}
+KW = {"reserve": NO_RESERVE}
 
 
 def _ledger(task, precision="fp32", **setting):

@@ -32,7 +32,7 @@ from ampkit.plan.fit_check import (
     fit_check_for,
 )
 from ampkit.plan.ledger import analytic_ledger
-from ampkit.plan.setting import FRAGMENTATION, StepSetting
+from ampkit.plan.setting import FRAGMENTATION, NO_RESERVE, Reserve, StepSetting
 from ampkit.tasks.lm import LanguageModelTask
 
 
@@ -84,23 +84,22 @@ def predict_step_peak(config, task, precision: str, *, batch_size: int, seq_len:
                     "source": None,
                     "note": "not predicted: the planner does not describe this model",
                 }
-            ledger = analytic_ledger(
-                desc, _setting(precision, batch_size, seq_len or config.seq_len), context_bytes=0, fragmentation=0
-            )
+            setting = _setting(precision, batch_size, seq_len or config.seq_len)
+            ledger = analytic_ledger(desc, setting, reserve=NO_RESERVE)
             return {"bytes": ledger.tensor_peak, "source": "analytic", "note": None}
-        ledger = _task_ledger(task, precision, batch_size, config.seed, context_bytes=0, fragmentation=0)
+        ledger = _task_ledger(task, precision, batch_size, config.seed, reserve=NO_RESERVE)
         return {"bytes": ledger.tensor_peak, "source": "traced", "note": None}
     except Exception as err:  # noqa: BLE001 - a prediction the planner cannot make is said, not fatal
         why = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
         return {"bytes": None, "source": None, "note": f"not predicted: {why}"}
 
 
-def _task_ledger(task, precision: str, batch_size: int, seed: int, *, context_bytes: int, fragmentation: float):
+def _task_ledger(task, precision: str, batch_size: int, seed: int, *, reserve: Reserve):
     from ampkit.plan.task_plan import task_ledger  # fake-tensor machinery: loaded only for tasks
 
     batch = task.train_stream(batch_size=batch_size, seed=seed).next_batch()
     setting = _setting(precision, batch_size, 1)
-    ledger, _ = task_ledger(task, setting, batch=batch, context_bytes=context_bytes, fragmentation=fragmentation)
+    ledger, _ = task_ledger(task, setting, batch=batch, reserve=reserve)
     return ledger
 
 
@@ -131,10 +130,10 @@ def _largest_task_batch(config, task, precision: str, capacity: int, device: tor
     from ampkit.plan.task_plan import _largest_batch
 
     if device.type != "cpu":  # an accelerator's caching allocator: a workspace and fragmentation
-        context, fragmentation = CUDA_WORKSPACE_BYTES, FRAGMENTATION
+        reserve = Reserve(context_bytes=CUDA_WORKSPACE_BYTES, fragmentation=FRAGMENTATION)
     else:
-        context, fragmentation = CPU_FIXED_BYTES, CPU_DYNAMIC_FACTOR - 1
+        reserve = Reserve(context_bytes=CPU_FIXED_BYTES, fragmentation=CPU_DYNAMIC_FACTOR - 1)
     b = config.batch_size
-    at_b = _task_ledger(task, precision, b, config.seed, context_bytes=context, fragmentation=fragmentation).total
-    at_2b = _task_ledger(task, precision, 2 * b, config.seed, context_bytes=context, fragmentation=fragmentation).total
+    at_b = _task_ledger(task, precision, b, config.seed, reserve=reserve).total
+    at_2b = _task_ledger(task, precision, 2 * b, config.seed, reserve=reserve).total
     return _largest_batch(b, at_b, at_2b, capacity)

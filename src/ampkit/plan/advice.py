@@ -24,7 +24,7 @@ from typing import Any
 from ampkit.hardware import GpuSpec
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.fit import largest
-from ampkit.plan.ledger import ledger_with
+from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import GIB, StepSetting
 from ampkit.precision import get_spec
 
@@ -109,7 +109,7 @@ def _try(
 ) -> Fix | None:
     """The change at the requested micro-batch, else with the largest micro-batch + accumulation.
     `engine`: the ledger engine (`plan/engines.py`; the analytic one by default)."""
-    ledger_of = engine.ledger if engine is not None else lambda s: ledger_with(desc, s, **kwargs)
+    ledger_of = engine.ledger if engine is not None else lambda s: analytic_ledger(desc, s, **kwargs)
     ledger = ledger_of(setting)
     if ledger.total <= capacity:
         return Fix(change=change, cost=cost, setting=setting, total_bytes=ledger.total)
@@ -143,7 +143,7 @@ def cheapest_fix(
 ) -> Fix | None:
     """The first change (in the module docstring's order) whose step fits; None if it already fits
     or nothing up to MAX_FSDP_GPUS does. `engine`: as in `_try`."""
-    first = engine.ledger(setting) if engine is not None else ledger_with(desc, setting, **kwargs)
+    first = engine.ledger(setting) if engine is not None else analytic_ledger(desc, setting, **kwargs)
     if first.total <= capacity:
         return None
     fix = _try(desc, setting, capacity, "", "", kwargs, engine)

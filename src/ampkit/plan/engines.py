@@ -15,7 +15,7 @@ from __future__ import annotations
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.fit import Fit, SearchField, fit, largest
 from ampkit.plan.hf_describe import HFDescription, has_analytic
-from ampkit.plan.ledger import ledger_with
+from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
 
 
@@ -29,7 +29,7 @@ class AnalyticEngine:
         self.desc, self.reserve = desc, reserve
 
     def ledger(self, setting: StepSetting) -> Ledger:
-        return ledger_with(self.desc, setting, self.reserve)
+        return analytic_ledger(self.desc, setting, reserve=self.reserve)
 
     def fit(self, setting: StepSetting, total_bytes: int, capacity: int) -> Fit:
         return fit(self.desc, setting, total_bytes, capacity, reserve=self.reserve)

@@ -23,7 +23,7 @@ from typing import Literal
 from ampkit.errors import UsageError
 from ampkit.hardware import GpuSpec, lookup_gpu
 from ampkit.plan.describe import ModelDescription
-from ampkit.plan.ledger import StepReplay, ledger_with
+from ampkit.plan.ledger import StepReplay, analytic_ledger
 from ampkit.plan.setting import DEFAULT_RESERVE, GIB, Reserve, StepSetting
 
 DRIVER_RESERVED = 0.01  # fraction of nominal memory the driver / ECC keep from PyTorch
@@ -152,7 +152,7 @@ def largest(
     at1, at2 = _totals(desc, _with(setting, field, 1)), _totals(desc, _with(setting, field, 2))
     best = largest_affine(zip(at1, at2), reserve.tensor_budget(capacity), limit)
     # the replay rounds each allocation to whole bytes: confirm, and step down if a rounding bit
-    while best > 0 and ledger_with(desc, _with(setting, field, best), reserve).total > capacity:
+    while best > 0 and analytic_ledger(desc, _with(setting, field, best), reserve=reserve).total > capacity:
         best -= 1
     return best
 

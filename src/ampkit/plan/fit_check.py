@@ -33,7 +33,7 @@ from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.fit import largest
 from ampkit.plan.hf_describe import has_analytic
 from ampkit.plan.ledger import analytic_ledger
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, Reserve, StepSetting
+from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, NO_RESERVE, Reserve, StepSetting
 
 CPU_FIXED_BYTES = 100 * 1024**2
 """What a CPU run's process grows by beyond the step's tensors, whatever its size (measured ~100 MiB)."""
@@ -111,7 +111,7 @@ def estimate_fit(
     else:  # every rank of this node needs its share of the host
         capacity //= max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         context, fragmentation, held = CPU_FIXED_BYTES, CPU_DYNAMIC_FACTOR - 1, current_rss_bytes()
-    ledger = analytic_ledger(desc, setting, context_bytes=0, fragmentation=0) if lora is None else lora.ledger(setting)
+    ledger = analytic_ledger(desc, setting, reserve=NO_RESERVE) if lora is None else lora.ledger(setting)
     static = sum(ledger.at_peak[line] for line in _STATIC_LINES)
     if device.type != "cpu":
         needed = int(ledger.tensor_peak * (1 + fragmentation)) + context

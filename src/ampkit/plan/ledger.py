@@ -34,7 +34,7 @@ from ampkit.plan.numerics import FP32_BYTES as F
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import optimizer_state_bytes
 from ampkit.plan.replay import Replay
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, DEFAULT_RESERVE, FRAGMENTATION, Ledger, Reserve, StepSetting
+from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
 
 BATCH_BYTES_PER_TOKEN = 16  # int64 input ids + int64 targets
 FORWARD_SCRATCH_FP32 = 2  # short-lived (tokens, q) fp32 buffers inside a block's forward (RoPE)
@@ -361,20 +361,8 @@ class StepReplay:
         self.r.free("clip")
 
 
-def analytic_ledger(
-    desc: ModelDescription,
-    setting: StepSetting,
-    *,
-    context_bytes: int = CUDA_CONTEXT_BYTES,
-    fragmentation: float = FRAGMENTATION,
-) -> Ledger:
-    """The step's memory from formulas (see the module docstring); any model size, microseconds.
-    (`ledger_with` takes the reserve as one `Reserve`.)"""
-    return ledger_with(desc, setting, Reserve(context_bytes, fragmentation))
-
-
-def ledger_with(desc: ModelDescription, setting: StepSetting, reserve: Reserve = DEFAULT_RESERVE) -> Ledger:
-    """`analytic_ledger` with `reserve` on top of the replay's peak."""
+def analytic_ledger(desc: ModelDescription, setting: StepSetting, *, reserve: Reserve = DEFAULT_RESERVE) -> Ledger:
+    """The step's memory from formulas (see the module docstring); any model size, microseconds."""
     return replay_ledger(StepReplay(desc, setting).run(), setting, reserve)
 
 

@@ -22,7 +22,7 @@ from ampkit.plan.advice import base_precision
 from ampkit.plan.config import PlanConfig
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.fit import Target, largest, resolve_target
-from ampkit.plan.ledger import ledger_with
+from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.lora import LoraPlan, analytic_lora_ledger, check_lora_plannable, lora_largest
 from ampkit.plan.planner import PLAN_SCHEMA, UNITS, agreement, ledger_kwargs
 from ampkit.plan.setting import GIB, Ledger, StepSetting
@@ -95,7 +95,7 @@ def methods(desc: ModelDescription, config: PlanConfig, target: Target | None) -
     precision, reason = base_precision(target.gpu if target else None)
     kwargs = ledger_kwargs(config)
     setting = _setting(config, precision, config.optimizer_list()[0], "none")
-    full = ledger_with(desc, setting, **kwargs)
+    full = analytic_ledger(desc, setting, **kwargs)
     out = [_method("full fine-tuning", full, None, setting, desc, target, kwargs)]
     for label, base in (("LoRA", "auto"), ("QLoRA (nf4)", "nf4")):
         settings = dataclasses.replace(config.lora, base_dtype=base)

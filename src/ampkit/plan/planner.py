@@ -18,7 +18,7 @@ from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.engines import hf_traced_engine, primary_engine
 from ampkit.plan.fit import Target, resolve_target
 from ampkit.plan.kv import activation_reserve_bytes, kv_budget, kv_pool_bytes, weight_bytes
-from ampkit.plan.ledger import ledger_with
+from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import GIB, Ledger, Reserve, StepSetting
 from ampkit.plan.tracker import TENSOR_LINES
 from ampkit.precision import Fp8Mode, get_spec
@@ -131,7 +131,7 @@ def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | 
     setting = _setting(config, precision=precision, optimizer=config.optimizer_list()[0], checkpointing="none")
     kwargs = ledger_kwargs(config)
     traced = engine is not None and engine.name == "traced"
-    ledger = engine.ledger(setting) if traced else ledger_with(desc, setting, **kwargs)
+    ledger = engine.ledger(setting) if traced else analytic_ledger(desc, setting, **kwargs)
     out: dict[str, Any] = {
         "precision": precision,
         "reason": reason,

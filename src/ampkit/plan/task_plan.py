@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ampkit.errors import UsageError
 from ampkit.plan.fit import Target, resolve_target
+from ampkit.plan.planner import ledger_kwargs
 from ampkit.plan.setting import GIB, Reserve, StepSetting
 from ampkit.plan.trace import _train_step, convert_for_trace, steady_state_optimizer, tracker_ledger
 from ampkit.plan.tracker import StorageTracker
@@ -74,9 +75,9 @@ def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[St
     return tracker, (counter.get_total_flops() / slots if slots else None)
 
 
-def task_ledger(task: Task, setting: StepSetting, *, batch: Any, context_bytes: int, fragmentation: float):
+def task_ledger(task: Task, setting: StepSetting, *, batch: Any, reserve: Reserve):
     tracker, flops = trace_task_step(task, setting, batch=batch)
-    ledger = tracker_ledger(tracker, setting, Reserve(context_bytes, fragmentation))
+    ledger = tracker_ledger(tracker, setting, reserve)
     return dataclasses.replace(ledger, peak_moment=ledger.peak_moment or "step"), flops
 
 
@@ -89,7 +90,7 @@ def _largest_batch(b: int, total_b: int, total_2b: int, capacity: int) -> int | 
 
 
 def _row(task: Task, setting: StepSetting, config, target: Target | None) -> dict[str, Any]:
-    kwargs = {"context_bytes": int(config.context_gib * GIB), "fragmentation": config.fragmentation}
+    kwargs = ledger_kwargs(config)
     b = setting.micro_batch
     stream = task.train_stream(batch_size=b, seed=0)
     ledger, flops = task_ledger(task, setting, batch=stream.next_batch(), **kwargs)
