@@ -19,16 +19,9 @@ import ampkit.hardware.backend as timing_mod  # the host step timer reads its cl
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import fidelity_file
 from ampkit.core.step import StepResult
-from ampkit.hardware import parse_cpuinfo
-from ampkit.hardware.device import describe_cpu
+from devices import cpu_of
 
-AVX2_CPU = describe_cpu(parse_cpuinfo("model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma\n"))
-AMX_CPU = describe_cpu(
-    parse_cpuinfo(
-        "model name\t: Intel(R) Xeon(R) Platinum 8480+\n"
-        "flags\t\t: avx2 avx512f avx512_bf16 amx_bf16 avx512_fp16 amx_tile\n"
-    )
-)
+AVX2_CPU, AMX_CPU = cpu_of("avx2"), cpu_of("amx")  # the two CPU kinds (tests/devices.py)
 PEAKS = {  # measured matmul FLOP/s of the two kinds of CPU (AVX2: emulated bf16 20x, fp16 5x slower)
     "avx2": {"fp32": 1.0e11, "bf16": 5.0e9, "fp16": 2.0e10},
     "amx": {"fp32": 3.4e11, "bf16": 1.26e12, "fp16": 3.3e11},

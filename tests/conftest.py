@@ -13,11 +13,38 @@ import tqdm
 
 import ampkit.report.console as console_mod
 from ampkit.cli import main
+from devices import CPU_KINDS, pin_cpu_kind
 from helpers import REAL_RUN_COLUMNS, REAL_RUNS
 
 # tqdm (transformers' and peft's bars) starts a monitor thread at its first bar, which then lives to the
 # end of the session; plan/forked.py forks only from a thread-free process, so its tests would skip.
 tqdm.tqdm.monitor_interval = 0
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cpu-kind",
+        choices=sorted(CPU_KINDS),
+        default=None,
+        help="run every test under this CPU kind's /proc/cpuinfo facts (bf16/fp16 native or emulated), whatever "
+        "this machine is; the kernels keep this machine's speed (default: this machine's own facts)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _suite_cpu_kind(request, monkeypatch):
+    """`--cpu-kind KIND`: the whole suite sees that kind's CPU (a test's own `cpu_kind` pin still wins)."""
+    kind = request.config.getoption("--cpu-kind")
+    if kind is not None:
+        pin_cpu_kind(monkeypatch, kind)
+
+
+@pytest.fixture(params=sorted(CPU_KINDS))
+def cpu_kind(request, monkeypatch, _suite_cpu_kind) -> str:
+    """Run the test once per CPU kind ("amx": bf16/fp16 native; "avx2": emulated), on either machine: every
+    in-process `describe_device` sees that kind's facts. Returns the kind."""
+    pin_cpu_kind(monkeypatch, request.param)
+    return request.param
 
 
 @pytest.fixture(autouse=True)

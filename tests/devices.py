@@ -9,9 +9,10 @@ reports on those cards (totals in GiB, ~1-6% under nominal after driver and ECC 
 
 from __future__ import annotations
 
-from ampkit.hardware import DeviceInfo
+import ampkit.hardware.device as device_mod
+from ampkit.hardware import DeviceInfo, parse_cpuinfo
 from ampkit.hardware.capabilities import DeviceFacts
-from ampkit.hardware.device import info_from_facts
+from ampkit.hardware.device import describe_cpu, info_from_facts
 
 GIB = 1024**3
 
@@ -50,3 +51,28 @@ def synthetic_device(key: str) -> DeviceInfo:
     """The DeviceInfo ampkit would build on device `key` of `SYNTHETIC`."""
     facts, name, total_gib = SYNTHETIC[key]
     return info_from_facts(facts, name=name, total_memory_bytes=int(total_gib * GIB), index=0)
+
+
+# The two CPU kinds these machines come in (the kind changes between sessions; CI runs on either), as
+# /proc/cpuinfo shows them. ampkit decides "bf16/fp16 native or emulated" from these flags alone
+# (`ampkit.hardware.device.read_cpuinfo`), so a test pinned to a kind takes that kind's branches on any machine;
+# only the kernels' speed stays this machine's.
+CPU_KINDS: dict[str, str] = {
+    # AMD EPYC, AVX2 only: bf16 and fp16 matmuls emulated (~10x slower than fp32)
+    "avx2": "model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma bmi2\n",
+    # Intel Xeon with AMX-BF16 and AVX512-FP16: both native
+    "amx": "model name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+    "flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 amx_bf16 avx512_fp16 amx_tile\n",
+}
+
+
+def cpu_of(kind: str) -> DeviceInfo:
+    """The CPU DeviceInfo ampkit builds on a machine of `kind` ("avx2" or "amx")."""
+    return describe_cpu(parse_cpuinfo(CPU_KINDS[kind]))
+
+
+def pin_cpu_kind(monkeypatch, kind: str) -> DeviceInfo:
+    """Make every in-process `describe_device`/`describe_cpu` see a CPU of `kind` (the facts, not the speed)."""
+    cpu = parse_cpuinfo(CPU_KINDS[kind])
+    monkeypatch.setattr(device_mod, "read_cpuinfo", lambda: cpu)
+    return describe_cpu(cpu)

@@ -118,7 +118,10 @@ def test_doctor_names_an_injected_convolution_fault(tmp_path, run_cli):
     assert summary["task"]["unit"] == "samples" and summary["model"]["preset"] == "convnet"
 
 
-def test_doctor_and_plan_run_a_user_task_file(tmp_path, run_cli):
+def test_doctor_runs_a_user_task_file(tmp_path, run_cli, cpu_kind):
+    """Under both CPU kinds' facts: where bf16 is emulated (avx2), doctor's shorter defaults run fp32's smoke
+    test only to convict a failing precision, so a passing bf16-mixed has no fp32 entry; where it is native
+    (amx), both run."""
     code, stdout, err = run_cli(
         "doctor",
         "--task",
@@ -135,7 +138,15 @@ def test_doctor_and_plan_run_a_user_task_file(tmp_path, run_cli):
     )
     assert code == 0, err
     summary = json.loads(stdout)
-    assert summary["smoke"]["fp32"]["passed"] and summary["model"]["preset"] == "tinymlp"
+    assert summary["smoke"]["bf16-mixed"]["passed"] and summary["model"]["preset"] == "tinymlp"
+    assert summary["device"]["native_bf16"] == (cpu_kind == "amx")
+    if cpu_kind == "amx":
+        assert summary["smoke"]["fp32"]["passed"]
+    else:
+        assert "fp32" not in summary["smoke"]
+
+
+def test_plan_runs_a_user_task_file(tmp_path, run_cli):
     code, stdout, err = run_cli(
         "plan",
         "--task",

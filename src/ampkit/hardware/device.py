@@ -34,6 +34,7 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 FP16_CPU_FLAGS = ("avx512_fp16", "amx_fp16", "asimdhp")
 
 GIB = 1024**3  # GiB is 1024**3 bytes, GB is 1000**3
+CPUINFO_PATH = "/proc/cpuinfo"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,9 +166,15 @@ def host_memory_bytes() -> int:
         return 0
 
 
+def read_cpuinfo() -> CpuInfo:
+    """This host's CPU as /proc/cpuinfo describes it: the one source of "is bf16/fp16 native here" on a CPU
+    (tests replace it to run under another CPU kind's facts: tests/devices.py `pin_cpu_kind`)."""
+    return parse_cpuinfo(_read_text(CPUINFO_PATH))
+
+
 def describe_cpu(cpu: CpuInfo | None = None) -> DeviceInfo:
     """DeviceInfo for the host CPU; `cpu` overrides /proc/cpuinfo (tests pass a parsed string)."""
-    cpu = cpu if cpu is not None else parse_cpuinfo(_read_text("/proc/cpuinfo"))
+    cpu = cpu if cpu is not None else read_cpuinfo()
     return DeviceInfo(
         type="cpu",
         kind="cpu",
@@ -249,7 +256,7 @@ def describe_accelerator(device: torch.device) -> DeviceInfo:
         name=name,
         total_memory_bytes=total,
         index=index,
-        cpu_flags=parse_cpuinfo(_read_text("/proc/cpuinfo")).flags,  # the host's, for reference
+        cpu_flags=read_cpuinfo().flags,  # the host's, for reference
     )
 
 
