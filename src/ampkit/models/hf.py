@@ -374,8 +374,6 @@ class HFCausalLM(nn.Module):
                 raise UsageError("a packed batch without positions cannot keep its documents apart")
         return self.hf(input_ids=input_ids, use_cache=False, **kwargs).logits
 
-    supports_kv_cache = True
-
     def new_cache(self, *, batch_size: int, max_len: int, dtype: torch.dtype) -> HFCache:
         """transformers' own cache (`DynamicCache`), which stores keys and values in the model's dtype:
         another KV dtype is refused (`ampkit bench --inference --kv-dtypes weights` measures it)."""

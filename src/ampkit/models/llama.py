@@ -188,8 +188,6 @@ class LlamaLM(nn.Module):
             x = block(x, cos, sin, attn_mask)
         return self.lm_head(self.norm(x))
 
-    supports_kv_cache = True
-
     def new_cache(self, *, batch_size: int, max_len: int, dtype: torch.dtype) -> KVCache:
         """An empty KV cache for `batch_size` sequences of up to `max_len` tokens, stored in `dtype`."""
         return KVCache(

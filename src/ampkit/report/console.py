@@ -27,7 +27,6 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-DEFAULT_WIDTH = 80
 WIDE_WIDTH = 400
 """--wide: columns enough for every table's natural width (the widest, bench's, needs about 200)"""
 
