@@ -45,7 +45,7 @@ def make_console(*, wide: bool = False, stderr: bool = False, width: int | None 
     return Console(width=width, stderr=stderr)
 
 
-def print_run_dir(console: Console, run_dir, files: str) -> None:
+def print_run_dir(console: Console, run_dir: str | os.PathLike[str], files: str) -> None:
     """ "run directory: PATH (files)", the path never broken (a terminal soft-wraps a long one)."""
     console.print(f"run directory: {run_dir} ({files})", highlight=False, markup=False, soft_wrap=True)
 
