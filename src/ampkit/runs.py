@@ -23,9 +23,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ampkit.errors import UsageError, WriteFailed, as_write_failed
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
@@ -142,7 +145,7 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
 
 
-def say(line: str, console=None) -> None:
+def say(line: str, console: Console | None = None) -> None:
     """One line on stderr (through a rich console when given, which keeps progress bars intact)."""
     if console is not None:
         console.print(line, highlight=False, soft_wrap=True, markup=False)
@@ -150,7 +153,7 @@ def say(line: str, console=None) -> None:
         print(line, file=sys.stderr)
 
 
-def write_summary_or_say(path: str | Path, summary: dict[str, Any], console=None) -> bool:
+def write_summary_or_say(path: str | Path, summary: dict[str, Any], console: Console | None = None) -> bool:
     """Write a run's summary when there is room; otherwise say so in one line (stderr, or `console`)
     and return False. Meant for the summary of a run that fails anyway: the run's own error is the
     message that matters, and the caller raises it next."""
@@ -163,7 +166,7 @@ def write_summary_or_say(path: str | Path, summary: dict[str, Any], console=None
 
 
 @contextlib.contextmanager
-def summary_marks_write_failure(run_dir: str | Path, command: str, console=None) -> Iterator[None]:
+def summary_marks_write_failure(run_dir: str | Path, command: str, console: Console | None = None) -> Iterator[None]:
     """Around a command's writes: a `WriteFailed` marks summary.json `"status": "failed"` with the
     reason (keeping what an already written summary holds), when there is room, then propagates."""
     try:
@@ -218,7 +221,7 @@ class MetricsWriter:
     def __enter__(self) -> "MetricsWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from ampkit.errors import UsageError
-from ampkit.hardware import describe_device
 from ampkit.models import build_model, get_preset
 from ampkit.precision import build_precision, check_supported
 from ampkit.precision.fp8 import converted_layers
+from bench_fakes import AMX_CPU, AVX2_CPU
 from helpers import TINY_ARGS
 
 pytest.importorskip("torchao")
@@ -25,11 +25,18 @@ def test_filter_skips_head_and_unaligned_layers():
     assert not any("lm_head" in n or "mlp" in n for n in names)
 
 
-def test_fp8_refused_without_fp8_hardware():
-    info = describe_device("cpu")
+@pytest.mark.parametrize("cpu", [AVX2_CPU, AMX_CPU], ids=["avx2", "amx"])
+def test_fp8_refused_on_either_cpu_kind_and_fp8_emulated_runs_at_bf16s_speed(cpu):
+    # Both kinds' facts on any host: fp8 needs fp8 matmuls (no CPU has them); fp8-emulated runs everywhere
+    # bf16 does (bf16 autocast around the emulated float8 Linears), so it warns exactly where bf16 is emulated.
     with pytest.raises(UsageError, match="compute capability >= 8.9.*fp8-emulated"):
-        check_supported("fp8", info)
-    assert check_supported("fp8-emulated", info) is not None
+        check_supported("fp8", cpu)
+    warnings = check_supported("fp8-emulated", cpu)
+    if cpu.native_bf16:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and warnings[0].startswith("fp8-emulated is emulated on this CPU"), warnings
+        assert "no native bf16 instructions" in warnings[0]
 
 
 def test_fp8_emulated_training_tracks_bf16_mixed(tmp_path, run_cli):

@@ -483,7 +483,6 @@ class BenchProgress:
         self.total = self.progress.add_task("bench", total=None, status="time left: estimated after fp32's warmup")
         self.tasks = {name: self.progress.add_task(name, total=1.0, status="waiting") for name in plan.precisions}
         self.expected_end: float | None = None
-        self.windows: dict[str, float] = {}
         self._context = self.progress if enabled else nullcontext()
 
     def __enter__(self) -> "BenchProgress":

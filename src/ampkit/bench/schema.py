@@ -127,7 +127,6 @@ PRECISION = {
     "budget": Absent(Opt(BUDGET_ENTRY)),
     "profile": Absent(Opt(PROFILE)),
 }
-PEAK = {"peak_flops": OPT_NUM, "source": str, "dtype": str}
 TRAIN = {
     "command": str,
     "batch_size": int,

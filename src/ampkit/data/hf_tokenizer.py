@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from ampkit.data.tokenizer import ByteTokenizer, Tokenizer
 from ampkit.errors import UsageError
@@ -32,7 +33,7 @@ class HFTokenizer:
     """A transformers tokenizer with the `Tokenizer` shape. `vocab_size` counts added tokens too
     (`len(tokenizer)`): every id `encode` returns is below it."""
 
-    def __init__(self, tokenizer, *, name: str):
+    def __init__(self, tokenizer: Any, *, name: str) -> None:
         self.tokenizer = tokenizer
         self.name = name
         self.vocab_size = len(tokenizer)

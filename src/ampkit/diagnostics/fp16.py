@@ -18,8 +18,3 @@ FP16_MIN_SUBNORMAL = 2.0**-24
 """Smallest positive fp16 value (5.96e-8)."""
 FP16_FLUSH_AT = 2.0**-25
 """|x| <= this becomes exactly 0 in a cast: half the smallest subnormal, and the tie rounds to the even 0."""
-
-
-def flushes_to_zero_bound(scale: float) -> float:
-    """Largest |g| that becomes 0 when `g * scale` is cast to fp16 (exact for power-of-two scales)."""
-    return FP16_FLUSH_AT / scale

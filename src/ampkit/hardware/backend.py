@@ -61,7 +61,7 @@ class EventStepTimer:
         self.device, self._synchronize, self._event = device, synchronize, event
         self._events: list[tuple[Any, Any]] = []
 
-    def _new(self):
+    def _new(self) -> Any:
         return self._event(self.device, enable_timing=True)
 
     def start(self) -> None:
@@ -157,7 +157,7 @@ class MpsBackend(AcceleratorBackend):
     """Apple's GPU. Memory readings fall back to `torch.mps` where torch's build predates the MPS
     allocator's `torch.accelerator` support; those are current readings, a lower bound of the peak."""
 
-    def __init__(self, device: torch.device, *, module: Any = None, **kwargs):
+    def __init__(self, device: torch.device, *, module: Any = None, **kwargs: Any) -> None:
         super().__init__(device, **kwargs)
         self.module = module if module is not None else torch.mps
 

@@ -58,7 +58,7 @@ class DeviceFacts:
     bf16_reported: bool = False
     """XPU/MPS: torch says the device supports bf16; unused on CUDA and ROCm (decided by hardware)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in KINDS or self.kind == "cpu":
             raise ValueError(f"unknown accelerator kind {self.kind!r}; one of: cuda, rocm, xpu, mps")
         if self.kind == "cuda" and self.compute_capability is None:

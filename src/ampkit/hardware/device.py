@@ -82,7 +82,7 @@ class DeviceInfo:
     arch: str | None = None
     """ROCm: the gfx architecture (e.g. "gfx90a", "gfx942"); None elsewhere."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.kind:
             object.__setattr__(self, "kind", self.type)
         if KINDS.get(self.kind) != self.type:

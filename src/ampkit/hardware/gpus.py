@@ -70,7 +70,17 @@ class GpuSpec:
         return None if tflops is None else tflops * 1e12
 
 
-def _row(name, vendor, memory_gib, bandwidth_gbs, facts: DeviceFacts, arch: str, *, source, tflops) -> GpuSpec:
+def _row(
+    name: str,
+    vendor: str,
+    memory_gib: float,
+    bandwidth_gbs: float,
+    facts: DeviceFacts,
+    arch: str,
+    *,
+    source: str,
+    tflops: dict[str, float],
+) -> GpuSpec:
     """One table row; bf16 on matrix units decided by the rules a live device of that kind gets."""
     return GpuSpec(
         name=name,
@@ -85,12 +95,14 @@ def _row(name, vendor, memory_gib, bandwidth_gbs, facts: DeviceFacts, arch: str,
     )
 
 
-def _nvidia(name, memory_gib, bandwidth_gbs, cc, *, source, **tflops) -> GpuSpec:
+def _nvidia(
+    name: str, memory_gib: float, bandwidth_gbs: float, cc: tuple[int, int], *, source: str, **tflops: float
+) -> GpuSpec:
     facts = DeviceFacts(kind="cuda", compute_capability=cc)
     return _row(name, "NVIDIA", memory_gib, bandwidth_gbs, facts, f"sm_{cc[0]}{cc[1]}", source=source, tflops=tflops)
 
 
-def _amd(name, memory_gib, bandwidth_gbs, arch, *, source, **tflops) -> GpuSpec:
+def _amd(name: str, memory_gib: float, bandwidth_gbs: float, arch: str, *, source: str, **tflops: float) -> GpuSpec:
     facts = DeviceFacts(kind="rocm", arch=arch)  # no compute capability: the table row names the gfx arch
     return _row(name, "AMD", memory_gib, bandwidth_gbs, facts, arch, source=source, tflops=tflops)
 

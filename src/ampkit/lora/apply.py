@@ -177,10 +177,3 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
         total += n
         trainable += n if param.requires_grad else 0
     return trainable, total
-
-
-def adapter_dtype_of(model: nn.Module) -> torch.dtype | None:
-    for name, param in model.named_parameters():
-        if is_adapter(name):
-            return param.dtype
-    return None

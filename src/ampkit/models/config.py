@@ -23,7 +23,7 @@ class ModelConfig:
     norm_eps: float = field(default=1e-5, metadata={"help": "RMSNorm epsilon"})
     rope_theta: float = field(default=10000.0, metadata={"help": "RoPE base frequency"})
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"model {name} must be positive, got {getattr(self, name)}")

@@ -26,9 +26,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -76,7 +77,7 @@ def has_weights(path: Path) -> bool:
     return any((path / name).is_file() for name in WEIGHT_FILES)
 
 
-def load_transformers():
+def load_transformers() -> ModuleType:
     """Import transformers lazily; its absence names the extra to install."""
     # transformers imports torchao (when installed) as its model modules load; torchao then logs a
     # warning per optional CUDA extension a CPU build lacks, and torch one per pytree enum: noise.
@@ -152,7 +153,7 @@ def _first_line(err: Exception) -> str:
     return text[0][:200] if text else type(err).__name__
 
 
-def load_hf_config(spec: str):
+def load_hf_config(spec: str) -> Any:
     """transformers' config for `hf:PATH` (offline); an unreadable one is a UsageError."""
     return read_config_file(hf_model_dir(spec) / "config.json")
 
@@ -182,7 +183,7 @@ def _held_transformers_warnings() -> Iterator[list[str]]:
         tlog.enable_default_handler()
 
 
-def read_config_file(config_file: Path):
+def read_config_file(config_file: Path) -> Any:
     """transformers' config from a config.json file (offline, no remote code); its warnings are held
     until the model is built (`build_from_config`), so a refusal is one line."""
     transformers = load_transformers()
@@ -201,7 +202,9 @@ def read_config_file(config_file: Path):
     return config
 
 
-def build_from_config(config, config_file: Path | str, *, weights_dir: Path | None = None, dtype=None) -> nn.Module:
+def build_from_config(
+    config: Any, config_file: Path | str, *, weights_dir: Path | None = None, dtype: torch.dtype | None = None
+) -> nn.Module:
     """`AutoModelForCausalLM` from `config` (from `weights_dir`'s weights when given) in `dtype` (torch's
     default); whatever transformers raises is a one-line UsageError naming `config_file`."""
     auto = load_transformers().AutoModelForCausalLM
@@ -236,7 +239,7 @@ def unreadable(config_file: Path | str, err: Exception, held: list[str] = []) ->
     )
 
 
-def _instantiate(spec: str, config, *, weights: bool) -> nn.Module:
+def _instantiate(spec: str, config: Any, *, weights: bool) -> nn.Module:
     """The transformers model in torch's default dtype: loaded from the directory's weights, or freshly
     initialized (transformers casts on load and initialises in that dtype)."""
     folder = hf_model_dir(spec)
@@ -251,7 +254,7 @@ def unbuildable(config_file: Path | str, err: Exception, held: list[str] = []) -
     )
 
 
-def _distinct_parameters(params) -> list[nn.Parameter]:
+def _distinct_parameters(params: Iterable[nn.Parameter]) -> list[nn.Parameter]:
     seen: dict[int, nn.Parameter] = {}
     for p in params:
         seen.setdefault(id(p), p)
@@ -374,8 +377,6 @@ class HFCausalLM(nn.Module):
                 raise UsageError("a packed batch without positions cannot keep its documents apart")
         return self.hf(input_ids=input_ids, use_cache=False, **kwargs).logits
 
-    supports_kv_cache = True
-
     def new_cache(self, *, batch_size: int, max_len: int, dtype: torch.dtype) -> HFCache:
         """transformers' own cache (`DynamicCache`), which stores keys and values in the model's dtype:
         another KV dtype is refused (`ampkit bench --inference --kv-dtypes weights` measures it)."""
@@ -401,7 +402,7 @@ class HFCache:
     """A transformers cache, with the counts `ampkit bench --inference` reads (bytes per token measured
     from the key and value tensors it holds)."""
 
-    def __init__(self, cache, *, batch_size: int, max_len: int, dtype: torch.dtype):
+    def __init__(self, cache: Any, *, batch_size: int, max_len: int, dtype: torch.dtype) -> None:
         self.cache, self.batch_size, self.max_len, self.dtype, self.length = cache, batch_size, max_len, dtype, 0
 
     @property

@@ -56,7 +56,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class ScaledDotProductAttention(nn.Module):
     """The attention op as a module (no parameters), so hooks can watch its inputs and outputs."""
 
-    def forward(self, q, k, v, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         enable_gqa = k.shape[1] != q.shape[1]
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None, enable_gqa=enable_gqa
@@ -73,7 +75,9 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
         self.attn = ScaledDotProductAttention()
 
-    def forward(self, x, cos, sin, attn_mask=None):
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
@@ -82,7 +86,9 @@ class Attention(nn.Module):
         y = self.attn(q, k, v, attn_mask)  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
-    def forward_cached(self, x, cos, sin, cache: KVCache, layer: int, start: int) -> torch.Tensor:
+    def forward_cached(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache, layer: int, start: int
+    ) -> torch.Tensor:
         """Inference with a KV cache: the T new tokens at positions start .. start + T - 1 attend to
         every cached token and, causally, to each other (prefill: T > 1; decode: T = 1)."""
         B, T, _ = x.shape
@@ -110,7 +116,7 @@ class SwiGLU(nn.Module):
         self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -122,11 +128,15 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = SwiGLU(cfg)
 
-    def forward(self, x, cos, sin, attn_mask=None):
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), cos, sin, attn_mask)
         return x + self.mlp(self.mlp_norm(x))
 
-    def forward_cached(self, x, cos, sin, cache: KVCache, layer: int, start: int):
+    def forward_cached(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache, layer: int, start: int
+    ) -> torch.Tensor:
         x = x + self.attn.forward_cached(self.attn_norm(x), cos, sin, cache, layer, start)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -176,7 +186,13 @@ class LlamaLM(nn.Module):
             else:
                 init_normal_(param, std=0.02, seed=seed, name=name)
 
-    def forward(self, input_ids, *, positions=None, attn_mask=None):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        *,
+        positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         B, T = input_ids.shape
         if positions is None:
             positions = torch.arange(T, device=input_ids.device)
@@ -187,8 +203,6 @@ class LlamaLM(nn.Module):
         for block in self.blocks:
             x = block(x, cos, sin, attn_mask)
         return self.lm_head(self.norm(x))
-
-    supports_kv_cache = True
 
     def new_cache(self, *, batch_size: int, max_len: int, dtype: torch.dtype) -> KVCache:
         """An empty KV cache for `batch_size` sequences of up to `max_len` tokens, stored in `dtype`."""

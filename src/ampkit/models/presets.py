@@ -50,7 +50,7 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
-def get_preset(name: str, **overrides) -> ModelConfig:
+def get_preset(name: str, **overrides: Any) -> ModelConfig:
     """Look up a preset by name (case-insensitive); `overrides` replace fields (e.g. vocab_size)."""
     key = name.lower()
     if key not in PRESETS:

@@ -27,7 +27,6 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-DEFAULT_WIDTH = 80
 WIDE_WIDTH = 400
 """--wide: columns enough for every table's natural width (the widest, bench's, needs about 200)"""
 
@@ -46,7 +45,7 @@ def make_console(*, wide: bool = False, stderr: bool = False, width: int | None 
     return Console(width=width, stderr=stderr)
 
 
-def print_run_dir(console: Console, run_dir, files: str) -> None:
+def print_run_dir(console: Console, run_dir: str | os.PathLike[str], files: str) -> None:
     """ "run directory: PATH (files)", the path never broken (a terminal soft-wraps a long one)."""
     console.print(f"run directory: {run_dir} ({files})", highlight=False, markup=False, soft_wrap=True)
 

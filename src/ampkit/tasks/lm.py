@@ -192,10 +192,6 @@ class LanguageModelTask(LMObjective):
             "seq_len": self.seq_len,
         }
 
-    def model_description(self) -> dict[str, Any]:
-        """The resolved model's config (checkpoints keep it beside the weights)."""
-        return self.model_config.to_dict()
-
 
 def smoke_batch(*, samples: int = 16, seq_len: int = 32, seed: int = 0) -> Batch:
     """`samples` fixed, full-length sequences of `seq_len` targets from the embedded corpus (seeded pick).
