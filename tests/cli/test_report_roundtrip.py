@@ -244,4 +244,12 @@ def test_a_summary_an_older_ampkit_wrote_is_still_its_kind_and_renders(name, tmp
 
 def test_the_older_summaries_cover_every_kind_they_had():
     kinds = {kind_of_summary(entry["summary"]).name for entry in OLDER["runs"].values()}
-XX
+    assert kinds == {kind.name for kind in KINDS}
+
+
+@pytest.mark.parametrize("name", ["doctor-small", "train", "hw", "plan-small"])
+def test_a_summary_marked_failed_after_it_was_written_is_still_its_kind(name):
+    """`runs.summary_marks_write_failure`: a report that could not be written marks the written summary
+    "failed" with the error; once there is room, `ampkit report` renders it again."""
+    summary = {**OLDER["runs"][name]["summary"], "status": "failed", "error": "report.html: No space left (ENOSPC)"}
+    assert kind_of_summary(summary).validate(summary) == []

@@ -60,7 +60,8 @@ DOCTOR = SummaryKind(
     fields={
         "command": OneOf("doctor"),
         "ampkit_version": str,
-        "status": OneOf("healthy", "problems", "interrupted"),
+        # "failed" (with "error"): a write failed after the summary was written (`runs.summary_marks_write_failure`)
+        "status": OneOf("healthy", "problems", "interrupted", "failed"),
         "interrupted": Absent(Opt({"signal": str, "during": Opt(str), "finished": ListOf(str)})),
         "provenance": Absent(PROVENANCE),
         "config": dict,
