@@ -1,45 +1,111 @@
-"""`ampkit report RUN_DIR`: re-render a run's report from its summary.json (and metrics.jsonl for train).
+"""`ampkit report RUN_DIR`: re-render a run's report from its summary.json (and metrics.jsonl for train);
+`ampkit report --schema KIND`: print a summary kind's JSON Schema.
 
 Any run directory an ampkit command writes is rendered again byte for byte: the writers read
 nothing but the run's files (the date, versions, device and command line come from summary.json's
-"provenance" block), and PNGs carry no metadata. The run's kind is its summary's "schema"; summaries
-written before train and hw had one are known by their "command". A command plugs in by adding an
-entry to RENDERERS.
+"provenance" block), and PNGs carry no metadata. The run's kind (`ampkit.summaries`: its schema id, or
+the older form of a kind, e.g. train's summaries before they had a "schema") decides the validator and
+the renderer: RENDERERS maps each kind's name to its renderer, imported only when that kind is rendered.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ampkit.cli import add_command
 from ampkit.errors import UsageError
 from ampkit.runs import SUMMARY_FILE, lock_run_dir, read_json
+from ampkit.summaries import KINDS, SummaryKind, find_kind, kind_of_summary, same_family
+
+Renderer = Callable[[dict[str, Any], Path], Any]
+"""renderer(summary, run_dir) -> the paths it wrote (report.html, report.md, figures)."""
 
 
-def _kind_of_plan(summary: dict[str, Any]) -> str:
-    return "ampkit.plan/1+lora" if "methods" in summary else "ampkit.plan/1"  # plan --lora: its own tables
+def _bench() -> Renderer:
+    from ampkit.bench.render import render_report
+
+    return render_report
 
 
-# kind -> ("module:renderer(summary, run_dir) -> written paths", "module:validator(summary) -> problems" or None)
-RENDERERS: dict[str, tuple[str, str | None]] = {
-    "ampkit.bench/2": ("ampkit.bench.render:render_report", "ampkit.bench.schema:validate_summary"),
-    "ampkit.bench-inference/1": ("ampkit.bench.inference_render:render_inference_report", None),
-    "ampkit.bench-sweep/1": ("ampkit.bench.sweep:render_sweep_report", None),
-    "ampkit.train/1": ("ampkit.train.report:write_train_report", None),
-    "ampkit.doctor/1": ("ampkit.diagnostics.doctor_report:write_report", None),
-    "ampkit.plan/1": ("ampkit.plan.render:write_plan_report", None),
-    "ampkit.plan/1+lora": ("ampkit.plan.lora_plan:write_lora_plan_report", None),
-    "ampkit.plan-task/1": ("ampkit.plan.task_plan:write_task_plan_report", None),
-    "ampkit.kv/1": ("ampkit.plan.render:write_kv_report", None),
-    "ampkit.kv-measured/1": ("ampkit.plan.kv_measured:write_measured_report", None),
-    "ampkit.hw/1": ("ampkit.cli.hw:write_hw_report", None),
+def _bench_inference() -> Renderer:
+    from ampkit.bench.inference_render import render_inference_report
+
+    return render_inference_report
+
+
+def _bench_sweep() -> Renderer:
+    from ampkit.bench.sweep import render_sweep_report
+
+    return render_sweep_report
+
+
+def _train() -> Renderer:
+    from ampkit.train.report import write_train_report
+
+    return write_train_report
+
+
+def _doctor() -> Renderer:
+    from ampkit.diagnostics.doctor_report import write_report
+
+    return write_report
+
+
+def _plan() -> Renderer:
+    from ampkit.plan.render import write_plan_report
+
+    return write_plan_report
+
+
+def _plan_lora() -> Renderer:
+    from ampkit.plan.lora_plan import write_lora_plan_report
+
+    return write_lora_plan_report
+
+
+def _plan_task() -> Renderer:
+    from ampkit.plan.task_plan import write_task_plan_report
+
+    return write_task_plan_report
+
+
+def _kv() -> Renderer:
+    from ampkit.plan.render import write_kv_report
+
+    return write_kv_report
+
+
+def _kv_measured() -> Renderer:
+    from ampkit.plan.kv_measured import write_measured_report
+
+    return write_measured_report
+
+
+def _hw() -> Renderer:
+    from ampkit.cli.hw import write_hw_report
+
+    return write_hw_report
+
+
+RENDERERS: dict[str, Callable[[], Renderer]] = {
+    "bench": _bench,
+    "bench-inference": _bench_inference,
+    "bench-sweep": _bench_sweep,
+    "train": _train,
+    "doctor": _doctor,
+    "plan": _plan,
+    "plan-lora": _plan_lora,
+    "plan-task": _plan_task,
+    "kv": _kv,
+    "kv-measured": _kv_measured,
+    "hw": _hw,
 }
-# summaries without a "schema" (train's and the bench sweep's before they had one): by their "command"
-_BY_COMMAND = {"train": "ampkit.train/1", "bench-sweep": "ampkit.bench-sweep/1", "bench": "ampkit.bench/2"}
+"""kind name (`ampkit.summaries.KINDS`) -> its renderer, imported when a run of that kind is rendered
+(the command's package loads only then). tests/cli/test_report.py checks every kind has one."""
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -50,8 +116,15 @@ def register(sub) -> argparse.ArgumentParser:
         "metrics.jsonl for train), byte for byte as the run wrote them. Works on every run directory "
         "ampkit writes: bench (--inference, --sweep, --lora), train, doctor, plan, kv and hw --out.",
     )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding summary.json")
+    parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help="a run directory holding summary.json")
     parser.add_argument("--json", action="store_true", help="also print summary.json to stdout")
+    parser.add_argument(
+        "--schema",
+        metavar="KIND",
+        help="print the JSON Schema of a summary kind instead (a name or schema id: "
+        + ", ".join(kind.name for kind in KINDS)
+        + ")",
+    )
     return parser
 
 
@@ -69,56 +142,63 @@ def load_summary(run_dir: Path) -> dict:
     return summary
 
 
-def kind_of(summary: dict[str, Any], path: Path) -> str:
-    """The run's kind (a RENDERERS key) from its schema, or its command for older summaries."""
-    schema = summary.get("schema")
-    if schema == "ampkit.plan/1":
-        return _kind_of_plan(summary)
-    if schema in RENDERERS:
-        return schema
+def kind_of(summary: dict[str, Any], path: Path) -> SummaryKind:
+    """The run's kind from its schema id (or the older form of a kind), else why it has none."""
     if set(summary) <= {"command", "status", "error"} and summary.get("status") == "failed":
         # `runs.summary_marks_write_failure` before any summary was written (a full disk): nothing to render
         raise UsageError(f"{path} is the summary of a run that failed ({summary.get('error')}); there is no report")
-    if schema is None and summary.get("command") in _BY_COMMAND:
-        return _BY_COMMAND[summary["command"]]
-    family = [k for k in RENDERERS if isinstance(schema, str) and k.split("/")[0] == schema.split("/")[0]]
-    if family:
-        raise UsageError(f"{path} has schema {schema!r}, from another ampkit version; this one renders {family[0]}")
+    kind = kind_of_summary(summary)
+    if kind is not None:
+        return kind
+    schema = summary.get("schema")
+    family = same_family(schema)
+    if family is not None:
+        raise UsageError(f"{path} has schema {schema!r}, from another ampkit version; this one renders {family.schema}")
     what = f"schema {schema!r}" if schema is not None else "no 'schema' field"
-    known = ", ".join(k for k in RENDERERS if "+" not in k)
+    known = ", ".join(kind.schema for kind in KINDS)
     raise UsageError(f"{path} has {what}: not a summary ampkit writes (it renders {known})")
 
 
-def _resolve(ref: str):
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _validate(validator: str | None, summary: dict[str, Any], path: Path) -> None:
-    problems = _resolve(validator)(summary) if validator else []
+def _validate(kind: SummaryKind, summary: dict[str, Any], path: Path) -> None:
+    problems = kind.validate(summary)
     if problems:
         more = f", and {len(problems) - 1} more" if len(problems) > 1 else ""
-        raise UsageError(f"{path} does not match its schema ({problems[0]}{more})")
+        raise UsageError(f"{path} does not match its schema {kind.schema} ({problems[0]}{more})")
 
 
-def _render(renderer: str, summary: dict[str, Any], run_dir: Path, path: Path) -> Any:
+def _render(kind: SummaryKind, summary: dict[str, Any], run_dir: Path, path: Path) -> Any:
     """A summary that claims a schema but lacks what its renderer reads is one line, not a traceback."""
     try:
-        return _resolve(renderer)(summary, run_dir)
+        return RENDERERS[kind.name]()(summary, run_dir)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise UsageError(
             f"{path} is incomplete for its schema ({type(err).__name__}: {err}); re-run the command that wrote it"
         ) from None
 
 
+def print_schema(name: str) -> int:
+    kind = find_kind(name)
+    if kind is None:
+        known = ", ".join(kind.name for kind in KINDS)
+        raise UsageError(f"--schema {name}: no such summary kind; choose one of {known}")
+    print(json.dumps(kind.json_schema(), indent=2))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.schema is not None:
+        if args.run_dir is not None:
+            raise UsageError("--schema KIND prints a JSON Schema and reads no run directory: pass one or the other")
+        return print_schema(args.schema)
+    if args.run_dir is None:
+        raise UsageError("pass a RUN_DIR to render (or --schema KIND for a summary kind's JSON Schema)")
     run_dir = Path(args.run_dir)
     summary = load_summary(run_dir)
     path = run_dir / SUMMARY_FILE
-    renderer, validator = RENDERERS[kind_of(summary, path)]
-    _validate(validator, summary, path)
+    kind = kind_of(summary, path)
+    _validate(kind, summary, path)
     lock_run_dir(run_dir, command="report")  # it writes into RUN_DIR: not while a run is writing there
-    paths = _render(renderer, summary, run_dir, path)
+    paths = _render(kind, summary, run_dir, path)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

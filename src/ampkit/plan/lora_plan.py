@@ -24,7 +24,7 @@ from ampkit.plan.describe import ModelDescription
 from ampkit.plan.fit import Target, largest, resolve_target
 from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.lora import LoraPlan, analytic_lora_ledger, check_lora_plannable, lora_largest
-from ampkit.plan.planner import PLAN_SCHEMA, UNITS, agreement, ledger_kwargs
+from ampkit.plan.planner import UNITS, agreement, ledger_kwargs
 from ampkit.plan.setting import GIB, Ledger, StepSetting
 from ampkit.report.console import columns, compact_table
 
@@ -124,7 +124,7 @@ def _method(label, ledger: Ledger, plan, setting, desc, target, kwargs) -> dict[
 
 
 def build_lora_plan(config: PlanConfig, *, desc: ModelDescription) -> dict[str, Any]:
-    """plan's summary.json for `--lora` (schema "ampkit.plan/1", with a "lora" section and LoRA rows)."""
+    """plan's summary.json for `--lora` (schema "ampkit.plan-lora/1", with a "lora" section and LoRA rows)."""
     check_lora_plannable(desc, LoraPlan(settings=config.lora, precision="bf16-mixed"))
     config = config.for_model(desc.max_positions)  # --seq-len 0: 2048, or the model's positions when fewer
     if config.parallel != "none":
@@ -133,7 +133,7 @@ def build_lora_plan(config: PlanConfig, *, desc: ModelDescription) -> dict[str, 
     combos = itertools.product(lora_precisions(config), config.optimizer_list(), config.checkpointing_list())
     rows = [lora_row(desc, _setting(config, p, o, c), config, target) for p, o, c in combos]
     return {
-        "schema": PLAN_SCHEMA,
+        "schema": "ampkit.plan-lora/1",  # its own kind (ampkit.summaries.PLAN_LORA); before it: plan's id
         "units": UNITS,
         "config": dataclasses.asdict(config),
         "model": desc.to_dict(),

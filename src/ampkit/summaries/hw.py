@@ -1,0 +1,42 @@
+"""`ampkit hw --out DIR`'s summary kind ("ampkit.hw/1"): the device and each dtype's measured matmul
+FLOP/s (FLOP/s, not TFLOP/s). docs/train.md names it; `ampkit hw --json` prints the same document."""
+
+from __future__ import annotations
+
+from ampkit.summaries.kind import PROVENANCE, SummaryKind
+from ampkit.summaries.spec import OPT_NUM, Absent, ListOf, MapOf, OneOf, Opt
+
+HW = SummaryKind(
+    name="hw",
+    schema="ampkit.hw/1",
+    title="ampkit hw: the device and its measured matmul throughput per dtype",
+    fields={
+        "command": OneOf("hw"),
+        "provenance": Absent(PROVENANCE),
+        "quick": bool,
+        "torch_version": str,
+        "cpu_threads": int,
+        "device": {
+            "type": str,
+            "kind": str,
+            "name": str,
+            "total_memory_bytes": int,
+            "native_bf16": bool,
+            "native_fp16": bool,
+            "has_tf32": bool,
+            "has_fp8": bool,
+            "cpu_flags": ListOf(str),
+        },
+        "dtypes": MapOf(
+            {
+                "native": bool,
+                "mode": str,
+                "matmul_size": int,
+                "measured_flops": OPT_NUM,
+                "ratio_vs_fp32": OPT_NUM,
+                "table_peak_flops": OPT_NUM,
+                "note": Opt(str),
+            }
+        ),
+    },
+)

@@ -1,0 +1,84 @@
+"""The training runs' summary kinds: `ampkit train` ("ampkit.train/1"; older summaries: `"command": "train"`
+and no "schema") and `ampkit doctor` ("ampkit.doctor/1"). docs/train.md and docs/doctor.md describe them."""
+
+from __future__ import annotations
+
+from ampkit.summaries.kind import PROVENANCE, WARNINGS, Older, SummaryKind
+from ampkit.summaries.spec import NUM, OPT_NUM, Absent, ListOf, MapOf, OneOf, Opt
+
+TASK = {"name": str, "unit": str}
+"""`tasks.optional.describe(task)`: its name and unit, then whatever the task reports (preset, corpus, ...)."""
+
+TRAIN = SummaryKind(
+    name="train",
+    schema="ampkit.train/1",
+    title="ampkit train: one training run",
+    fields={
+        "schema_version": OneOf(1),
+        "command": OneOf("train"),
+        "ampkit_version": str,
+        "provenance": Absent(PROVENANCE),  # Absent: summaries before "schema" lack it (and task, unit, ...)
+        "status": OneOf("completed", "stopped", "failed", "diverged"),
+        "error": Opt(str),
+        "config": dict,
+        "device": {"type": str, "name": str},
+        "warnings": WARNINGS,
+        "task": Absent(TASK),
+        "unit": Absent(str),
+        "model": {"preset": str, "parameters": Opt(int)},
+        "data": {"corpus": Opt(str)},
+        "steps": int,
+        "tokens": int,
+        "first_loss": OPT_NUM,
+        "final_loss": OPT_NUM,
+        "eval_loss_initial": OPT_NUM,
+        "eval_loss": OPT_NUM,
+        "eval_history": ListOf({"step": int, "eval_loss": OPT_NUM}),
+        "items_per_s": Absent(OPT_NUM),
+        "tokens_per_s": OPT_NUM,
+        "step_ms_median": OPT_NUM,
+        "skipped_steps": int,
+        "final_loss_scale": OPT_NUM,
+        "peak_memory": dict,
+        "throughput": Absent(dict),
+        "lora": Absent(Opt(dict)),
+        "wall_s": NUM,
+        "guard": Absent({"enabled": bool}),
+        "diagnostics": Absent(dict),
+        "parallel": Absent({"mode": str, "world_size": int}),
+    },
+    older=(Older(schema=None, command="train"),),
+)
+
+ADVICE = {"rule": str, "severity": OneOf("fix", "warn", "info"), "title": str, "evidence": ListOf(str), "fix": str}
+"""One finding -> fix (`diagnostics.advice.Advice`)."""
+
+DOCTOR = SummaryKind(
+    name="doctor",
+    schema="ampkit.doctor/1",
+    title="ampkit doctor: one precision's numerics diagnosed",
+    fields={
+        "command": OneOf("doctor"),
+        "ampkit_version": str,
+        # "failed" (with "error"): a write failed after the summary was written (`runs.summary_marks_write_failure`)
+        "status": OneOf("healthy", "problems", "interrupted", "failed"),
+        "interrupted": Absent(Opt({"signal": str, "during": Opt(str), "finished": ListOf(str)})),
+        "provenance": Absent(PROVENANCE),
+        "config": dict,
+        "device": {"type": str, "name": str, "native_bf16": bool},
+        "warnings": WARNINGS,
+        "task": Absent(TASK),
+        "model": {"preset": str, "parameters": Opt(int)},
+        "inject": Opt({"spec": str, "fired_steps": list}),
+        "run": {"steps": int, "losses": ListOf(OPT_NUM), "grad_norms": ListOf(OPT_NUM), "error": Opt(str)},
+        "locator": dict,
+        "scale": {"active": bool, "points": ListOf({"step": int, "scale": OPT_NUM, "skipped": bool})},
+        "gradients": {"scale_range": Opt(dict), "long_tail": Opt(dict), "steps": ListOf(dict)},
+        "updates": {"frozen_layers": ListOf(dict), "steps": ListOf(dict)},
+        "lora": Absent(Opt(dict)),
+        "smoke": MapOf({"precision": str, "passed": bool}),
+        "fidelity": Opt(dict),
+        "advice": ListOf(ADVICE),
+        "wall_s": NUM,
+    },
+)
