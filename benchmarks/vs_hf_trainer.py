@@ -4,12 +4,16 @@ The same work on both sides, checked, not assumed:
 - model: a random-init `LlamaForCausalLM` from SmolLM2-135M's published config.json (HuggingFaceTB/
   SmolLM2-135M: hidden 576, 9 heads, 3 KV heads, SwiGLU 1536, RMSNorm 1e-5, RoPE theta 1e5, tied
   49,152-token embedding), scaled down only in depth (30 -> `--layers`, 4 by default) so a step takes
-  a couple of seconds in fp32 on a 2-core CPU; nothing is downloaded. Both sides build it with
-  ampkit's `build_hf_model(seed=...)` (transformers' `from_config` under a fixed seed): the same weights.
+  a couple of seconds in fp32 on a 2-core CPU (~270 GFLOP a step at the defaults, 6N + attention; the
+  tied 49,152-way head is two thirds of it; bf16-mixed takes ~10x that where bf16 matmuls are
+  emulated, e.g. AVX2 without AVX512-BF16); nothing is downloaded. Both build it with transformers'
+  `from_config` in fp32 right after `torch.manual_seed(seed)` (ampkit's `build_hf_model(seed=...)`
+  does exactly that): the same weights.
 - batches: ampkit's embedded corpus, whitespace collapsed and cut into paragraphs of exactly
   `seq_len + 1` ASCII characters (a JSONL file), through ampkit's byte tokenizer and seeded sampler:
-  every row is `seq_len` real targets, no padding, no packing. Trainer reads the very same stream
-  (an IterableDataset: Trainer does not shuffle it) with `shift_labels`, the collator key
+  every row is `seq_len` real targets, no padding, no packing. The first `--steps` batches of the
+  stream `ampkit train` reads are saved for Trainer, whose process imports nothing of ampkit; it reads
+  them in order (an IterableDataset: Trainer does not shuffle it) with `shift_labels`, the key
   transformers' padding-free collators use, so its loss covers the same `seq_len` targets a row
   (`labels` alone would shift inside the model and drop each row's last target).
 - optimizer: fused AdamW, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the same groups (ampkit:
@@ -98,7 +102,28 @@ def fixed_length_paragraphs(text: str, *, length: int) -> list[str]:
     whitespace, which would shorten a paragraph and pad its batch)."""
     flat = " ".join(text.encode("ascii", "ignore").decode().split())
     pieces = [flat[i : i + length] for i in range(0, len(flat) - length + 1, length)]
-    return [("." + p[1:] if p[0] == " " else p)[:-1] + ("." if p[-1] == " " else p[-1]) for p in pieces]
+    return [_dot_for_space(p[0]) + p[1:-1] + _dot_for_space(p[-1]) if length > 1 else p for p in pieces]
+
+
+def _dot_for_space(char: str) -> str:
+    return "." if char == " " else char
+
+
+def write_batches(path: Path, args: argparse.Namespace) -> Path:
+    """The first `steps` batches of the stream `ampkit train` reads (its LM task on the same folder,
+    corpus, seq_len, batch size and seed), saved for the Trainer process: (steps, B, T) ids and targets."""
+    import torch
+
+    from ampkit.tasks.lm import LanguageModelTask
+
+    task = LanguageModelTask(model=f"hf:{args.model_dir}", data=str(args.data), seq_len=args.seq_len)
+    stream = task.train_stream(batch_size=args.batch_size, seed=args.seed)
+    batches = [stream.next_batch() for _ in range(args.steps)]
+    if not all(rows_of_full_length(b) for b in batches):
+        raise SystemExit("a batch of the fixed-length corpus has padding: the two sides would not do the same work")
+    stacked = {key: torch.stack([getattr(b, key) for b in batches]) for key in ("input_ids", "targets")}
+    torch.save(stacked, path)
+    return path
 
 
 def write_corpus(path: Path, *, seq_len: int) -> Path:
@@ -195,23 +220,20 @@ def ampkit_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- the Trainer side -----------------------------------------------------------------------------
-def trainer_dataset(args: argparse.Namespace, full_rows: list[bool]):
-    """ampkit's seeded stream of the same corpus, row by row (Trainer's DataLoader batches them again)."""
+def trainer_dataset(batches_file: Path):
+    """The saved stream, row by row, repeated if asked for more (Trainer's DataLoader batches them again)."""
     import torch
 
-    from ampkit.tasks.lm import LanguageModelTask
+    saved = torch.load(batches_file)
 
     class Rows(torch.utils.data.IterableDataset):
         def __iter__(self):
-            task = LanguageModelTask(model=f"hf:{args.model_dir}", data=str(args.data), seq_len=args.seq_len)
-            stream = task.train_stream(batch_size=args.batch_size, seed=args.seed)
             while True:
-                batch = stream.next_batch()
-                full_rows.append(rows_of_full_length(batch))
-                for ids, targets in zip(batch.input_ids, batch.targets):
-                    yield {"input_ids": ids, "labels": targets, "shift_labels": targets}
+                for input_ids, targets in zip(saved["input_ids"], saved["targets"]):
+                    for ids, row_targets in zip(input_ids, targets):
+                        yield {"input_ids": ids, "labels": row_targets, "shift_labels": row_targets}
 
-    return Rows()
+    return Rows(), bool((saved["targets"] != -100).all())
 
 
 def trainer_callback(record: dict[str, list]):
@@ -264,26 +286,26 @@ def trainer_args(args: argparse.Namespace, output_dir: str):
 
 
 def trainer_worker(args: argparse.Namespace) -> dict[str, Any]:
-    """`transformers.Trainer` on the same model (ampkit's seeded build of the same folder) and stream."""
+    """`transformers.Trainer` as a user's script would run it: no ampkit import in this process. The
+    model is built as ampkit's `build_hf_model` builds it (`from_config` in fp32 right after
+    `torch.manual_seed(seed)`, KV cache off for training), so the weights are the same."""
     import torch
 
     torch.set_num_threads(args.threads)
-    from transformers import Trainer
+    from transformers import AutoConfig, AutoModelForCausalLM, Trainer
 
-    from ampkit.models.hf import build_hf_model
-
-    model = build_hf_model(f"hf:{args.model_dir}", seed=args.seed).hf  # the transformers model itself
+    config = AutoConfig.from_pretrained(args.model_dir, local_files_only=True)
+    config.use_cache = False  # ampkit's HFCausalLM sets this too: no cache objects built per training forward
+    torch.manual_seed(args.seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     probe = install_probe(model)
-    losses: list[torch.Tensor] = []
+    losses: list[torch.Tensor] = []  # kept on the device; read once the run is over (no sync per step)
     model.register_forward_hook(lambda m, a, out: losses.append(out.loss.detach()) if m.training else None)
     record: dict[str, list] = {"ends": [], "lr": []}
-    full_rows: list[bool] = []
+    dataset, full_rows = trainer_dataset(args.batches)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(
-            model=model,
-            args=trainer_args(args, tmp),
-            train_dataset=trainer_dataset(args, full_rows),
-            callbacks=[trainer_callback(record)],
+            model=model, args=trainer_args(args, tmp), train_dataset=dataset, callbacks=[trainer_callback(record)]
         )
         trainer.train()
     ends = record["ends"]
@@ -292,7 +314,7 @@ def trainer_worker(args: argparse.Namespace) -> dict[str, Any]:
         "step_s": [b - a for a, b in zip(ends, ends[1:])],
         "loss": [float(x) for x in losses],
         "lr": record["lr"],
-        "full_rows": all(full_rows),
+        "full_rows": full_rows,
         "probe": probe,
         "optimizer": describe_optimizer(optimizer, hooked.named_parameters()),
         "threads": torch.get_num_threads(),
@@ -303,7 +325,8 @@ def trainer_worker(args: argparse.Namespace) -> dict[str, Any]:
 def run_worker(side: str, args: argparse.Namespace, precision: str) -> dict[str, Any]:
     """One side in a fresh process: its JSON answer plus its peak RSS in MiB (`os.wait4`: KiB on Linux)."""
     argv = [sys.executable, __file__, "--worker", side, "--precision", precision, "--model-dir", str(args.model_dir)]
-    argv += ["--data", str(args.data), "--threads", str(args.threads), "--seed", str(args.seed), "--lr", str(args.lr)]
+    argv += ["--data", str(args.data), "--batches", str(args.batches), "--threads", str(args.threads)]
+    argv += ["--seed", str(args.seed), "--lr", str(args.lr)]
     argv += ["--steps", str(args.steps), "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len)]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
@@ -326,6 +349,8 @@ def same_work(a: dict[str, Any], t: dict[str, Any], precision: str) -> list[str]
         problems.append(f"first-step loss: ampkit {a['loss'][0]:.6f}, Trainer {t['loss'][0]:.6f}")
     if len(a["lr"]) != len(t["lr"]) or any(abs(x - y) > 1e-9 * max(abs(x), 1e-12) for x, y in zip(a["lr"], t["lr"])):
         problems.append(f"LRs: ampkit {a['lr']}, Trainer {t['lr']}")
+    if a["optimizer"]["class"] != t["optimizer"]["class"]:
+        problems.append(f"optimizer: ampkit {a['optimizer']['class']}, Trainer {t['optimizer']['class']}")
     if a["optimizer"]["decayed"] != t["optimizer"]["decayed"]:
         problems.append("weight-decay groups: " + str(set(a["optimizer"]["decayed"]) ^ set(t["optimizer"]["decayed"])))
     for side, r in (("ampkit", a), ("Trainer", t)):
@@ -426,6 +451,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--precision", help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--batches", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
         vars(args).update(QUICK)
@@ -446,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         args.model_dir = write_model_dir(Path(tmp) / "smollm2-135m-scaled", layers=args.layers)
         args.data = write_corpus(Path(tmp) / "fixed_length.jsonl", seq_len=args.seq_len)
+        args.batches = write_batches(Path(tmp) / "batches.pt", args)
         results = [compare_precision(args, p) for p in args.precisions.split(",")]
     report(args, results)
     out = args.out or RESULTS / ("vs_hf_trainer_quick.json" if args.quick else "vs_hf_trainer.json")

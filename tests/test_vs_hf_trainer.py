@@ -52,6 +52,7 @@ def _run() -> dict:
         "loss": [11.28, 8.09],
         "lr": [2.25e-3, 0.0],
         "optimizer": {
+            "class": "AdamW",
             "decayed": ["model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight"],
             "groups": [{"betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1, "fused": True, "n": 2}],
         },
@@ -75,6 +76,7 @@ def _set(path: str, value):
 DIFFERENCES = {
     "first-step loss": _set("loss", [11.38, 8.09]),
     "LRs": _set("lr", [3e-3, 0.0]),
+    "optimizer": _set("optimizer.class", "SGD"),
     "weight-decay groups": _set("optimizer.decayed", ["model.embed_tokens.weight"]),
     "AdamW": _set("optimizer.groups", [{"betas": [0.9, 0.999], "eps": 1e-8, "fused": True, "weight_decay": 0.1}]),
     "padding": _set("full_rows", False),
