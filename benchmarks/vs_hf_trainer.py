@@ -85,6 +85,7 @@ SMOLLM2_135M = {  # HuggingFaceTB/SmolLM2-135M's published config.json (the fiel
 }
 BETAS, EPS = (0.9, 0.95), 1e-8  # ampkit.core.optim's ADAMW_BETAS / ADAMW_EPS, given to Trainer explicitly
 QUICK = {"pairs": 1, "steps": 3, "warmup": 1, "layers": 1, "seq_len": 64, "batch_size": 2}
+HIDDEN = ("worker", "precision", "model_dir", "data", "batches", "out")  # per-worker or temporary: not settings
 LOSS_RTOL = {"fp32": 1e-5, "bf16-mixed": 1e-3}  # first-step loss: same weights, batch and ops on both sides
 
 
@@ -383,7 +384,8 @@ def compare_precision(args: argparse.Namespace, precision: str) -> dict[str, Any
         pairs.append({"ampkit": a, "trainer": t})
         print(
             f"{precision} pair {i + 1}: first-step loss ampkit {a['loss'][0]:.6f}, Trainer {t['loss'][0]:.6f}; "
-            f"median step ampkit {steady_median(a, args.warmup):.3f} s, Trainer {steady_median(t, args.warmup):.3f} s",
+            f"median step ampkit {steady_median(a, args.warmup):.3f} s, Trainer {steady_median(t, args.warmup):.3f} s "
+            f"(Trainer / ampkit {steady_median(t, args.warmup) / steady_median(a, args.warmup):.3f})",
             flush=True,
         )
     ampkit_s = statistics.median(steady_median(p["ampkit"], args.warmup) for p in pairs)
@@ -469,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     args.threads = args.threads or torch.get_num_threads()
+    load_before = os.getloadavg()  # 1, 5, 15 min: a loaded machine makes both sides' figures noise
     with tempfile.TemporaryDirectory() as tmp:
         args.model_dir = write_model_dir(Path(tmp) / "smollm2-135m-scaled", layers=args.layers)
         args.data = write_corpus(Path(tmp) / "fixed_length.jsonl", seq_len=args.seq_len)
@@ -476,9 +479,11 @@ def main(argv: list[str] | None = None) -> int:
         results = [compare_precision(args, p) for p in args.precisions.split(",")]
     report(args, results)
     out = args.out or RESULTS / ("vs_hf_trainer_quick.json" if args.quick else "vs_hf_trainer.json")
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in ("worker", "out")}
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in HIDDEN}
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine(), "settings": settings, "results": results}, indent=2) + "\n")
+    payload = {"machine": machine(), "command": " ".join(["python", *sys.argv]), "settings": settings}
+    payload |= {"load_average_before": load_before, "results": results}
+    out.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 
