@@ -81,6 +81,14 @@ BENCHMARKS = [
         "adamw, adamw-sr and adamw-kahan (target on tiny: adamw-sr closes >= half of bf16-true's gap)",
     ),
     (
+        "vs_hf_trainer",
+        ["benchmarks/vs_hf_trainer.py"],
+        "ampkit train vs transformers.Trainer, the same work checked (a random-init SmolLM2-135M-shaped Llama, "
+        "4 of 30 layers; same batches, AdamW groups, LR, clipping, threads; first-step loss equal), fp32 and "
+        "bf16-mixed, fresh processes alternated in pairs: Trainer / ampkit median steady-state step time "
+        "(target >= 1.0) and ampkit / Trainer peak RSS",
+    ),
+    (
         "gpu_check_dry_run",
         ["benchmarks/gpu_check.py", "--dry-run", "--out", "benchmarks/results/gpu_check_dry_run.json"],
         "the GPU check's code paths, on CPU",
