@@ -143,6 +143,32 @@ class TrainConfig:
         check_lora_run(self.lora, precision=self.precision, parallel=self.parallel)
 
 
+def check_train_fits(config: TrainConfig, *, device) -> Any:
+    """Refuse (UsageError) a run whose step the planner says cannot fit `device` (a torch.device),
+    before anything is built; returns the `ampkit.plan.fit_check.FitEstimate` (None: not checked).
+    The step is the run's own: its optimizer and activation checkpointing (`[features]`), its
+    accumulation, its data-parallel width and its LoRA settings."""
+    if not config.fit_check:
+        return None
+    from ampkit.plan.fit_check import check_fit, vocab_size_for, world_size_for  # the planner: loaded to check
+
+    return check_fit(
+        model=config.model,
+        precision=config.precision,
+        batch_size=config.batch_size,
+        seq_len=config.seq_len,
+        device=device,
+        optimizer=config.features.optimizer,
+        grad_accum=config.grad_accum,
+        checkpointing=config.features.activation_checkpointing,
+        parallel=config.parallel,
+        world_size=world_size_for(config.parallel, config.nproc),
+        vocab_size=vocab_size_for(config.model),
+        command="train",
+        lora=config.lora,
+    )
+
+
 # Settings that may change when resuming; everything else must match the checkpoint. A section's
 # settings go by their own names (flags and `ampkit.config.given_flags` carry no section prefix).
 RESUMABLE_OVERRIDES = frozenset(
