@@ -52,6 +52,7 @@ def check_bench_fits(config, precisions: list[str], *, device: torch.device) -> 
             optimizer=optimizer or "adamw",
             vocab_size=vocab_size_for(config.model),
             command="bench",
+            lora=config.lora,  # a LoRA bench: the LoRA ledger (frozen base, adapters' states only)
         )
         if estimate is not None:
             found.append(estimate)
@@ -109,7 +110,8 @@ def largest_batch(config, task, precision: str, *, device: torch.device) -> dict
             desc = _describe(config.model, vocab_size_for(config.model))
             if desc is None:
                 raise UsageError("the planner does not describe this model")
-            estimate = estimate_fit(desc, _setting(precision, config.batch_size, config.seq_len), device)
+            lora = _lora_fit(desc, config.lora, precision)
+            estimate = estimate_fit(desc, _setting(precision, config.batch_size, config.seq_len), device, lora=lora)
             best = estimate.max_micro_batch if estimate is not None else None
             source = "analytic"
         else:
@@ -117,6 +119,19 @@ def largest_batch(config, task, precision: str, *, device: torch.device) -> dict
     except Exception as err:  # noqa: BLE001 - said, not fatal
         return {"batch_size": None, "note": f"not predicted: {str(err).strip()[:160] or type(err).__name__}"}
     return {"batch_size": best, "capacity_bytes": capacity, "capacity_label": label, "source": source}
+
+
+def _lora_fit(desc, settings, name: str):
+    """The LoRA ledger's planner of candidate `name` (None: full fine-tuning); refused where the LoRA
+    ledger does not plan this model (a full fine-tuning batch would overstate what fits by far)."""
+    if not settings.enabled:
+        return None
+    from ampkit.plan.lora import lora_fit_for
+
+    found = lora_fit_for(desc, settings, split_candidate(name)[0])
+    if found is None:
+        raise UsageError("the LoRA ledger does not plan this model")
+    return found
 
 
 def _largest_task_batch(config, task, precision: str, capacity: int, device: torch.device) -> int | None:
