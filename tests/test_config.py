@@ -21,7 +21,7 @@ from ampkit.config import (
     flat_settings,
     resolve_config,
 )
-from ampkit.diagnostics.doctor import DoctorConfig
+from ampkit.diagnostics.config import DoctorConfig
 from ampkit.distributed.launch import worker_argv
 from ampkit.errors import UsageError
 from ampkit.plan.config import KvConfig, PlanConfig

@@ -20,7 +20,8 @@ from rich.console import Console
 
 from ampkit.cli import add_run_command, add_wide_flag
 from ampkit.config import resolve_config
-from ampkit.diagnostics.doctor import DoctorConfig, doctor_defaults, run_doctor
+from ampkit.diagnostics.config import DoctorConfig, doctor_defaults
+from ampkit.diagnostics.doctor import run_doctor
 from ampkit.diagnostics.doctor_report import print_console, write_report
 from ampkit.errors import RunInterrupted, UsageError
 from ampkit.hardware import describe_device, pick_device
