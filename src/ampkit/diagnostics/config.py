@@ -15,6 +15,7 @@ from ampkit.options import (
     batch_size_field,
     clip_grad_norm_field,
     device_field,
+    fit_check_field,
     inject_field,
     lr_field,
     model_field,
@@ -84,10 +85,7 @@ class DoctorConfig:
     )
     fidelity: bool = field(default=True, metadata={"help": "compare each block's output with fp32"})
     ring_size: int = field(default=32, metadata={"help": "locator: frames kept before the first non-finite"})
-    fit_check: bool = field(
-        default=True,
-        metadata={"help": "refuse, before building the model, a step the memory planner says cannot fit this device"},
-    )
+    fit_check: bool = fit_check_field()
     lora: LoraSettings = lora_field()
 
     def __post_init__(self):
