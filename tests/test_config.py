@@ -21,7 +21,7 @@ from ampkit.config import (
     flat_settings,
     resolve_config,
 )
-from ampkit.diagnostics.doctor import DoctorConfig
+from ampkit.diagnostics.config import DoctorConfig
 from ampkit.distributed.launch import worker_argv
 from ampkit.errors import UsageError
 from ampkit.plan.config import KvConfig, PlanConfig
@@ -271,3 +271,124 @@ def test_resume_of_a_run_directory_written_before_sections(tmp_path, run_cli):
     summary = json.loads(stdout)
     assert summary["steps"] == 4
     assert summary["config"]["scaler"]["init_scale"] == 1024.0 and summary["config"]["features"]["batching"] == "pack"
+
+
+# ---------------------------------------------------------------- aliases: one name per concept, old names kept
+
+
+@dataclass(frozen=True, kw_only=True)
+class Renamed:
+    batch_size: int = field(default=2, metadata={"help": "a batch", "aliases": ("micro_batch",)})
+    knobs: Knobs = field(default_factory=Knobs, metadata={"help": "the knobs"})
+
+
+def test_an_alias_sets_the_renamed_setting_from_a_flag_and_a_file(tmp_path):
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, Renamed)
+    assert resolve_config(Renamed, parser.parse_args(["--micro-batch", "5"])).batch_size == 5
+    assert resolve_config(Renamed, parser.parse_args(["--batch-size", "6"])).batch_size == 6
+    assert resolve_config(Renamed, toml_path=_toml(tmp_path, "micro_batch = 7\n")).batch_size == 7
+    assert "micro_batch" not in config_to_toml(resolve_config(Renamed, toml_path=_toml(tmp_path, "micro_batch = 7\n")))
+    with pytest.raises(UsageError, match="'batch_size' is given twice .* \\(also as 'micro_batch'\\)"):
+        resolve_config(Renamed, toml_path=_toml(tmp_path, "micro_batch = 7\nbatch_size = 8\n"))
+    with pytest.raises(UsageError, match="unknown setting 'micro_batches'"):
+        resolve_config(Renamed, toml_path=_toml(tmp_path, "micro_batches = 7\n"))
+
+
+def test_an_alias_that_names_another_setting_is_refused_when_registered():
+    @dataclass(frozen=True, kw_only=True)
+    class Clash:
+        steps: int = field(default=1, metadata={"help": "steps"})
+        budget: int = field(default=1, metadata={"help": "a budget", "aliases": ("steps",)})
+
+    with pytest.raises(TypeError, match="alias 'steps' of 'budget' names another setting"):
+        config_layout(Clash)
+
+
+def _parsed(command: str, *argv: str):
+    cls = COMMAND_CONFIGS[command]
+    return resolve_config(cls, build_parser([command]).parse_args([command, *argv]))
+
+
+def test_plan_takes_trains_flag_names_and_keeps_its_old_ones():
+    new = _parsed("plan", "--batch-size", "4", "--optimizer", "adamw,sgd", "--activation-checkpointing", "full")
+    old = _parsed("plan", "--micro-batch", "4", "--optimizers", "adamw,sgd", "--checkpointing", "full")
+    assert new == old and new.batch_size == 4
+    assert new.optimizer_list() == ["adamw", "sgd"] and new.checkpointing_list() == ["full"]
+    train = _parsed("train", "--batch-size", "4", "--optimizer", "sgd", "--activation-checkpointing", "full")
+    assert (train.batch_size, train.features.optimizer, train.features.activation_checkpointing) == (4, "sgd", "full")
+
+
+def test_processes_follow_torchrun_and_plan_derives_its_world_size():
+    assert _parsed("train", "--parallel", "ddp", "--nproc", "2") == _parsed(
+        "train", "--parallel", "ddp", "--nproc-per-node", "2"
+    )
+    assert _parsed("train", "--parallel", "ddp", "--nproc-per-node", "2").nproc_per_node == 2
+    assert _parsed("plan", "--nproc-per-node", "4", "--nnodes", "2").world_size == 8
+    assert _parsed("plan", "--world-size", "8").world_size == 8
+    assert _parsed("plan", "--world-size", "8", "--nproc-per-node", "4", "--nnodes", "2").world_size == 8
+    assert PlanConfig().world_size == 1
+    with pytest.raises(UsageError, match="--world-size 6 disagrees with --nproc-per-node 4 x --nnodes 2 = 8"):
+        PlanConfig(world_size=6, nproc_per_node=4, nnodes=2)
+    with pytest.raises(UsageError, match="--nnodes must be >= 1"):
+        TrainConfig(nnodes=0)
+
+
+def test_train_on_several_nodes_is_left_to_torchrun(run_cli, tmp_path):
+    argv = ["--parallel", "ddp", "--nproc-per-node", "2", "--nnodes", "2", "--out", str(tmp_path / "run")]
+    code, _, err = run_cli("train", *TINY_ARGS, *argv)
+    assert code == 2 and "torchrun --nnodes 2 --nproc-per-node 2" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_fit_check_flag_is_one_setting_with_one_help():
+    def help_of(command: str) -> str:
+        sub = build_parser([command])._subparsers._group_actions[0].choices[command]
+        return next(a.help for a in sub._actions if "--fit-check" in a.option_strings)
+
+    assert len({help_of(c) for c in ("train", "doctor", "bench")}) == 1
+
+
+# config.json as ampkit wrote it before the renames (`nproc`; plan's `micro_batch`, `optimizers`, `checkpointing`)
+OLD_TRAIN_JSON = {
+    **{"precision": "fp32", "task": "", "task_args": {}, "model": "tiny", "data": "default", "device": "auto"},
+    **{"steps": 3, "batch_size": 8, "seq_len": 256, "grad_accum": 1, "lr": 0.003, "min_lr_ratio": 0.1},
+    **{"warmup_steps": 20, "weight_decay": 0.1, "clip_grad_norm": 1.0, "seed": 0, "eval_every": 0, "eval_batches": 8},
+    **{"checkpoint_every": 0, "allow_no_checkpoint": False, "keep_checkpoints": 2, "log_every": 0},
+    "scaler": {"init_scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000},
+    "features": {"batching": "pad", "activation_checkpointing": "full", "optimizer": "sgd", "compile": False},
+    "lora": {"lora": None, "lora_alpha": 0.0, "lora_dropout": 0.0, "lora_targets": "", "base_dtype": "auto"},
+    **{"guard": False, "guard_max_skips": 10, "guard_lr_factor": 0.5, "guard_max_rollbacks": 3},
+    **{"detect_nonfinite": False, "grad_stats_every": 0, "inject": "", "fp8_recipe": "tensorwise", "log": "none"},
+    **{"parallel": "ddp", "reduce_dtype": "fp32", "nproc": 2, "fit_check": True},
+}
+OLD_PLAN_JSON = {
+    **{"model": "7b", "task": "", "task_args": {}, "gpu": None, "gpu_mem": None, "precisions": "all"},
+    **{"optimizers": "adamw,sgd", "checkpointing": "full", "micro_batch": 4, "seq_len": 0, "grad_accum": 1},
+    **{"world_size": 8, "parallel": "fsdp", "mfu": 0.4, "trace": False, "context_gib": 0.5, "fragmentation": 0.05},
+    "lora": {"lora": None, "lora_alpha": 0.0, "lora_dropout": 0.0, "lora_targets": "", "base_dtype": "auto"},
+}
+
+
+def test_a_config_json_and_a_toml_of_todays_flat_keys_still_load(tmp_path):
+    train = resolve_config(TrainConfig, base=OLD_TRAIN_JSON)
+    assert (train.nproc_per_node, train.nnodes, train.features.optimizer) == (2, 1, "sgd")
+    plan = resolve_config(PlanConfig, base=OLD_PLAN_JSON)
+    assert (plan.batch_size, plan.optimizer, plan.activation_checkpointing, plan.world_size) == (
+        4,
+        "adamw,sgd",
+        "full",
+        8,
+    )
+    flat = 'micro_batch = 4\noptimizers = "adamw,sgd"\ncheckpointing = "full"\nworld_size = 8\nparallel = "fsdp"\n'
+    assert resolve_config(PlanConfig, toml_path=_toml(tmp_path, flat, name="plan.toml")) == plan
+    old_train = 'nproc = 2\nparallel = "ddp"\noptimizer = "sgd"\nactivation_checkpointing = "full"\nsteps = 3\n'
+    assert resolve_config(TrainConfig, toml_path=_toml(tmp_path, old_train, name="train.toml")) == train
+
+
+def test_resume_of_a_run_saved_with_nproc(tmp_path):
+    from ampkit.train.config import resume_config
+
+    (tmp_path / "config.json").write_text(json.dumps(OLD_TRAIN_JSON))
+    again = resume_config(tmp_path, {"nproc_per_node": 4})  # a resume may change the process count
+    assert again.nproc_per_node == 4 and again.steps == 3

@@ -13,7 +13,7 @@ import pytest
 
 from ampkit.bench import BenchConfig
 from ampkit.config import config_layout, flat_settings, load_toml, resolve_config
-from ampkit.diagnostics.doctor import DoctorConfig
+from ampkit.diagnostics.config import DoctorConfig
 from ampkit.plan.config import KvConfig, PlanConfig
 from ampkit.train import TrainConfig
 

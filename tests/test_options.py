@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ampkit.bench.config import BenchConfig
-from ampkit.diagnostics.doctor import DoctorConfig
+from ampkit.diagnostics.config import DoctorConfig
 from ampkit.options import OPTIMIZERS, choices_text, lr_field, task_field
 from ampkit.train.config import TrainConfig
 

@@ -105,7 +105,8 @@ def doctor(
     task: Any = None, *, out: str | Path | None = None, config: str | Path | None = None, **settings: Any
 ) -> dict[str, Any]:
     """`ampkit doctor` on `task`; returns the summary (summary.json and report.html are written)."""
-    from ampkit.diagnostics.doctor import DoctorConfig, run_doctor
+    from ampkit.diagnostics.config import DoctorConfig
+    from ampkit.diagnostics.doctor import run_doctor
     from ampkit.diagnostics.doctor_report import write_report
 
     spec, obj = _split_task(task)

@@ -14,6 +14,10 @@ section is a `[scaler]` table in TOML, a nested dict in `dataclasses.asdict` and
 `[scaler]` table in `--print-config`'s output. Files
 written before a setting moved into a section (`init_scale = 4096.0` at top level) are still
 accepted: a section's setting given at top level is mapped into its section.
+
+Aliases: a setting renamed keeps its old name as an alias (`metadata={"aliases": ("micro_batch",)}`):
+the old flag (`--micro-batch`) and the old key of a TOML file or a saved config.json (`micro_batch =
+8`) set the new setting; the config, `--print-config` and new files carry the new name only.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class Setting:
     help: str
     default: Any
     """the value the config gets when nothing sets it (None when the field has no default)"""
+    aliases: tuple[str, ...] = ()
+    """older names of the setting, still accepted as flags and as keys of files"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +81,12 @@ class Layout:
 
     settings: dict[str, Setting]
     sections: dict[str, tuple[type, str]]
+    aliases: dict[str, str] = dataclasses.field(default_factory=dict)
+    """an older name -> the setting's name"""
+
+    def canonical(self, key: str) -> str:
+        """`key`, or the setting it is an older name of."""
+        return self.aliases.get(key, key)
 
     def names_in(self, section: str | None) -> list[str]:
         return [name for name, s in self.settings.items() if s.section == section]
@@ -111,7 +123,8 @@ def _make_layout(cls: Any) -> Layout:
     for f in fields:
         if f.name not in sections:
             help_text = f.metadata.get("help", "")
-            settings[f.name] = Setting(f.name, _base_type(hints[f.name]), None, help_text, _default_of(f))
+            aliases = tuple(f.metadata.get("aliases", ()))
+            settings[f.name] = Setting(f.name, _base_type(hints[f.name]), None, help_text, _default_of(f), aliases)
             continue
         for sub in _section_settings(sections[f.name][0], f.name, _default_of(f)):
             if (sub.name in top and sub.name != f.name) or sub.name in settings:  # its head: `[lora] lora`
@@ -121,7 +134,17 @@ def _make_layout(cls: Any) -> Layout:
                     f"{other}; flags carry no section prefix, so rename one of them"
                 )
             settings[sub.name] = sub
-    return Layout(settings=settings, sections=sections)
+    return Layout(settings=settings, sections=sections, aliases=_aliases(cls, settings, sections))
+
+
+def _aliases(cls: Any, settings: dict[str, Setting], sections: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for setting in settings.values():
+        for alias in setting.aliases:
+            if alias in settings or alias in sections or alias in out:
+                raise TypeError(f"{cls.__name__}: alias '{alias}' of '{setting.name}' names another setting")
+            out[alias] = setting.name
+    return out
 
 
 def _section_settings(section_cls, section: str, defaults: Any) -> Iterator[Setting]:
@@ -135,7 +158,7 @@ def _section_settings(section_cls, section: str, defaults: Any) -> Iterator[Sett
                 f"section [{section}] ({section_cls.__name__}) holds section '{f.name}'; nest one level only"
             )
         default = getattr(defaults, f.name) if defaults is not None else _default_of(f)
-        yield Setting(f.name, tp, section, f.metadata.get("help", ""), default)
+        yield Setting(f.name, tp, section, f.metadata.get("help", ""), default, tuple(f.metadata.get("aliases", ())))
 
 
 def _add_flag(parser, setting: Setting) -> None:
@@ -146,7 +169,8 @@ def _add_flag(parser, setting: Setting) -> None:
     else:
         kind = {"type": setting.type, "metavar": setting.name.upper()}
     help_text = f"{setting.help} (default: {setting.default})"
-    parser.add_argument(_flag(setting.name), dest=setting.name, default=None, help=help_text, **kind)
+    flags = [_flag(setting.name), *(_flag(a) for a in setting.aliases)]  # argparse lists the aliases
+    parser.add_argument(*flags, dest=setting.name, default=None, help=help_text, **kind)
 
 
 def add_config_flags(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...] = ()) -> None:
@@ -206,7 +230,8 @@ def _known(layout: Layout) -> str:
 
 def _entries(layout: Layout, data: dict[str, Any], source: str) -> Iterator[tuple[str, Any, str]]:
     """(setting name, value, where it was found) for each setting in `data`, sections flattened."""
-    for key, value in data.items():
+    for given, value in data.items():
+        key = layout.canonical(given)  # an older name: its setting
         if isinstance(value, dict) and _is_choice_with_args(layout, key):
             # `[task] name = "mlp", width = 64`: the choice and its keyword arguments in one table
             rest = {k: v for k, v in value.items() if k != "name"}
@@ -220,15 +245,16 @@ def _entries(layout: Layout, data: dict[str, Any], source: str) -> Iterator[tupl
         if key in layout.sections:
             if not isinstance(value, dict):
                 raise UsageError(f"setting '{key}' in {source} must be a [{key}] table of settings, got {value!r}")
-            for sub, sub_value in value.items():
+            for sub_given, sub_value in value.items():
+                sub = layout.canonical(sub_given)
                 if sub not in layout.settings or layout.settings[sub].section != key:
                     known = ", ".join(layout.names_in(key))
-                    raise UsageError(f"unknown setting '{sub}' in [{key}] of {source}; known settings: {known}")
+                    raise UsageError(f"unknown setting '{sub_given}' in [{key}] of {source}; known settings: {known}")
                 yield sub, sub_value, f"[{key}] of {source}"
         elif key in layout.settings:  # a section's setting at top level: a file written before the section
             yield key, value, source
         else:
-            raise UsageError(f"unknown setting '{key}' in {source}; known settings: {_known(layout)}")
+            raise UsageError(f"unknown setting '{given}' in {source}; known settings: {_known(layout)}")
 
 
 def _is_choice_with_args(layout: Layout, key: str) -> bool:
@@ -247,6 +273,9 @@ def flat_settings(cls, data: dict[str, Any], *, source: str = "the saved config"
     for key, value, where in _entries(layout, data, source):
         if key in out:
             section = layout.settings[key].section
+            if section is None:  # a renamed setting, under its name and an older one
+                also = ", ".join(f"'{a}'" for a in layout.settings[key].aliases)
+                raise UsageError(f"setting '{key}' is given twice in {source} (also as {also}); keep '{key}'")
             raise UsageError(
                 f"setting '{key}' is given twice in {source}, at top level and in [{section}]; "
                 f"keep the one in [{section}]"

@@ -77,9 +77,10 @@ def seq_len_field(default: int, note: str = "") -> int:
     return field(default=default, metadata=_help("tokens per sequence", note))
 
 
-def batch_size_field(default: int, note: str = "") -> int:
-    """`--batch-size` of train, bench and doctor, and `--micro-batch` of plan: one forward's sequences."""
-    return field(default=default, metadata=_help("sequences per micro-batch", note))
+def batch_size_field(default: int, note: str = "", *, aliases: tuple[str, ...] = ()) -> int:
+    """`--batch-size` of train, bench, doctor and plan (whose `--micro-batch` is its alias): one
+    forward's sequences on one rank."""
+    return field(default=default, metadata={**_help("sequences per micro-batch, per rank", note), "aliases": aliases})
 
 
 def grad_accum_field(default: int = 1, note: str = "") -> int:
@@ -102,6 +103,23 @@ def parallel_field(default: str = "none", note: str = "") -> str:
         "fsdp (FSDP2) shards weights, gradients and optimizer states"
     )
     return field(default=default, metadata=_help(text, note))
+
+
+def nproc_per_node_field(default: int, note: str = "", *, aliases: tuple[str, ...] = ()) -> int:
+    """`--nproc-per-node` (torchrun's name) of train (which starts them) and plan (which plans them)."""
+    text = "processes (one per GPU) on each node"
+    return field(default=default, metadata={**_help(text, note), "aliases": aliases})
+
+
+def nnodes_field(note: str = "") -> int:
+    """`--nnodes` (torchrun's name): the nodes a data-parallel job spans."""
+    return field(default=1, metadata=_help("nodes the job spans, each with --nproc-per-node processes", note))
+
+
+def fit_check_field() -> bool:
+    """`--fit-check/--no-fit-check` of train, bench and doctor (`ampkit.plan.fit_check`)."""
+    text = "refuse, before anything is built, a step the memory planner says cannot fit this device"
+    return field(default=True, metadata={"help": text})
 
 
 def gpu_field(default: str | None = None, note: str = "") -> str | None:

@@ -385,7 +385,8 @@ def lock_resumed_run(run_dir: str | Path, *, nproc: int | None = None) -> None:
         return
     if nproc is None and "RANK" not in os.environ:
         with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
-            nproc = int(json.loads(saved.read_text(encoding="utf-8")).get("nproc") or 0)
+            saved_config = json.loads(saved.read_text(encoding="utf-8"))  # "nproc": a run saved before the rename
+            nproc = int(saved_config.get("nproc_per_node", saved_config.get("nproc")) or 0)
     if _trains_as_rank_0(nproc):
         lock_run_dir(run_dir, command="train --resume")
 

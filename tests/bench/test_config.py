@@ -12,6 +12,7 @@ from ampkit.bench.memory_check import check_bench_fits
 from ampkit.errors import UsageError
 from ampkit.hardware import parse_cpuinfo
 from ampkit.hardware.device import describe_cpu
+from ampkit.lora import LoraSettings
 
 AVX2_CPU = describe_cpu(parse_cpuinfo("model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma\n"))
 
@@ -97,3 +98,20 @@ def test_memory_check_skips_a_host_that_does_not_report_its_memory(monkeypatch):
     monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: None)
     config = BenchConfig(model="7b", seq_len=256, batch_size=8)
     assert check_bench_fits(config, ["fp32"], device=torch.device("cpu")) == []
+
+
+def test_a_lora_bench_is_fit_checked_with_the_lora_ledger(monkeypatch):
+    # The seed's 7B LoRA bench on one 80 GB card (an A100's reported total, all of it free): full
+    # fine-tuning of 7B at this batch needs far more than the card, the LoRA step (frozen bf16 or fp32
+    # base, the adapters' gradients and states only) fits, so it is not refused.
+    from devices import synthetic_device
+
+    free = synthetic_device("a100").total_memory_bytes
+    monkeypatch.setattr("ampkit.plan.fit_check.free_device_memory", lambda device: (free, f"free on {device}"))
+    cuda = torch.device("cuda", 0)
+    full = BenchConfig(model="7b", seq_len=512, batch_size=8)
+    with pytest.raises(UsageError, match="cannot fit"):
+        check_bench_fits(full, ["fp32", "bf16-mixed"], device=cuda)
+    lora = dataclasses.replace(full, lora=LoraSettings(lora=8))
+    estimates = check_bench_fits(lora, ["fp32", "bf16-mixed"], device=cuda)
+    assert len(estimates) == 2 and all(e.fits and e.max_micro_batch >= 8 for e in estimates)

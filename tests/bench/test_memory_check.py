@@ -72,3 +72,19 @@ def test_the_largest_batch_that_fits_grows_with_the_capacity(monkeypatch):
     assert 8 < lm2["batch_size"] < lm8["batch_size"] and 32 < mlp2["batch_size"] < mlp8["batch_size"]
     monkeypatch.setattr(memory_check, "_capacity", lambda device: None)
     assert largest_batch(lm, task, "fp32", device=torch.device("cpu"))["batch_size"] is None
+
+
+def test_a_lora_bench_names_the_largest_lora_batch(monkeypatch):
+    # 7B on an 80 GB card: no full fine-tuning batch fits; the LoRA ledger's does (the recommendation's
+    # `ampkit train ... --lora 8 --batch-size N` must be sized as the LoRA run it launches).
+    import ampkit.bench.memory_check as memory_check
+    import ampkit.plan.fit_check as fit_check
+    from ampkit.lora import LoraSettings
+
+    for module in (memory_check, fit_check):
+        monkeypatch.setattr(module, "_capacity", lambda device: (80 * 10**9, "free (test)"))
+    full = BenchConfig(model="7b", seq_len=512, batch_size=8)
+    lora = BenchConfig(model="7b", seq_len=512, batch_size=8, lora=LoraSettings(lora=8))
+    cuda = torch.device("cuda", 0)
+    assert largest_batch(full, build_task(full), "bf16-mixed", device=cuda)["batch_size"] == 0
+    assert largest_batch(lora, build_task(lora), "bf16-mixed", device=cuda)["batch_size"] >= 8

@@ -9,7 +9,7 @@ import pytest
 
 import ampkit.cli.doctor as doctor_cli
 import ampkit.diagnostics.doctor as doctor_mod
-from ampkit.diagnostics.doctor import NATIVE_DEFAULTS, DoctorConfig, doctor_defaults
+from ampkit.diagnostics.config import NATIVE_DEFAULTS, DoctorConfig, doctor_defaults
 from ampkit.errors import UsageError
 from ampkit.precision import check_supported
 from bench_fakes import AMX_CPU, AVX2_CPU

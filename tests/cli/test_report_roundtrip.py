@@ -203,7 +203,7 @@ def test_bad_run_directories_exit_2_with_one_line(tmp_path, capsys, setup, messa
     [
         ("train", "ampkit.train.config:TrainConfig"),
         ("bench-lora", "ampkit.bench.config:BenchConfig"),
-        ("doctor", "ampkit.diagnostics.doctor:DoctorConfig"),
+        ("doctor", "ampkit.diagnostics.config:DoctorConfig"),
         ("plan-lora", "ampkit.plan.config:PlanConfig"),
         ("kv", "ampkit.plan.config:KvConfig"),
         ("hw", "ampkit.cli.hw:HwConfig"),

@@ -9,7 +9,8 @@ import math
 import pytest
 
 from ampkit.diagnostics import insert_unsafe_op
-from ampkit.diagnostics.doctor import DoctorConfig, run_doctor
+from ampkit.diagnostics.config import DoctorConfig
+from ampkit.diagnostics.doctor import run_doctor
 
 QUICK = dict(steps=4, batch_size=2, seq_len=32, smoke=False, fidelity=False)
 

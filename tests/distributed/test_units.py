@@ -26,8 +26,8 @@ from ampkit.train import TrainConfig
     [
         ({"parallel": "zero3"}, "unknown --parallel"),
         ({"reduce_dtype": "fp16"}, "unknown --reduce-dtype"),
-        ({"nproc": 2}, "add --parallel ddp"),
-        ({"nproc": -1}, "--nproc must be >= 0"),
+        ({"nproc_per_node": 2}, "add --parallel ddp"),
+        ({"nproc_per_node": -1}, "--nproc-per-node must be >= 0"),
         ({"parallel": "ddp", "guard": True, "checkpoint_every": 5}, "single process"),
         ({"parallel": "fsdp", "grad_stats_every": 5}, "single process"),
     ],
@@ -39,7 +39,7 @@ def test_settings_refused_with_the_fix(settings, fragment):
 
 def test_defaults_are_single_process_and_fp32_reduction():
     config = TrainConfig()
-    assert (config.parallel, config.reduce_dtype, config.nproc) == ("none", "fp32", 0)
+    assert (config.parallel, config.reduce_dtype, config.nproc_per_node, config.nnodes) == ("none", "fp32", 0, 1)
 
 
 def test_launch_env_reads_torchrun_identity():
@@ -51,7 +51,7 @@ def test_launch_env_reads_torchrun_identity():
 def test_parallel_needs_a_launcher(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    with pytest.raises(UsageError, match="--nproc N"):
+    with pytest.raises(UsageError, match="--nproc-per-node N"):
         init_run(parallel="ddp", device=torch.device("cpu"))
     run, device = init_run(parallel="none", device=torch.device("cpu"))
     assert isinstance(run, LocalRun) and not run.distributed and device.type == "cpu"
@@ -133,12 +133,12 @@ def test_worker_argv_drops_nproc_and_keeps_every_given_flag():
         TrainConfig,
         options={"out": args.out, "resume": args.resume, "json": args.json, "stop-after": args.stop_after},
     )
-    assert "--nproc" not in argv
+    assert "--nproc" not in argv and "--nproc-per-node" not in argv
     assert argv[argv.index("--parallel") + 1] == "fsdp" and argv[argv.index("--steps") + 1] == "5"
     assert "--no-compile" in argv and argv[argv.index("--lr") + 1] == "0.001"
     assert argv[-3:] == ["--out", "runs/x", "--json"] and "--resume" not in argv and "--stop-after" not in argv
     again = build_parser(["train"]).parse_args(["train", *argv])
-    assert (again.parallel, again.steps, again.nproc, again.compile) == ("fsdp", 5, None, False)
+    assert (again.parallel, again.steps, again.nproc_per_node, again.compile) == ("fsdp", 5, None, False)
 
 
 def test_failure_message_names_ranks_root_cause_first():
@@ -153,7 +153,7 @@ def test_failure_message_names_ranks_root_cause_first():
         < message.index("rank 2 was killed by SIGKILL")
         < message.index("rank 0 was killed by SIGTERM")
     )
-    assert "--resume RUN_DIR --nproc 3" in message
+    assert "--resume RUN_DIR --nproc-per-node 3" in message
 
 
 def test_rank_errors_name_the_rank():
@@ -178,7 +178,7 @@ def test_only_complete_sharded_checkpoints_are_listed(tmp_path):
 
 def test_resume_at_another_world_size_is_refused_with_the_fix(tmp_path):
     manifest = json.loads(json.dumps({"world_size": 2, "identity": {"model": "tiny"}}))
-    with pytest.raises(UsageError, match="--nproc 2"):
+    with pytest.raises(UsageError, match="--nproc-per-node 2"):
         _check_manifest(manifest, tmp_path, world_size=4, identity={"model": "tiny"})
     with pytest.raises(UsageError, match="model='tiny'"):
         _check_manifest(manifest, tmp_path, world_size=2, identity={"model": "small"})

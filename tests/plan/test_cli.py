@@ -114,7 +114,7 @@ def test_kv_json(tmp_path, capsys):
     "argv,needle",
     [
         (["plan", "--gpu", "Z100"], "known GPUs: V100-16GB"),
-        (["plan", "--micro-batch", "0"], "--micro-batch must be a positive integer"),
+        (["plan", "--micro-batch", "0"], "--batch-size must be a positive integer"),
         (["plan", "--seq-len", "-1"], "--seq-len must be a positive integer"),
         (["plan", "--optimizers", "adam"], "unknown optimizer 'adam'"),
         (["plan", "--precisions", "fp64"], "unknown precision 'fp64'"),

@@ -28,7 +28,7 @@ def kv_summary():
 @pytest.fixture(scope="module")
 def plan_summary():
     return build_plan(
-        PlanConfig(model="tiny", gpu="T4", precisions="fp32,bf16-mixed", checkpointing="none", seq_len=128)
+        PlanConfig(model="tiny", gpu="T4", precisions="fp32,bf16-mixed", activation_checkpointing="none", seq_len=128)
     )
 
 

@@ -41,7 +41,7 @@ def test_the_largest_micro_batch_is_read_off_two_traces():
 
 
 def test_a_task_plan_fits_a_gpu_and_skips_native_fp8():
-    config = PlanConfig(task="mlp", gpu="A100-80GB", precisions="fp32,fp8", micro_batch=8)
+    config = PlanConfig(task="mlp", gpu="A100-80GB", precisions="fp32,fp8", batch_size=8)
     plan = build_task_plan(config, builtin_task("mlp", hidden=16))
     assert plan["skipped"] == ["fp8"] and [r["setting"]["precision"] for r in plan["rows"]] == ["fp32"]
     assert plan["rows"][0]["fit"]["fits"] and plan["rows"][0]["compute"]["step_s_at_peak"] > 0

@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from ampkit.errors import UsageError
-from ampkit.plan.fit_check import fit_check_for, host_available_bytes
+from ampkit.plan.fit_check import check_fit, host_available_bytes
 from ampkit.train import TrainConfig
-from ampkit.train.config import RESUMABLE_OVERRIDES
+from ampkit.train.config import RESUMABLE_OVERRIDES, check_train_fits
+from ampkit.train.features import Features
 from helpers import ampkit_process
 
 REFUSED_WITHIN_S = 3.0
@@ -63,13 +64,42 @@ def test_the_largest_batch_named_fits_and_one_more_does_not(monkeypatch):
     monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: 2 * 1024**3)
     cpu = torch.device("cpu")
     with pytest.raises(UsageError, match=r"--batch-size (\d+)") as refused:
-        fit_check_for(TrainConfig(model="tiny", batch_size=100000), device=cpu, command="train")
+        check_train_fits(TrainConfig(model="tiny", batch_size=100000), device=cpu)
     largest = int(re.search(r"fits is --batch-size (\d+)", str(refused.value)).group(1))
-    assert fit_check_for(TrainConfig(model="tiny", batch_size=largest), device=cpu, command="train").fits
+    assert check_train_fits(TrainConfig(model="tiny", batch_size=largest), device=cpu).fits
     over = largest * 2 + 10
     with pytest.raises(UsageError, match="cannot fit"):
-        fit_check_for(TrainConfig(model="tiny", batch_size=over), device=cpu, command="train")
-    assert fit_check_for(TrainConfig(model="tiny", batch_size=over, fit_check=False), device=cpu, command="t") is None
+        check_train_fits(TrainConfig(model="tiny", batch_size=over), device=cpu)
+    assert check_train_fits(TrainConfig(model="tiny", batch_size=over, fit_check=False), device=cpu) is None
+
+
+def _needed_bytes(**step) -> int:
+    """What the planner says a small-model CPU step needs, on a host with room for anything."""
+    estimate = check_fit(
+        model="small", precision="fp32", batch_size=2, seq_len=256, device=torch.device("cpu"), vocab_size=256, **step
+    )
+    return estimate.needed_bytes
+
+
+@pytest.mark.parametrize(
+    "lean,step",
+    [
+        ({"optimizer": "adamw-8bit"}, {"optimizer": "adamw-8bit"}),
+        ({"activation_checkpointing": "full"}, {"checkpointing": "full"}),
+    ],
+    ids=["adamw-8bit", "checkpointing-full"],
+)
+def test_train_is_fit_checked_with_its_own_optimizer_and_checkpointing(monkeypatch, lean, step):
+    # A host with room for the lean step and not for plain AdamW without checkpointing: the run
+    # that asks for the lean setting is let through, the plain one refused.
+    monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: 1 << 50)
+    plain, slim = _needed_bytes(), _needed_bytes(**step)
+    assert slim < plain
+    monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: (plain + slim) // 2)
+    cpu, run = torch.device("cpu"), {"model": "small", "batch_size": 2, "seq_len": 256, "device": "cpu"}
+    with pytest.raises(UsageError, match="cannot fit"):
+        check_train_fits(TrainConfig(**run), device=cpu)
+    assert check_train_fits(TrainConfig(**run, features=Features(**lean)), device=cpu).fits
 
 
 def test_no_fit_check_is_a_flag_and_a_resumable_override(run_cli):
@@ -81,12 +111,12 @@ def test_no_fit_check_is_a_flag_and_a_resumable_override(run_cli):
 _MEASURE = """
 import json, sys
 import ampkit.cli.train  # the modules `ampkit train` holds when it checks
-from ampkit.plan.fit_check import fit_check_for
 from ampkit.train import TrainConfig
+from ampkit.train.config import check_train_fits
 import torch
 model, batch, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 config = TrainConfig(model=model, batch_size=batch, steps=3, eval_batches=1, device="cpu")
-estimate = fit_check_for(config, device=torch.device("cpu"), command="train")
+estimate = check_train_fits(config, device=torch.device("cpu"))
 from ampkit.cli import main
 args = ["train", "--model", model, "--batch-size", str(batch), "--steps", "3", "--eval-batches", "1"]
 code = main([*args, "--device", "cpu", "--out", out, "--json"])

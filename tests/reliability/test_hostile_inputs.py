@@ -79,7 +79,7 @@ CASES = [
     ("plan: unknown gpu", ["plan", "--model", "7b", "--gpu", "Z100"], "Z100"),
     ("plan: config.json missing fields", ["plan", "--model", "{d}/cfg_missing.json"], "cfg_missing.json"),
     ("plan: config.json not json", ["plan", "--model", "{d}/cfg_broken.json"], "cfg_broken.json"),
-    ("plan: zero micro-batch", ["plan", "--model", "7b", "--micro-batch", "0"], "micro"),
+    ("plan: zero micro-batch", ["plan", "--model", "7b", "--micro-batch", "0"], "--batch-size must be"),  # its alias
     ("plan: negative seq-len", ["plan", "--model", "7b", "--seq-len", "-1"], "seq"),
     ("plan: unknown optimizer", ["plan", "--model", "7b", "--optimizers", "lion"], "lion"),
     ("plan: absurd gpu memory", ["plan", "--model", "7b", "--gpu-mem", "lots"], "lots"),

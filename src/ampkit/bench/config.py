@@ -80,10 +80,7 @@ class BenchConfig:
         default=0.05,
         metadata={"help": "tokens/s within this fraction of the fastest count as a tie; ties go to the simpler regime"},
     )
-    fit_check: bool = field(
-        default=True,
-        metadata={"help": "refuse up front a run whose step the memory planner says cannot fit this device"},
-    )
+    fit_check: bool = options.fit_check_field()
     keep_tensors: bool = field(
         default=False,
         metadata={

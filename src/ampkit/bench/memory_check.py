@@ -27,9 +27,9 @@ from ampkit.plan.fit_check import (
     FitEstimate,
     _capacity,
     _describe,
-    _vocab_size,
+    check_fit,
     estimate_fit,
-    fit_check_for,
+    vocab_size_for,
 )
 from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import FRAGMENTATION, NO_RESERVE, Reserve, StepSetting
@@ -41,27 +41,22 @@ def check_bench_fits(config, precisions: list[str], *, device: torch.device) -> 
     if not config.fit_check:
         return []
     found = []
-    for name in precisions:
+    for name in precisions:  # what each worker trains (`bench.worker`): AdamW or the candidate's optimizer
         precision, optimizer = split_candidate(name)
-        run = _Run(
+        estimate = check_fit(
             model=config.model,
             precision=precision,
-            optimizer=optimizer or "adamw",
             batch_size=config.batch_size,
             seq_len=config.seq_len,
+            device=device,
+            optimizer=optimizer or "adamw",
+            vocab_size=vocab_size_for(config.model),
+            command="bench",
+            lora=config.lora,  # a LoRA bench: the LoRA ledger (frozen base, adapters' states only)
         )
-        estimate = fit_check_for(run, device=device, command="bench")
         if estimate is not None:
             found.append(estimate)
     return found
-
-
-class _Run:
-    """What one bench worker trains (ampkit.bench.worker.train_config_for: AdamW or the candidate's
-    optimizer, no accumulation)."""
-
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
 
 
 def _setting(name: str, batch_size: int, seq_len: int) -> StepSetting:
@@ -77,7 +72,7 @@ def predict_step_peak(config, task, precision: str, *, batch_size: int, seq_len:
     reserve: what the allocator holds), or bytes None with why it is not predicted."""
     try:
         if isinstance(task, LanguageModelTask):
-            desc = _describe(config.model, _vocab_size(config.model))
+            desc = _describe(config.model, vocab_size_for(config.model))
             if desc is None:
                 return {
                     "bytes": None,
@@ -112,10 +107,11 @@ def largest_batch(config, task, precision: str, *, device: torch.device) -> dict
     capacity, label = found
     try:
         if isinstance(task, LanguageModelTask):
-            desc = _describe(config.model, _vocab_size(config.model))
+            desc = _describe(config.model, vocab_size_for(config.model))
             if desc is None:
                 raise UsageError("the planner does not describe this model")
-            estimate = estimate_fit(desc, _setting(precision, config.batch_size, config.seq_len), device)
+            lora = _lora_fit(desc, config.lora, precision)
+            estimate = estimate_fit(desc, _setting(precision, config.batch_size, config.seq_len), device, lora=lora)
             best = estimate.max_micro_batch if estimate is not None else None
             source = "analytic"
         else:
@@ -123,6 +119,19 @@ def largest_batch(config, task, precision: str, *, device: torch.device) -> dict
     except Exception as err:  # noqa: BLE001 - said, not fatal
         return {"batch_size": None, "note": f"not predicted: {str(err).strip()[:160] or type(err).__name__}"}
     return {"batch_size": best, "capacity_bytes": capacity, "capacity_label": label, "source": source}
+
+
+def _lora_fit(desc, settings, name: str):
+    """The LoRA ledger's planner of candidate `name` (None: full fine-tuning); refused where the LoRA
+    ledger does not plan this model (a full fine-tuning batch would overstate what fits by far)."""
+    if not settings.enabled:
+        return None
+    from ampkit.plan.lora import lora_fit_for
+
+    found = lora_fit_for(desc, settings, split_candidate(name)[0])
+    if found is None:
+        raise UsageError("the LoRA ledger does not plan this model")
+    return found
 
 
 def _largest_task_batch(config, task, precision: str, capacity: int, device: torch.device) -> int | None:

@@ -338,6 +338,27 @@ FLOPS_FORMULAS = {
 }
 
 
+def _lora_settings(settings) -> dict[str, Any]:
+    """The `[lora]` settings a LoRA run was given ({} for full fine-tuning): the rank, and every other
+    setting of the section that differs from its default."""
+    import dataclasses  # here, beside its one use: keeps this module's imports as they were
+
+    if not settings.enabled:
+        return {}
+    defaults = type(settings)(lora=settings.lora)  # the section's defaults at this rank
+    return {
+        f.name: getattr(settings, f.name)
+        for f in dataclasses.fields(settings)
+        if f.name == "lora" or getattr(settings, f.name) != getattr(defaults, f.name)
+    }
+
+
+def _flag_value(value: Any) -> str:
+    import shlex
+
+    return shlex.quote(str(value))
+
+
 def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, Any], fit: dict[str, Any]) -> dict:
     """The recommendation made actionable: `ampkit train` with this precision and the largest micro-batch
     the planner fits on this device, and the throughput measured here."""
@@ -354,13 +375,16 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
         head = f"ampkit train --model {config.model}{data} --seq-len {config.seq_len}"
     else:  # a task object of the Python API
         head = None
+    lora = _lora_settings(config.lora)  # a LoRA bench recommends a LoRA run, with its settings
     if head:
         command = (
             f"{head} --precision {name}" + (f" --optimizer {optimizer}" if optimizer else "") + f" --batch-size {batch}"
         )
+        command += "".join(f" --{key.replace('_', '-')} {_flag_value(value)}" for key, value in lora.items())
     else:
         extra = f", optimizer={optimizer!r}" if optimizer else ""
-        command = f"ampkit.train.run(task, precision={name!r}{extra}, batch_size={batch})"
+        settings = "".join(f", {key}={value!r}" for key, value in lora.items())
+        command = f"ampkit.train.run(task, precision={name!r}{extra}, batch_size={batch}{settings})"
     return {
         "command": command,
         "batch_size": batch,

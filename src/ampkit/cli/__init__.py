@@ -105,7 +105,7 @@ def _lock_early(argv: list[str]) -> None:
     importing torch (~1 s), so that a second process on it is refused at once."""
     if _selected_command(argv) != "train":
         return
-    given = _flag_value(argv, "--nproc")
+    given = _flag_value(argv, "--nproc-per-node") or _flag_value(argv, "--nproc")  # torchrun's name, or its alias
     nproc = int(given) if given and given.isdigit() else None
     if (run_dir := _flag_value(argv, "--resume")) is not None:
         lock_resumed_run(run_dir, nproc=nproc)
@@ -138,7 +138,7 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_USAGE
     try:
         if args.command == "train" and getattr(args, "resume", None):  # `--res DIR` (an abbreviation) too
-            lock_resumed_run(args.resume, nproc=args.nproc)
+            lock_resumed_run(args.resume, nproc=args.nproc_per_node)
         return int(args._run(args) or 0)
     except UsageError as err:
         print(f"ampkit {args.command}: error: {err}", file=sys.stderr)

@@ -20,11 +20,12 @@ from rich.console import Console
 
 from ampkit.cli import add_run_command, add_wide_flag
 from ampkit.config import resolve_config
-from ampkit.diagnostics.doctor import DoctorConfig, doctor_defaults, run_doctor
+from ampkit.diagnostics.config import DoctorConfig, doctor_defaults
+from ampkit.diagnostics.doctor import run_doctor
 from ampkit.diagnostics.doctor_report import print_console, write_report
 from ampkit.errors import RunInterrupted, UsageError
 from ampkit.hardware import describe_device, pick_device
-from ampkit.plan.fit_check import fit_check_for
+from ampkit.plan.fit_check import check_fit, vocab_size_for
 from ampkit.report.console import make_console
 from ampkit.runs import (
     SUMMARY_FILE,
@@ -50,12 +51,28 @@ def register(sub) -> argparse.ArgumentParser:
     return parser
 
 
+def _check_fits(config: DoctorConfig, *, device) -> None:
+    """The diagnostic run's step (AdamW, no accumulation or checkpointing: `run_doctor`'s) against
+    the device, before any model is built; `--no-fit-check` skips it."""
+    if config.fit_check:
+        check_fit(
+            model=config.model,
+            precision=config.precision,
+            batch_size=config.batch_size,
+            seq_len=config.seq_len,
+            device=device,
+            vocab_size=vocab_size_for(config.model),
+            command="doctor",
+            lora=config.lora,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(DoctorConfig, args, toml_path=args.config)
     device = pick_device(config.device)
     resolved, _ = doctor_defaults(config, describe_device(device))  # "0 = auto" filled in (run_doctor does too)
     if is_language_model(config.task):  # the planner's ledger plans language models
-        fit_check_for(resolved, device=device, command="doctor")  # before any model is built
+        _check_fits(resolved, device=device)  # before any model is built
     console = Console(stderr=True)
     run_dir = create_run_dir(args.out, "doctor")
     write_json_atomic(run_dir / "config.json", dataclasses.asdict(resolved))

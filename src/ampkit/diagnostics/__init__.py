@@ -2,7 +2,8 @@
 
 The hook-level pieces are importable from here. The parts that train models (`smoke`,
 `layer_fidelity`, `doctor`) import `ampkit.train` and live in their own modules:
-`from ampkit.diagnostics.doctor import DoctorConfig, run_doctor`.
+`from ampkit.diagnostics.config import DoctorConfig` (the config alone imports no model code),
+`from ampkit.diagnostics.doctor import run_doctor`.
 """
 
 from ampkit.diagnostics.fixes import keep_in_fp32

@@ -16,7 +16,6 @@ measures the adapters' updates lost to rounding and names layers that froze (`am
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from ampkit import __version__
 from ampkit.core import build_trainer
 from ampkit.core.signals import StopRequests
 from ampkit.diagnostics.advice import Advice, Evidence, advise
+from ampkit.diagnostics.config import DoctorConfig, doctor_defaults
 from ampkit.diagnostics.fixes import keep_in_fp32
 from ampkit.diagnostics.gradstats import (
     GradientStatistics,
@@ -38,38 +38,22 @@ from ampkit.diagnostics.gradstats import (
     long_tail,
     loss_scale_range,
 )
-from ampkit.diagnostics.inject import FaultInjector, FaultSpec, parse_fault_spec, resolve_module
+from ampkit.diagnostics.inject import FaultInjector, resolve_module
 from ampkit.diagnostics.layer_fidelity import FidelityResult, compare_layers
 from ampkit.diagnostics.locator import Finding, NonFiniteLocator
 from ampkit.diagnostics.scale import ScaleTrajectory
 from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test
 from ampkit.diagnostics.underflow import FROZEN_AFTER, FrozenLayer, StepUpdateStats, UpdateUnderflowMeter
 from ampkit.diagnostics.unsafe import insert_unsafe_op
-from ampkit.errors import RunInterrupted, UsageError
+from ampkit.errors import RunInterrupted
 from ampkit.hardware import describe_device, pick_device
-from ampkit.lora import LoraSettings, check_lora_run, lora_field
 from ampkit.lora.build import build_lora_model, check_lora_available
-from ampkit.options import (
-    batch_size_field,
-    clip_grad_norm_field,
-    device_field,
-    inject_field,
-    lr_field,
-    model_field,
-    seed_field,
-    seq_len_field,
-    task_args_field,
-    task_field,
-)
 from ampkit.precision import (
     REFERENCE,
     LossScaleCollapse,
-    ScalerConfig,
     build_precision,
-    canonical_name,
     check_supported,
     get_spec,
-    precision_names_help,
 )
 from ampkit.provenance import device_text, provenance
 from ampkit.tasks import optional
@@ -80,104 +64,6 @@ from ampkit.tasks.load import build_task
 SCHEMA = "ampkit.doctor/1"
 SMOKE_SAMPLES = 16  # the seeds' smoke test: memorize 16 samples
 DIAGNOSTIC_WEIGHT_DECAY = 0.1  # as `ampkit train`'s default: the diagnostic run is a short training run
-
-# The "0 = auto" settings. An emulated dtype (fp16 or bf16 on an AVX2-only CPU) runs its matmuls 10-50x
-# slower than fp32; its numerics are the same rounding as native hardware's, so a shorter look finds the
-# same overflows: fewer diagnostic steps on a smaller batch, and a smoke test on shorter samples (16 of
-# them still; fewer tokens to memorize also need fewer steps). Chosen to keep the defaults under a minute
-# on an AVX2-only CPU (measured with oneDNN and ATen capped at AVX2: docs/doctor.md).
-AUTO_FIELDS = ("steps", "batch_size", "smoke_seq_len")
-NATIVE_DEFAULTS = {"steps": 20, "batch_size": 4, "smoke_seq_len": 32}
-EMULATED_DEFAULTS = {"steps": 6, "batch_size": 2, "smoke_seq_len": 8}
-
-
-@dataclass(frozen=True, kw_only=True)
-class DoctorConfig:
-    """A numerics diagnosis: which precision, on which model, and which parts to run."""
-
-    precision: str = field(
-        default="fp16-mixed", metadata={"help": f"precision to diagnose: {precision_names_help()} (or an alias)"}
-    )
-    task: str = task_field()
-    task_args: dict = task_args_field()
-    model: str = model_field("tiny")
-    device: str = device_field()
-    steps: int = field(
-        default=0,
-        metadata={
-            "help": "diagnostic training steps (locator, gradient stats, scale trajectory); 0 = auto: "
-            f"{NATIVE_DEFAULTS['steps']}, or {EMULATED_DEFAULTS['steps']} where the precision is emulated"
-        },
-    )
-    batch_size: int = batch_size_field(
-        0,
-        note=f"of the diagnostic run; 0 = auto: {NATIVE_DEFAULTS['batch_size']}, or {EMULATED_DEFAULTS['batch_size']} "
-        "where the precision is emulated",
-    )
-    seq_len: int = seq_len_field(64, note="in the diagnostic run")
-    lr: float = lr_field(3e-3, note="of the diagnostic run")
-    clip_grad_norm: float = clip_grad_norm_field(note="in the diagnostic run")
-    seed: int = seed_field()
-    scaler: ScalerConfig = field(
-        default_factory=ScalerConfig, metadata={"help": "the fp16-mixed loss scaler, as your run configures it"}
-    )
-    inject: str = inject_field()
-    unsafe_op: str = field(
-        default="",
-        metadata={"help": "demo: wrap the module at this path in an fp16-unsafe exp gate (e.g. blocks.1.mlp)"},
-    )
-    keep_fp32: str = field(
-        default="", metadata={"help": "comma-separated module paths to run in fp32 under autocast (the advised fix)"}
-    )
-    smoke: bool = field(default=True, metadata={"help": "run the 16-sample overfit smoke test (precision and fp32)"})
-    smoke_steps: int = field(default=200, metadata={"help": "smoke test: give up after this many steps"})
-    smoke_seq_len: int = field(
-        default=0,
-        metadata={
-            "help": f"smoke test: tokens per sample; 0 = auto: {NATIVE_DEFAULTS['smoke_seq_len']}, or "
-            f"{EMULATED_DEFAULTS['smoke_seq_len']} where the precision is emulated"
-        },
-    )
-    fidelity: bool = field(default=True, metadata={"help": "compare each block's output with fp32"})
-    ring_size: int = field(default=32, metadata={"help": "locator: frames kept before the first non-finite"})
-    fit_check: bool = field(
-        default=True,
-        metadata={"help": "refuse, before building the model, a step the memory planner says cannot fit this device"},
-    )
-    lora: LoraSettings = lora_field()
-
-    def __post_init__(self):
-        object.__setattr__(self, "precision", canonical_name(self.precision))
-        check_lora_run(self.lora, precision=self.precision)
-        for name in ("seq_len", "smoke_steps", "ring_size", *AUTO_FIELDS):
-            least = 0 if name in AUTO_FIELDS else 1  # 0: chosen for the device (`doctor_defaults`)
-            if getattr(self, name) < least:
-                raise UsageError(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(self, name)}")
-        if not self.lr > 0 or self.clip_grad_norm < 0:
-            raise UsageError(f"--lr must be > 0 and --clip-grad-norm >= 0, got {self.lr}, {self.clip_grad_norm}")
-        if self.inject:
-            parse_fault_spec(self.inject)  # syntax now; the module path once the model exists
-
-    @property
-    def fault(self) -> FaultSpec | None:
-        return parse_fault_spec(self.inject) if self.inject else None
-
-    @property
-    def fp32_paths(self) -> list[str]:
-        return [p.strip() for p in self.keep_fp32.split(",") if p.strip()]
-
-
-def doctor_defaults(config: DoctorConfig, info) -> tuple[DoctorConfig, list[str]]:
-    """`config` with its "0 = auto" settings filled in for the device `info` (a hardware.DeviceInfo),
-    and the warnings to print before the run: `precision.check_supported`'s for an emulated precision
-    (the one bench and train print), then which shorter defaults that chose. Settings given stay."""
-    warnings = check_supported(config.precision, info)
-    defaults = EMULATED_DEFAULTS if warnings else NATIVE_DEFAULTS
-    chosen: dict[str, Any] = {name: defaults[name] for name in AUTO_FIELDS if getattr(config, name) == 0}
-    if warnings and chosen:
-        given = ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in chosen.items())
-        warnings = [*warnings, f"doctor keeps it short here: {given} (pass them to choose)"]
-    return dataclasses.replace(config, **chosen), warnings
 
 
 @dataclass

@@ -222,7 +222,7 @@ def _check_manifest(manifest: dict[str, Any], path: Path, *, world_size: int, id
     if manifest["world_size"] != world_size:
         raise UsageError(
             f"checkpoint {path.name} was written by {manifest['world_size']} ranks and this job has "
-            f"{world_size}: resume with --nproc {manifest['world_size']} (see docs/distributed.md)"
+            f"{world_size}: resume with --nproc-per-node {manifest['world_size']} (see docs/distributed.md)"
         )
     for key, expected in identity.items():
         saved = manifest.get("identity", {}).get(key)

@@ -226,7 +226,7 @@ def init_run(*, parallel: str, device: torch.device, reduce_dtype: str = "fp32")
         return LocalRun(), device
     if env is None:
         raise UsageError(
-            f"--parallel {parallel} runs one process per device: launch with 'ampkit train --nproc N "
+            f"--parallel {parallel} runs one process per device: launch with 'ampkit train --nproc-per-node N "
             f"--parallel {parallel} ...' or 'torchrun --nproc-per-node N -m ampkit train ...'"
         )
     backend = _collective_backend(device)  # before any device work: MPS is refused here

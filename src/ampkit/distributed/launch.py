@@ -1,4 +1,4 @@
-"""`ampkit train --nproc N`: start N processes on this node through torchrun's own launcher.
+"""`ampkit train --nproc-per-node N` (alias `--nproc N`): start N processes on this node through torchrun's launcher.
 
 This is `torchrun --standalone --nproc-per-node N -m ampkit train ...` called in-process
 (`torch.distributed.run`): a local rendezvous on a free loopback port, one worker per rank, and
@@ -21,7 +21,7 @@ EXIT_USAGE = 2
 
 
 def worker_argv(
-    args: argparse.Namespace, config_cls, *, skip: tuple[str, ...] = ("nproc",), options: dict[str, Any]
+    args: argparse.Namespace, config_cls, *, skip: tuple[str, ...] = ("nproc_per_node",), options: dict[str, Any]
 ) -> list[str]:
     """The command line each worker runs: every config flag the user gave (minus `skip`), then
     `options` (flag name -> value; True means a bare switch, None/False/0 are left out)."""
@@ -70,7 +70,7 @@ def relaunch(*, nproc: int, module_argv: list[str]) -> int:
         raise RunInterrupted(
             f"stopped by {signal.Signals(err.sigval).name}: torchrun passed it on to every rank, "
             f"which stop together at a log step and checkpoint; continue with --resume RUN_DIR "
-            f"--nproc {nproc}",
+            f"--nproc-per-node {nproc}",
             signum=int(err.sigval),
         ) from None
     return 0
@@ -89,7 +89,7 @@ def describe_failures(failures: dict[int, Any], *, nproc: int) -> str:
     parts = [f"rank {rank} {_how(failure.exitcode)}" for rank, failure in ordered]
     return (
         "distributed job failed: " + "; ".join(parts) + " (each rank's own error is printed above; "
-        f"complete checkpoints are intact: continue with --resume RUN_DIR --nproc {nproc})"
+        f"complete checkpoints are intact: continue with --resume RUN_DIR --nproc-per-node {nproc})"
     )
 
 

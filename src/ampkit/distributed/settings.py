@@ -1,4 +1,6 @@
-"""The distributed settings of `ampkit train` and their checks (no torch import: config-time only)."""
+"""The distributed settings of `ampkit train` and their checks (no torch import: config-time only).
+
+Process counts follow torchrun: `--nproc-per-node` (train's `--nproc` is its alias) and `--nnodes`."""
 
 from __future__ import annotations
 
@@ -25,11 +27,14 @@ def check_parallel_settings(config) -> None:
         raise UsageError(f"unknown --parallel {config.parallel!r}; choose one of: {', '.join(PARALLEL_MODES)}")
     if config.reduce_dtype not in REDUCE_DTYPES:
         raise UsageError(f"unknown --reduce-dtype {config.reduce_dtype!r}; choose one of: {', '.join(REDUCE_DTYPES)}")
-    if config.nproc < 0:
-        raise UsageError(f"--nproc must be >= 0 (0 = no re-launch), got {config.nproc}")
-    if config.nproc > 0 and config.parallel == "none":
+    if config.nproc_per_node < 0:
+        raise UsageError(f"--nproc-per-node must be >= 0 (0 = no re-launch), got {config.nproc_per_node}")
+    if config.nnodes < 1:
+        raise UsageError(f"--nnodes must be >= 1, got {config.nnodes}")
+    if config.nproc_per_node > 0 and config.parallel == "none":
         raise UsageError(
-            f"--nproc {config.nproc} starts {config.nproc} processes: add --parallel ddp or --parallel fsdp"
+            f"--nproc-per-node {config.nproc_per_node} starts {config.nproc_per_node} processes: "
+            "add --parallel ddp or --parallel fsdp"
         )
     if config.parallel == "none":
         return

@@ -14,6 +14,8 @@ from ampkit.options import (
     gpu_field,
     gpu_mem_field,
     grad_accum_field,
+    nnodes_field,
+    nproc_per_node_field,
     parallel_field,
     seq_len_field,
     task_args_field,
@@ -48,6 +50,22 @@ def _positive(config, names: tuple[str, ...]) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
 
 
+def _world_size(config) -> int:
+    """The data-parallel width: --world-size, or --nproc-per-node x --nnodes (torchrun's names); given
+    both ways, they must agree."""
+    if config.nproc_per_node < 0 or config.world_size < 0:
+        raise UsageError("--nproc-per-node and --world-size must be >= 0 (0: from the other)")
+    derived = max(1, config.nproc_per_node) * config.nnodes
+    if not config.world_size:
+        return derived
+    if config.nproc_per_node and config.world_size != derived:
+        raise UsageError(
+            f"--world-size {config.world_size} disagrees with --nproc-per-node {config.nproc_per_node} x --nnodes "
+            f"{config.nnodes} = {derived} ranks; give one of them"
+        )
+    return config.world_size
+
+
 @dataclass(frozen=True, kw_only=True)
 class PlanConfig:
     """`ampkit plan`: a model's training-step memory and compute per precision x optimizer x checkpointing."""
@@ -61,17 +79,30 @@ class PlanConfig:
         default="all",
         metadata={"help": f"comma-separated precisions, or 'all' ({precision_names_help(include_emulated=False)})"},
     )
-    optimizers: str = field(default="adamw", metadata={"help": f"comma-separated: {', '.join(OPTIMIZERS)}"})
-    checkpointing: str = field(
-        default="none,full",
-        metadata={"help": f"comma-separated activation checkpointing modes: {', '.join(CHECKPOINTING_MODES)}"},
+    optimizer: str = field(
+        default="adamw",
+        metadata={"help": f"comma-separated: {', '.join(OPTIMIZERS)}", "aliases": ("optimizers",)},
     )
-    micro_batch: int = batch_size_field(1)
+    activation_checkpointing: str = field(
+        default="none,full",
+        metadata={
+            "help": f"comma-separated activation checkpointing modes: {', '.join(CHECKPOINTING_MODES)}",
+            "aliases": ("checkpointing",),
+        },
+    )
+    batch_size: int = batch_size_field(1, aliases=("micro_batch",))
     seq_len: int = seq_len_field(
         0, note=f"0 = {DEFAULT_SEQ_LEN}, or the model's maximum positions when fewer (GPT-2: 1024)"
     )
     grad_accum: int = grad_accum_field()
-    world_size: int = field(default=1, metadata={"help": "data-parallel GPUs (with --parallel fsdp: shards)"})
+    nproc_per_node: int = nproc_per_node_field(0, note="0 = --world-size's, or 1")
+    nnodes: int = nnodes_field()
+    world_size: int = field(
+        default=0,
+        metadata={
+            "help": "data-parallel GPUs, i.e. ranks (with --parallel fsdp: shards); 0 = --nproc-per-node x --nnodes"
+        },
+    )
     parallel: str = parallel_field()
     mfu: float = field(default=0.4, metadata={"help": "assumed model-FLOPs utilization for step time"})
     trace: bool = field(
@@ -82,15 +113,18 @@ class PlanConfig:
     lora: LoraSettings = lora_field()  # --lora RANK: the LoRA ledger, and full vs LoRA vs QLoRA (ampkit.plan.lora_plan)
 
     def __post_init__(self):
-        _positive(self, ("micro_batch", "grad_accum", "world_size"))
+        _positive(self, ("batch_size", "grad_accum", "nnodes"))
+        object.__setattr__(self, "world_size", _world_size(self))
         if self.seq_len < 0:
             raise UsageError(f"--seq-len must be a positive integer (0: the default), got {self.seq_len}")
         parse_precisions(self.precisions)
-        for name in split_list(self.optimizers, "--optimizers"):
+        for name in self.optimizer_list():
             check_optimizer(name)
-        for mode in split_list(self.checkpointing, "--checkpointing"):
+        for mode in self.checkpointing_list():
             if mode not in CHECKPOINTING_MODES:
-                raise UsageError(f"unknown checkpointing {mode!r}; choose from: {', '.join(CHECKPOINTING_MODES)}")
+                raise UsageError(
+                    f"unknown --activation-checkpointing {mode!r}; choose from: {', '.join(CHECKPOINTING_MODES)}"
+                )
         if self.parallel not in PARALLEL_MODES:
             raise UsageError(f"unknown --parallel {self.parallel!r}; choose from: {', '.join(PARALLEL_MODES)}")
         if not 0 < self.mfu <= 1:
@@ -106,10 +140,10 @@ class PlanConfig:
         return parse_precisions(self.precisions)
 
     def optimizer_list(self) -> list[str]:
-        return split_list(self.optimizers, "--optimizers")
+        return split_list(self.optimizer, "--optimizer")
 
     def checkpointing_list(self) -> list[str]:
-        return split_list(self.checkpointing, "--checkpointing")
+        return split_list(self.activation_checkpointing, "--activation-checkpointing")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -209,30 +209,14 @@ def _refusal(estimate: FitEstimate, *, model: str, precision: str, batch_size: i
     )
 
 
-def fit_check_for(config, *, device: torch.device, command: str) -> FitEstimate | None:
-    """`check_fit` for a train-like config (TrainConfig, DoctorConfig: model, precision, batch_size,
-    seq_len, and optionally optimizer, grad_accum, activation_checkpointing, parallel, nproc)."""
-    if not getattr(config, "fit_check", True):
-        return None
-    parallel = getattr(config, "parallel", "none")
-    world = int(os.environ.get("WORLD_SIZE", "0")) or getattr(config, "nproc", 0) or 1
-    return check_fit(
-        model=config.model,
-        precision=config.precision,
-        batch_size=config.batch_size,
-        seq_len=config.seq_len,
-        device=device,
-        optimizer=getattr(config, "optimizer", "adamw"),
-        grad_accum=getattr(config, "grad_accum", 1),
-        checkpointing=getattr(config, "activation_checkpointing", "none"),
-        parallel=parallel,
-        world_size=world if parallel != "none" else 1,
-        vocab_size=_vocab_size(config.model),
-        command=command,
-        lora=getattr(config, "lora", None),
-    )
+def world_size_for(parallel: str, nproc: int) -> int:
+    """A run's data-parallel width: torchrun's WORLD_SIZE once launched, else the processes it will
+    start (`--nproc-per-node` x `--nnodes`), 1 without `--parallel`."""
+    if parallel == "none":
+        return 1
+    return int(os.environ.get("WORLD_SIZE", "0")) or nproc or 1
 
 
-def _vocab_size(model: str) -> int | None:
+def vocab_size_for(model: str) -> int | None:
     """Presets train on the tokenizer's vocabulary (bytes: 256); an hf: model keeps its own."""
     return None if is_hf_model(model) else tokenizer_for_model(model).vocab_size

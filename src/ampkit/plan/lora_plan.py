@@ -51,7 +51,7 @@ def _setting(config: PlanConfig, precision: str, optimizer: str, checkpointing: 
         precision=precision,
         optimizer=optimizer,
         checkpointing=checkpointing,
-        micro_batch=config.micro_batch,
+        micro_batch=config.batch_size,
         seq_len=config.seq_len,
         grad_accum=config.grad_accum,
     )

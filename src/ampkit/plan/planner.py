@@ -46,13 +46,15 @@ def settings_of(config: PlanConfig) -> list[StepSetting]:
     return [_setting(config, precision=p, optimizer=o, checkpointing=c) for p, o, c in combos]
 
 
-_FROM_CONFIG = ("micro_batch", "seq_len", "grad_accum", "world_size", "parallel")
-"""The StepSetting fields every planned step takes from the PlanConfig as they are."""
+_FROM_CONFIG = ("seq_len", "grad_accum", "world_size", "parallel")
+"""The StepSetting fields every planned step takes from the PlanConfig as they are (and its
+micro-batch from --batch-size)."""
 
 
 def _setting(config: PlanConfig, *, precision: str, optimizer: str, checkpointing: str) -> StepSetting:
     """A step with `config`'s batch, sequence and parallelism."""
-    shared = {name: getattr(config, name) for name in _FROM_CONFIG}
+    shared: dict[str, Any] = {name: getattr(config, name) for name in _FROM_CONFIG}
+    shared["micro_batch"] = config.batch_size
     shared["seq_len"] = config.seq_len or DEFAULT_SEQ_LEN  # 0: not resolved for a model (a task's plan)
     return StepSetting(precision=precision, optimizer=optimizer, checkpointing=checkpointing, **shared)
 
@@ -183,7 +185,7 @@ def _fp8_block(desc: ModelDescription, config: PlanConfig, target: Target | None
     native_fp8 = any(get_spec(p).fp8 is Fp8Mode.NATIVE for p in config.precision_list())
     if not native_fp8 or target is None:
         return None
-    return fp8_plan(desc, micro_batch=config.micro_batch, seq_len=config.seq_len, gpu=target.gpu)
+    return fp8_plan(desc, micro_batch=config.batch_size, seq_len=config.seq_len, gpu=target.gpu)
 
 
 def _config_dict(config) -> dict[str, Any]:

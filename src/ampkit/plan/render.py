@@ -136,8 +136,9 @@ def ledger_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
     rows, target = summary["rows"], summary["target"]
     with_fit = target is not None
     cfg = summary["config"]
+    batch = cfg.get("batch_size", cfg.get("micro_batch"))  # micro_batch: a plan written before the rename
     where = f" on {target['name']} ({target['capacity_gib']:.1f} GiB)" if with_fit else ""
-    head = f"Memory at the step's peak, GiB (1024^3 B): micro-batch {cfg['micro_batch']} x {cfg['seq_len']} tokens"
+    head = f"Memory at the step's peak, GiB (1024^3 B): micro-batch {batch} x {cfg['seq_len']} tokens"
     title, one_optimizer = titled(head, rows, wide=wide, sep=", ", tail=where)
     if wide:
         headers = ledger_headers(rows, with_fit)
@@ -277,8 +278,9 @@ the assumed MFU, tokens/s, hours per billion tokens"""
 
 def compute_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
     cfg, rows = summary["config"], summary["rows"]
+    batch = cfg.get("batch_size", cfg.get("micro_batch"))  # micro_batch: a plan written before the rename
     title = (
-        f"Compute per GPU step ({cfg['micro_batch'] * cfg['seq_len'] * cfg['grad_accum']:,} tokens, "
+        f"Compute per GPU step ({batch * cfg['seq_len'] * cfg['grad_accum']:,} tokens, "
         f"MFU {cfg['mfu']:g}{'' if wide else ': step time, tokens/s, hours'}; checkpointing recomputes the forward)"
     )
     headers = compute_headers(rows)

@@ -183,7 +183,8 @@ def task_plan_table(summary: dict[str, Any], *, wide: bool = False):
 
     task, target, rows = summary["task"], summary["target"], summary["rows"]
     where = f" · {target['name']}" if target else ""
-    head = f"ampkit plan · {task['name']} (traced){where} · micro-batch {summary['config']['micro_batch']}"
+    batch = summary["config"].get("batch_size", summary["config"].get("micro_batch"))  # micro_batch: before the rename
+    head = f"ampkit plan · {task['name']} (traced){where} · micro-batch {batch}"
     title, one = titled(head, rows, wide=wide, sep=" · ", tail=" · GiB")
     if wide:
         return compact_table(title, columns(TABLE_HEADERS, names=2), task_plan_rows(summary))

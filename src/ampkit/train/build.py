@@ -28,7 +28,6 @@ from ampkit.hardware import DeviceInfo, describe_device, pick_device
 from ampkit.hardware.gpus import GPUS
 from ampkit.lora.build import build_lora_model, check_lora_available
 from ampkit.models.init import materialize
-from ampkit.plan.fit_check import fit_check_for
 from ampkit.precision import Fp8Options, Precision, build_precision, check_supported
 from ampkit.precision.fp8_roofline import Roofline
 from ampkit.tasks import Task, optional
@@ -37,7 +36,7 @@ from ampkit.tasks.lm import LanguageModelTask
 from ampkit.tasks.load import build_task, is_language_model
 from ampkit.train import features
 from ampkit.train.checkpointer import FileCheckpointer, ShardedCheckpointer, build_checkpointer
-from ampkit.train.config import TrainConfig
+from ampkit.train.config import TrainConfig, check_train_fits
 from ampkit.train.loggers import check_logger_available
 
 
@@ -200,7 +199,7 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
     """Every object of a training run, in data-flow order. `task`: a task object (the Python API);
     by default the one `config.task` names."""
     if task is None and is_language_model(config.task):  # the planner's ledger plans language models
-        fit_check_for(config, device=pick_device(config.device), command="train")  # before anything is built
+        check_train_fits(config, device=pick_device(config.device))  # before anything is built
     device, info, warnings = check_device(config)
     # Joins the torchrun job before any data or model work; a rank's device is cuda:LOCAL_RANK.
     parallel, device = init_run(parallel=config.parallel, device=device, reduce_dtype=config.reduce_dtype)

@@ -19,10 +19,13 @@ from ampkit.options import (
     clip_grad_norm_field,
     data_field,
     device_field,
+    fit_check_field,
     grad_accum_field,
     inject_field,
     lr_field,
     model_field,
+    nnodes_field,
+    nproc_per_node_field,
     parallel_field,
     seed_field,
     seq_len_field,
@@ -105,21 +108,18 @@ class TrainConfig:
         },
     )
     # Data parallelism (docs/distributed.md; ampkit.distributed).
-    parallel: str = parallel_field(note="run under torchrun or with --nproc")
+    parallel: str = parallel_field(note="run under torchrun or with --nproc-per-node")
     reduce_dtype: str = field(
         default="fp32",
         metadata={
             "help": "dtype gradients are reduced in across ranks: fp32 (stable at scale) or bf16 (half the traffic)"
         },
     )
-    nproc: int = field(
-        default=0,
-        metadata={"help": "start N processes on this node through torchrun's launcher (0 = this process only)"},
+    nproc_per_node: int = nproc_per_node_field(
+        0, note="started here through torchrun's launcher; 0 = this process only", aliases=("nproc",)
     )
-    fit_check: bool = field(
-        default=True,
-        metadata={"help": "refuse, before building the model, a step the memory planner says cannot fit this device"},
-    )
+    nnodes: int = nnodes_field(note="more than 1: launch each node with torchrun itself, docs/distributed.md")
+    fit_check: bool = fit_check_field()
 
     def __post_init__(self):
         object.__setattr__(self, "precision", canonical_name(self.precision))
@@ -143,12 +143,39 @@ class TrainConfig:
         check_lora_run(self.lora, precision=self.precision, parallel=self.parallel)
 
 
+def check_train_fits(config: TrainConfig, *, device) -> Any:
+    """Refuse (UsageError) a run whose step the planner says cannot fit `device` (a torch.device),
+    before anything is built; returns the `ampkit.plan.fit_check.FitEstimate` (None: not checked).
+    The step is the run's own: its optimizer and activation checkpointing (`[features]`), its
+    accumulation, its data-parallel width and its LoRA settings."""
+    if not config.fit_check:
+        return None
+    from ampkit.plan.fit_check import check_fit, vocab_size_for, world_size_for  # the planner: loaded to check
+
+    return check_fit(
+        model=config.model,
+        precision=config.precision,
+        batch_size=config.batch_size,
+        seq_len=config.seq_len,
+        device=device,
+        optimizer=config.features.optimizer,
+        grad_accum=config.grad_accum,
+        checkpointing=config.features.activation_checkpointing,
+        parallel=config.parallel,
+        world_size=world_size_for(config.parallel, config.nproc_per_node * config.nnodes),
+        vocab_size=vocab_size_for(config.model),
+        command="train",
+        lora=config.lora,
+    )
+
+
 # Settings that may change when resuming; everything else must match the checkpoint. A section's
 # settings go by their own names (flags and `ampkit.config.given_flags` carry no section prefix).
 RESUMABLE_OVERRIDES = frozenset(
     {
         "allow_no_checkpoint",
-        "nproc",
+        "nproc_per_node",
+        "nnodes",
         "steps",
         "eval_every",
         "eval_batches",
