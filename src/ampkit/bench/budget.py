@@ -220,7 +220,8 @@ def plan_precision(
     if step <= budget:
         return made("full", batch, step)
     slow = f"one step would take ~{step:.0f} s > --budget-s {budget:g}"
-    evidence = f"{dtype} matmuls run at {_ratio(matmul_ratio)} fp32's speed here (measured, as `ampkit hw` does)"
+    probe = "a large matmul, measured as `ampkit hw` does"  # not this model's matmuls: the budget's evidence only
+    evidence = f"{dtype} matmuls run at {_ratio(matmul_ratio)} fp32's speed here ({probe})"
     if emulated and not forced:
         return made("not-timed", batch, step, f"not timed: emulated, {evidence}; {slow} (--precisions {name} times it)")
     small = reduced_batch(batch, step, budget)

@@ -4,7 +4,9 @@ and the MFU denominator each precision is held to.
 Peaks: on a GPU of `ampkit.hardware.gpus`' table, the data sheet's dense tensor-core figure; elsewhere
 (a CPU, an unknown GPU) a matmul measured here in that dtype (`ampkit.hardware.matmul`, the same probe
 as `ampkit hw`). The measured ratios also feed the budget's estimates (`bench.budget`): an emulated
-bf16 matmul 20x slower than fp32's predicts a step many times fp32's.
+bf16 matmul 20x slower than fp32's predicts a step many times fp32's. They are a large GEMM's: a small
+model's matmuls can be far less (or more) affected, so the summary's Amdahl prediction takes its matmul
+ratio from the profiled steps instead (`bench.ratios.profile_ratios`).
 
 MFU denominators (`mfu_denominator`): the peak of the compute dtype really used -- fp32's for fp32
 (IEEE: TF32 off), the tensor-core peak of tf32/bf16/fp16/fp8 where the device runs them natively. A

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Group
 
+from ampkit.bench.ratios import amdahl_note, speedup_note
 from ampkit.bench.recommend import format_cosine
 from ampkit.report import Report, as_stored, plt
 from ampkit.report.console import Col, Footnotes, column_format, compact_table, name_col, note_col
@@ -151,10 +152,24 @@ def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
                 _num(_loss_cell(e), ".4f"),
                 _cos(fid and fid["logits_cosine"]),
                 _scale(e),
-                _status(e, recommended, summary["reference"]),
+                "; ".join(filter(None, [_status(e, recommended, summary["reference"]), _speedup_note(e, summary)])),
             ]
         )
     return headers, rows
+
+
+def _speedup_note(entry: dict, summary: dict) -> str | None:
+    """What its vs fp32 compares, when that disagrees with the items/s figures beside it (`bench.ratios`)."""
+    return speedup_note(entry["vs_fp32"], unit=_unit(summary))
+
+
+def _speedup_cells(summary: dict, cells: list[str], notes: Footnotes) -> list[str]:
+    """The vs fp32 cells, each that disagrees with the items/s beside it with its footnote marker."""
+    marked = []
+    for cell, entry in zip(cells, summary["precisions"]):
+        note = _speedup_note(entry, summary)
+        marked.append(notes.mark(cell, note and f"{entry['name']}: {note}"))
+    return marked
 
 
 def _loss_cell(entry: dict):
@@ -214,7 +229,7 @@ def console_table(summary: dict, *, wide: bool = False) -> Group:
     cells = zip(
         [e["name"] for e in entries],
         column_format([e["timing"] and e["timing"]["items_per_s"] for e in entries], sig=2, most=1),
-        column_format(speedups, sig=2, most=3, suffix="x"),
+        _speedup_cells(summary, column_format(speedups, sig=2, most=3, suffix="x"), notes),
         column_format(peaks, sig=2, most=1),
         column_format([_loss_cell(e) for e in entries], decimals=4),
         [_cos(e["fidelity"] and e["fidelity"]["logits_cosine"]) for e in entries],
@@ -344,12 +359,16 @@ def why_lines(summary: dict) -> list[str]:
         if e["name"] == summary["reference"] or not e["vs_fp32"]:
             continue
         prof = e["profile"]
-        line = f"{e['name']}: measured {_ratio(e['vs_fp32']['speedup'])}"
+        measured = e["vs_fp32"]["speedup"]
+        line = f"{e['name']}: measured {_ratio(measured)}"
         if prof.get("matmul_ratio"):
+            where = "in its profiled step" if prof.get("matmul_ratio_source") else "here"  # before: a GEMM probe's
             line += (
-                f"; its matmuls run at {_ratio(prof['matmul_ratio'])} fp32's speed here, for which Amdahl's law "
+                f"; its matmuls run at {_ratio(prof['matmul_ratio'])} fp32's speed {where}, for which Amdahl's law "
                 f"gives {_ratio(prof['amdahl_speedup'])}"
             )
+            gap = amdahl_note(measured, prof)
+            line += f"; {gap}" if gap else ""
         casts = prof["shares"].get("casts", 0.0)
         if casts > block.get("cast_threshold", 0.1):
             line += f"; autocast's dtype casts take {casts:.0%} of its step"
@@ -547,7 +566,7 @@ def throughput_figure(summary: dict):
     bars = ax_t.bar(names, tps, color=[_color(n) for n in names])
     for bar, e in zip(bars, entries):
         ax_t.annotate(
-            _ratio(e["vs_fp32"]["speedup"]) if e["vs_fp32"] else "",
+            _ratio(e["vs_fp32"]["speedup"]) + ("*" if _speedup_note(e, summary) else "") if e["vs_fp32"] else "",
             (bar.get_x() + bar.get_width() / 2, bar.get_height()),
             ha="center",
             va="bottom",
@@ -701,7 +720,7 @@ def build_report(summary: dict) -> Report:
         )
     if _ok(summary):
         report.figure(
-            throughput_figure(summary), f"{_unit(summary)}/s and peak memory per precision (labels: ratio to fp32)"
+            throughput_figure(summary), f"{_unit(summary)}/s and peak memory per precision ({_ratio_labels(summary)})"
         )
         _fidelity_section(report, summary)
         _why_section(report, summary)
@@ -711,6 +730,11 @@ def build_report(summary: dict) -> Report:
         report.figure(step_time_figure(summary), "distribution of measured step times")
         _memory_section(report, summary)
     return report
+
+
+def _ratio_labels(summary: dict) -> str:
+    marked = any(_speedup_note(e, summary) for e in _ok(summary))
+    return "labels: ratio to fp32" + ("; *: over the steps both ran, as the table's status says" if marked else "")
 
 
 def _fidelity_section(report: Report, summary: dict) -> None:

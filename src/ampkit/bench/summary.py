@@ -19,6 +19,7 @@ from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import FIDELITY_ROWS, compare_fidelity, fidelity_file, loss_curve_gap
 from ampkit.bench.peaks import matmul_ratio, mfu_denominator, mfu_value
 from ampkit.bench.profile import CATEGORIES
+from ampkit.bench.ratios import matched_speedup, profile_ratios
 from ampkit.bench.recommend import Candidate, native_support, recommend
 from ampkit.bench.timing import summarize_steps
 from ampkit.precision import REFERENCE
@@ -141,7 +142,7 @@ def precision_entry(
         },
         mfu=_mfu_block(stats.items_per_s, flops, _denominator(result, info, peaks)),
         memory={**result["memory"], "step_peak_bytes": result.get("step_peak_bytes")},
-        profile=result.get("profile"),
+        profile=_profile(result),
         loss=_loss_block(result["loss_curve"]),
         stability={
             "stable": stable,
@@ -155,14 +156,19 @@ def precision_entry(
     return entry
 
 
+def _profile(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The profiled step's breakdown, with its padded slots (`profile_ratios` compares per slot)."""
+    profile = result.get("profile")
+    return None if profile is None else {**profile, "slots": result.get("profiled_slots")}
+
+
 def common_speedup(result: dict[str, Any], reference: dict[str, Any]) -> tuple[float, int]:
-    """tokens/s ratio over the measured steps both ran -- the same batches, step for step -- so a
-    precision that got fewer steps (a slow one, on a budget) is not compared on a different batch mix.
+    """tokens/s ratio over the measured steps both ran -- the same batches, step for step -- less either
+    run's warm-up-like first steps (`bench.ratios.matched_speedup`), so a precision that got fewer steps
+    (a slow one, on a budget) is not compared on a different batch mix, nor with fp32's warm-up.
     Returns (speedup, steps compared)."""
-    n = min(len(result["step_s"]), len(reference["step_s"]))
-    mine = summarize_steps(result["step_s"][:n], result["tokens"][:n], result["slots"][:n])
-    ref = summarize_steps(reference["step_s"][:n], reference["tokens"][:n], reference["slots"][:n])
-    return mine.items_per_s / ref.items_per_s, n
+    found = matched_speedup(result, reference)
+    return found.speedup, found.steps_compared
 
 
 def _same_batches(entry: dict[str, Any], ref: dict[str, Any]) -> bool:
@@ -170,15 +176,16 @@ def _same_batches(entry: dict[str, Any], ref: dict[str, Any]) -> bool:
 
 
 def _vs_fp32(entry, result, ref, ref_result) -> dict[str, Any]:
-    """Speedup over the steps both ran on the same batches; per item when the batches differ (a reduced batch)."""
+    """Speedup over the steps both ran on the same batches (`bench.ratios`); per item when the batches
+    differ (a reduced batch): then it is the ratio of the items/s figures."""
     same = _same_batches(entry, ref)
     if same:
-        speedup, steps = common_speedup(result, ref_result)
+        found = matched_speedup(result, ref_result).to_dict()
     else:
-        speedup, steps = entry["timing"]["items_per_s"] / ref["timing"]["items_per_s"], 0
+        figures = entry["timing"]["items_per_s"] / ref["timing"]["items_per_s"]
+        found = {"speedup": figures, "steps_compared": 0, "items_per_s_ratio": figures, "agrees": True}
     return {
-        "speedup": speedup,
-        "steps_compared": steps,
+        **found,
         "memory_ratio": entry["memory"]["peak_bytes"] / ref["memory"]["peak_bytes"],
         "same_batches": same,
     }
@@ -232,17 +239,25 @@ def add_common_step_loss(entries: list[dict[str, Any]]) -> int | None:
 
 
 def profile_block(entries: list[dict[str, Any]], peaks: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Amdahl's ceiling from the fp32 profile, and each profiled precision's matmul-speed prediction."""
+    """Amdahl's ceiling from the fp32 profile, and each profiled precision's prediction from its own
+    matmuls' speed in its profiled step against fp32's (`bench.ratios.profile_ratios`: this model's
+    matmuls, not the large-GEMM probe, kept as `probe_matmul_ratio`)."""
     ref = next((e for e in entries if candidate_spec(e["name"]).is_reference and e.get("profile")), None)
     if ref is None:
         return None
     share = ref["profile"]["shares"]["matmul"]
     for entry in entries:
-        if entry.get("profile") is None:
+        profile = entry.get("profile")
+        if profile is None:
             continue
-        ratio = matmul_ratio(entry["name"], peaks) if peaks else None
-        entry["profile"]["matmul_ratio"] = ratio
-        entry["profile"]["amdahl_speedup"] = amdahl_speedup(share, ratio) if ratio else None
+        ratios = profile_ratios(profile, ref["profile"])
+        ratio = ratios["matmul_ratio"]
+        profile.update(
+            ratios,
+            matmul_ratio_source="profiled step" if ratio else None,
+            probe_matmul_ratio=matmul_ratio(entry["name"], peaks) if peaks else None,
+            amdahl_speedup=amdahl_speedup(share, ratio) if ratio else None,
+        )
     return {
         "categories": dict(CATEGORIES),
         "reference_matmul_share": share,

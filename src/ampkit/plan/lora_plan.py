@@ -23,7 +23,14 @@ from ampkit.plan.config import PlanConfig
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.fit import Target, largest, resolve_target
 from ampkit.plan.ledger import analytic_ledger
-from ampkit.plan.lora import LoraPlan, analytic_lora_ledger, check_lora_plannable, lora_largest
+from ampkit.plan.lora import (
+    LoraPlan,
+    adapter_tensors,
+    analytic_lora_ledger,
+    check_lora_plannable,
+    lora_dims,
+    lora_largest,
+)
 from ampkit.plan.planner import UNITS, agreement, ledger_kwargs
 from ampkit.plan.setting import GIB, Ledger, StepSetting
 from ampkit.report.console import columns, compact_table
@@ -90,6 +97,48 @@ def lora_row(desc, setting: StepSetting, config: PlanConfig, target: Target | No
     return row
 
 
+def trainable_parameters(desc: ModelDescription, config: PlanConfig) -> dict[str, Any]:
+    """The adapters' parameter elements beside all of the model's, peft's way (`print_trainable_parameters`:
+    the frozen base counted whole, a 4-bit weight by its unpacked elements; the same for every setting)."""
+    plan = LoraPlan(settings=config.lora, precision="fp32")  # the counts do not depend on the precision
+    dims = lora_dims(desc, StepSetting(precision="fp32", micro_batch=1, seq_len=1), plan)  # widths and rank only
+    trainable = sum(adapter_tensors(desc, dims, plan))
+    total = desc.num_parameters() + trainable
+    return {
+        "trainable_parameters": trainable,
+        "total_parameters": total,
+        "trainable_percent": 100.0 * trainable / total,
+    }
+
+
+def trainable_line(summary: dict[str, Any]) -> str | None:
+    """peft's own line ("trainable params: 4,194,304 || all params: 6,742,609,920 || trainable%: 0.0622"),
+    or None for a summary written before it was counted."""
+    counts = summary.get("trainable")
+    if not counts:
+        return None
+    return (
+        f"trainable params: {counts['trainable_parameters']:,} || all params: {counts['total_parameters']:,} || "
+        f"trainable%: {counts['trainable_percent']:.4f}"
+    )
+
+
+NARROWEST = 80
+"""console columns a note line is kept within (a wider terminal shows it the same)"""
+
+
+def trainable_notes(summary: dict[str, Any]) -> list[str]:
+    """peft's line under the LoRA ledger; one too long for 80 columns (a 70B model's) broken before
+    `trainable%` rather than wherever the terminal wraps it."""
+    line = trainable_line(summary)
+    if line is None:
+        return []
+    if len(line) <= NARROWEST:
+        return [line]
+    head, share = line.rsplit(" || ", 1)
+    return [f"{head} ||", share]
+
+
 def methods(desc: ModelDescription, config: PlanConfig, target: Target | None) -> dict[str, Any]:
     """Full fine-tuning vs LoRA vs QLoRA at the plan's shape, under the GPU's precision."""
     precision, reason = base_precision(target.gpu if target else None)
@@ -139,6 +188,7 @@ def build_lora_plan(config: PlanConfig, *, desc: ModelDescription) -> dict[str, 
         "model": desc.to_dict(),
         "target": target.to_dict() if target else None,
         "lora": dataclasses.asdict(config.lora),
+        "trainable": trainable_parameters(desc, config),
         "rows": rows,
         "methods": methods(desc, config, target),
         "notes": [
@@ -191,7 +241,7 @@ def lora_rows_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
                 str(row["fit"]["max_micro_batch"]) if row["fit"] else "-",
             ]
         )
-    return compact_table(title, columns(headers, names=2), cells)
+    return compact_table(title, columns(headers, names=2), cells, notes=trainable_notes(summary))
 
 
 def methods_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
@@ -290,6 +340,8 @@ def write_lora_plan_report(summary: dict[str, Any], run_dir) -> tuple:
         "Memory in GiB (1024^3 bytes): each line is what is alive when the step's tensor memory peaks.", kind="note"
     )
     report.heading("LoRA ledger")
+    if trainable_line(summary):
+        report.text(f"{trainable_line(summary)} (the adapters; peft's count)")
     report.table(LORA_HEADERS, lora_report_rows(summary))
     where = f" on {target['name']}" if target else ""
     s = info["setting"]
