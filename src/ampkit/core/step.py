@@ -32,8 +32,8 @@ from ampkit.models import causal_lm_loss
 
 LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 """`loss_fn(model, batch) -> (loss, outputs)`: the mean loss over the batch's items (0-d, fp32) and
-the model's outputs (for metrics such as the smoke test's accuracy). Called inside the policy's
-forward context."""
+the model's outputs (for metrics such as the smoke test's accuracy). Called by `policy_loss`: on the
+batch as the policy converted it, inside the policy's forward context."""
 
 
 CountFn = Callable[[Any], tuple[int, int]]
