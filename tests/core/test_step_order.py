@@ -12,6 +12,7 @@ import ampkit.core.step as loop
 from ampkit.data import collate_pad
 from ampkit.models import build_model, causal_lm_loss, get_preset
 from ampkit.precision import build_precision
+from ampkit.tasks.base import TensorBatch
 
 CFG = get_preset("tiny", n_layers=2, d_model=32, n_heads=2, d_ff=64)
 
@@ -107,3 +108,40 @@ def test_with_hysteresis_an_overflow_keeps_the_order_skips_the_step_and_holds_th
     assert [c[0] for c in calls.mock_calls if "." not in c[0]] == ["scale", "unscale_", "step", "update"]
     assert not result.stepped and trainer.scheduler.last_epoch == 0
     assert policy.loss_scale() == 65536.0 and scaler.overflows_in_row == 1  # held: the first of 2
+
+
+def test_each_micro_batch_is_converted_once_before_its_forward_and_evaluation_too():
+    policy = build_precision("bf16-true", device_type="cpu")
+    with policy.init_context():
+        model = torch.nn.Linear(4, 1)
+    seen = []
+
+    def loss_fn(model, batch):  # what the task's loss receives: bf16 inputs, its fp32 targets untouched
+        seen.append((batch.inputs.dtype, batch.targets.dtype))
+        outputs = model(batch.inputs)
+        return torch.nn.functional.mse_loss(outputs.float(), batch.targets), outputs
+
+    batch = TensorBatch(torch.randn(3, 4), torch.randn(3, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer = loop.Trainer(
+        model=model,
+        policy=policy,
+        optimizer=opt,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0),
+        sampler=_OneBatch(batch),
+        device=torch.device("cpu"),
+        grad_accum=2,
+        clip_grad_norm=1.0,
+        loss_fn=loss_fn,
+        count_fn=lambda b: (3, 3),
+    )
+    calls = mock.Mock()
+    calls.attach_mock(mock.patch.object(policy, "convert_input", wraps=policy.convert_input).start(), "convert")
+    calls.attach_mock(mock.patch.object(policy, "forward_context", wraps=policy.forward_context).start(), "forward")
+    try:
+        result = trainer.train_step()
+        trainer.evaluate([batch])
+    finally:
+        mock.patch.stopall()
+    assert [c[0] for c in calls.mock_calls if "." not in c[0]] == ["convert", "forward"] * 3  # 2 micro-batches + eval
+    assert seen == [(torch.bfloat16, torch.float32)] * 3 and torch.isfinite(result.loss)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+
 import pytest
 import torch
 
-from ampkit.precision.base import Precision
+from ampkit.precision.base import LOSS_ONLY, Precision, cast_floating
 from ampkit.precision.table import get_spec
 
 
@@ -36,3 +39,30 @@ def test_fp32_steps_every_time_and_keeps_no_state():
     assert policy.optimizer_step(optimizer) is True
     assert param.tolist() == [-1.0, -1.0]
     assert policy.loss_scale() is None and policy.state_dict() == {}
+
+
+def test_cast_floating_casts_floats_anywhere_and_leaves_the_rest():
+    @dataclasses.dataclass(frozen=True)
+    class Pair:
+        x: torch.Tensor
+        y: torch.Tensor = dataclasses.field(metadata={LOSS_ONLY: True})
+
+    Row = collections.namedtuple("Row", "features ids")
+    batch = {
+        "pair": Pair(torch.ones(2), torch.ones(2)),
+        "row": Row(torch.ones(2, dtype=torch.float64), torch.arange(2)),
+        "list": [torch.zeros(1), torch.ones(1, dtype=torch.bool)],
+        "n": 3,
+    }
+    cast = cast_floating(batch, torch.bfloat16)
+    assert cast["pair"].x.dtype == torch.bfloat16 and cast["pair"].y is batch["pair"].y  # only the loss reads y
+    assert isinstance(cast["row"], Row) and cast["row"].features.dtype == torch.bfloat16
+    assert cast["row"].ids is batch["row"].ids and cast["list"][1] is batch["list"][1]  # ints and masks stay
+    assert cast["list"][0].dtype == torch.bfloat16 and cast["n"] == 3
+    ints = {"ids": torch.arange(3), "mask": torch.ones(3, dtype=torch.bool), "tag": "x"}
+    assert cast_floating(ints, torch.bfloat16) is ints  # nothing to cast: the same object back
+
+
+def test_the_fp32_policy_passes_its_inputs_as_they_are():
+    batch = (torch.ones(2), torch.arange(2))
+    assert Precision(get_spec("fp32"), device_type="cpu").convert_input(batch) is batch

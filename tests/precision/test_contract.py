@@ -32,6 +32,21 @@ def test_dtypes_inside_forward_context(name):
 
 
 @pytest.mark.parametrize("name", ALL)
+def test_the_converted_inputs_are_what_the_converted_weights_take(name):
+    # Lightning's convert_input: whatever casts the weights casts the inputs, so float inputs reach a
+    # -true regime's Linear in its dtype; class labels and token ids are never cast.
+    spec, policy = SPECS[name], _policy(name)
+    with policy.init_context():
+        model = nn.Linear(4, 3)
+    features, labels = torch.randn(2, 4), torch.tensor([0, 2])
+    converted, kept = policy.convert_input((features, labels))
+    assert converted.dtype == spec.param_dtype == model.weight.dtype and kept is labels
+    with policy.run_context(), policy.forward_context():
+        out = model(converted)  # fp32 input beside bf16 weights would raise: "mat1 and mat2 must have the same dtype"
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_state_restored_even_when_body_raises(name):
     policy = _policy(name)
     before = (

@@ -125,3 +125,47 @@ def test_a_batch_that_does_not_move_and_bad_counts_are_refused():
 def test_a_model_factory_that_returns_no_module_is_refused():
     with pytest.raises(UsageError, match="returned int, not an nn.Module"):
         _task(model=lambda: 3).build_model(device=torch.device("cpu"), seed=0)
+
+
+def test_whether_a_task_is_a_classification_is_inferred_from_its_targets():
+    x = torch.randn(6, 3)
+    assert _task().classification is True  # integer class targets
+    regression = _task(train=(x, torch.randn(6, 1)), held=None, loss_fn=F.mse_loss)
+    assert regression.classification is False
+    assert regression.accuracy(torch.randn(6, 1), TensorBatch(x, torch.randn(6, 1))) is None
+    assert _task(classification=False).classification is False  # declared: integer targets, no accuracy
+
+
+def test_a_declared_classification_with_float_targets_is_one_line_naming_the_task():
+    with pytest.raises(UsageError, match="task toy: classification=True needs integer class targets, got torch.fl"):
+        _task(train=(torch.randn(6, 3), torch.randn(6, 1)), loss_fn=F.mse_loss, classification=True)
+    with pytest.raises(UsageError, match=r"task toy: train must be an \(inputs, targets\) pair of tensors"):
+        _task(train=torch.randn(6, 3))
+
+
+def test_outputs_that_do_not_suit_the_argmax_accuracy_are_refused_at_the_first_batch():
+    task = _task(model=lambda: nn.Sequential(nn.Linear(3, 2), nn.Flatten(0)))  # (B*2,) outputs: no class dim
+    task.loss_fn = lambda out, y: out.mean()
+    model = task.build_model(device=torch.device("cpu"), seed=0)
+    batch, policy = task.held_out(batch_size=4, max_batches=1)[0], build_precision("fp32", device_type="cpu")
+    with pytest.raises(UsageError, match=r"task toy: .*outputs \(8,\) do not match its targets \(4,\)") as caught:
+        check_first_batch(task, model, batch, device=torch.device("cpu"), policy=policy)
+    assert "classification=False" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_describe_reports_the_data_sizes_bench_caps_its_batch_at():
+    info = _task(held=None).describe()
+    assert (info["train_samples"], info["held_out_samples"], info["classification"]) == (10, 0, True)
+    assert _task(info={"parameters": 8}).describe()["parameters"] == 8
+
+
+def test_a_true_precision_converts_the_inputs_never_the_targets_at_the_first_batch():
+    x, y = torch.randn(10, 3), torch.randn(10, 2)
+    task = _task(train=(x, y), held=(x, y), loss_fn=F.mse_loss)
+    policy = build_precision("bf16-true", device_type="cpu")
+    with policy.init_context():
+        model = task.build_model(device=torch.device("cpu"), seed=0)
+    batch = task.held_out(batch_size=4, max_batches=1)[0]
+    moved = policy.convert_input(batch)
+    assert moved.inputs.dtype == torch.bfloat16 and moved.targets is batch.targets  # LOSS_ONLY: fp32 targets
+    assert check_first_batch(task, model, batch, device=torch.device("cpu"), policy=policy) > 0

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ampkit.core.step import policy_loss
 from ampkit.errors import UsageError
 from ampkit.tasks import optional
 from ampkit.tasks.lm import LMObjective
@@ -40,8 +41,7 @@ def capture_fidelity(*, model: torch.nn.Module, policy, batch, task=None) -> dic
     """
     task = task or LMObjective()
     model.train()
-    with policy.forward_context():
-        loss, outputs = task.loss(model, batch)
+    loss, outputs = policy_loss(policy, task.loss, model, batch)
     scale = policy.loss_scale() or 1.0
     policy.backward(loss)
     params = [p for p in model.parameters() if p.requires_grad]

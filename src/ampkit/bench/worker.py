@@ -331,7 +331,9 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
         captured = capture_all(objs, job, list(plan["fidelity_rows"]))
         plan["fidelity_s"] = captured["fidelity_s"]
         if job.get("reference", True):  # FLOPs per item: the reference's count serves every precision
-            facts = flops_per_item(objs.task, objs.model, captured["batch"], batch_size=config.batch_size).to_dict()
+            facts = flops_per_item(
+                objs.task, objs.model, captured["batch"], batch_size=config.batch_size, policy=objs.policy
+            ).to_dict()
         if plan["mode"] != "not-timed":
             facts.update(measure_steps(objs, config, emit, plan))
     base = {

@@ -7,7 +7,7 @@ none of them (only `precision`, `models`, `data` and `distributed.context`'s do-
 
 from ampkit.core.optim import build_optimizer
 from ampkit.core.schedule import build_scheduler
-from ampkit.core.step import StepResult, Trainer, build_trainer, clip_gradients, forward_loss
+from ampkit.core.step import StepResult, Trainer, build_trainer, clip_gradients, forward_loss, policy_loss
 
 __all__ = [
     "StepResult",
@@ -17,4 +17,5 @@ __all__ = [
     "build_trainer",
     "clip_gradients",
     "forward_loss",
+    "policy_loss",
 ]

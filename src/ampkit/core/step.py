@@ -3,6 +3,7 @@
 This is the only code that runs backward -> unscale -> clip -> optimizer step -> schedule; train,
 bench, doctor, the smoke test and the planner's traced step all call `Trainer.train_step`.
 The step never branches on dtype: precision behaviour lives in the policy object.
+    policy.convert_input(batch)                     (a -true regime's inputs in its dtype; `policy_loss`)
     forward + loss under policy.forward_context()   (autocast wraps nothing else; `loss_fn`)
     policy.backward                                 (scales the loss when a scaler is active)
     policy.unscale_gradients -> clip                (clipping sees true-scale gradients)
@@ -31,8 +32,8 @@ from ampkit.models import causal_lm_loss
 
 LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 """`loss_fn(model, batch) -> (loss, outputs)`: the mean loss over the batch's items (0-d, fp32) and
-the model's outputs (for metrics such as the smoke test's accuracy). Called inside the policy's
-forward context."""
+the model's outputs (for metrics such as the smoke test's accuracy). Called by `policy_loss`: on the
+batch as the policy converted it, inside the policy's forward context."""
 
 
 CountFn = Callable[[Any], tuple[int, int]]
@@ -58,6 +59,8 @@ class StepPolicy(Protocol):
     """What the step asks of a precision policy: `ampkit.precision.Precision` and its regimes (or a
     wrapper around one, such as the planner's fake-tensor policy)."""
 
+    def convert_input(self, batch: Any) -> Any: ...
+
     def forward_context(self) -> contextlib.AbstractContextManager: ...
 
     def backward(self, loss: torch.Tensor) -> None: ...
@@ -67,6 +70,16 @@ class StepPolicy(Protocol):
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool: ...
 
     def loss_scale(self) -> float | None: ...
+
+
+def policy_loss(policy: StepPolicy, loss_fn: LossFn, model: nn.Module, batch: Any) -> tuple[torch.Tensor, Any]:
+    """`loss_fn(model, batch)` as the step runs it: the batch converted by the policy (`convert_input`:
+    floating inputs in a -true regime's dtype), then forward and loss under its forward context. The
+    one way a batch enters a model: the Trainer, the first-batch check, the compile warm-up, bench's
+    fidelity capture, doctor's smoke replay and layer fidelity all call it. `batch` is on the device."""
+    batch = policy.convert_input(batch)
+    with policy.forward_context():
+        return loss_fn(model, batch)
 
 
 class Phases(Protocol):
@@ -163,9 +176,8 @@ class Trainer:
         total_loss = torch.zeros((), device=self.device)
         for i, (batch, (items, _)) in enumerate(zip(batches, counts)):
             with self.parallel.micro_batch_context(last=i == len(batches) - 1):  # DDP: all-reduce on the last only
-                with self.policy.forward_context():
-                    # The outputs stay referenced to the end of the step (the planner's ledger assumes so).
-                    loss, outputs = self.loss_fn(self.model, batch)
+                # The outputs stay referenced to the end of the step (the planner's ledger assumes so).
+                loss, outputs = policy_loss(self.policy, self.loss_fn, self.model, batch)
                 # Weight each micro-batch by its share of the items (real tokens, samples), so the step's
                 # gradient is the per-item mean over the whole step whatever the padding of each micro-batch. DDP and
                 # FSDP average gradients over ranks, hence the factor `world` (1 in one process).
@@ -190,8 +202,7 @@ class Trainer:
         count = 0
         for batch in batches:
             batch = batch.to(self.device)
-            with self.policy.forward_context():
-                loss, _ = self.loss_fn(self.model, batch)
+            loss, _ = policy_loss(self.policy, self.loss_fn, self.model, batch)
             items, _ = self.count_fn(batch)
             total += loss.double() * items
             count += items

@@ -128,7 +128,9 @@ class _Setup:
         self.first_batch = self.sampler.next_batch().to(self.device)
         self.sampler.load_state_dict(self._data_start)
         if not isinstance(self.task, LanguageModelTask):  # a user's task: its first batch must make sense first
-            check_first_batch(self.task, probe, self.first_batch, device=self.device, policy=self.policy())
+            policy = self.policy()  # the probe as every part runs it: converted (a -true regime's weights)
+            probe = policy.convert_module(probe)
+            check_first_batch(self.task, probe, self.first_batch, device=self.device, policy=policy)
 
     def fresh_sampler(self):
         """The data stream from its first batch (tokenizing the corpus once, not per part)."""

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit.core import forward_loss
+from ampkit.core import forward_loss, policy_loss
 from ampkit.precision import REFERENCE, Precision, build_precision
 from ampkit.records import Record
 
@@ -88,9 +88,9 @@ def _capture(model: nn.Module, policy: Precision, batch, paths: list[str], loss_
     handles = [modules[p].register_forward_hook(keep(p)) for p in paths]
     was_training = model.training
     try:
-        with torch.no_grad(), policy.run_context(), policy.forward_context():
+        with torch.no_grad(), policy.run_context():
             model.eval()
-            _, logits = loss_fn(model, batch)  # the task's forward-and-loss; the loss is unused here
+            _, logits = policy_loss(policy, loss_fn, model, batch)  # the task's forward-and-loss; the loss is unused
             outputs["logits"] = logits.detach().double()
     finally:
         model.train(was_training)

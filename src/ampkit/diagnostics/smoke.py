@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ampkit.core import build_trainer
-from ampkit.core.step import StepIfFinite
+from ampkit.core.step import StepIfFinite, policy_loss
 from ampkit.data import Batch
 from ampkit.diagnostics.locator import Finding, NonFiniteLocator
 from ampkit.errors import UsageError
@@ -164,8 +164,7 @@ class _Smoke:
         with NonFiniteLocator(self.model) as locator:
             self.begin(step)
             locator.begin_step(step)
-            with self.policy.forward_context():
-                loss, _ = self.task.loss(self.model, self.batch)
+            loss, _ = policy_loss(self.policy, self.task.loss, self.model, self.batch)
             self.policy.backward(loss)
         self.trainer.optimizer.zero_grad(set_to_none=True)
         return locator.first_nonfinite or locator.first_near_max
@@ -217,14 +216,18 @@ def run_smoke_test(
         diagnosis="",
         accuracy=smoke.accuracy,
     )
-    result.diagnosis = diagnose(result, samples=int(optional.tensors_of(batch)[0].shape[0]))  # rows memorized
+    samples = int(optional.tensors_of(batch)[0].shape[0])  # rows memorized
+    by_loss = config.loss_fraction if smoke.measure.accuracy is None else None  # a task with no accuracy
+    result.diagnosis = diagnose(result, samples=samples, by_loss=by_loss)
     return result
 
 
-def diagnose(result: SmokeResult, *, samples: int) -> str:
-    """One or two sentences: what happened, and where, with the evidence."""
+def diagnose(result: SmokeResult, *, samples: int, by_loss: float | None = None) -> str:
+    """One or two sentences: what happened, and where, with the evidence. `by_loss`: the task has no
+    accuracy and passes when its loss falls to this share of the first (a regression)."""
     if result.passed:
-        return f"{result.precision}: reached 100% token accuracy on {samples} samples after {result.steps_needed} steps"
+        reached = f"its loss fell to {by_loss:.0%} of the first" if by_loss else "reached 100% token accuracy"
+        return f"{result.precision}: {reached} on {samples} samples after {result.steps_needed} steps"
     where = (
         f" First sign: {result.finding.explanation} (step {result.finding.step}, {result.finding.phase})."
         if result.finding
@@ -238,8 +241,12 @@ def diagnose(result: SmokeResult, *, samples: int) -> str:
         "scale_collapse": f"the loss scale collapsed below min_scale at step {step}: every step overflowed.",
         "skips": f"the loss scaler skipped {result.skipped_steps} of {result.steps_run} steps, the last ones in a "
         "row: the gradients overflow fp16 at every scale tried.",
-        "plateau": f"token accuracy reached only {100 * result.final_accuracy:.1f}% after {result.steps_run} steps "
-        f"(loss {result.final_loss:.4g}); if fp32 passes, the precision loses what the model needs, "
+        "plateau": (
+            f"the loss did not fall to {by_loss:.0%} of the first in {result.steps_run} steps "
+            if by_loss
+            else f"token accuracy reached only {100 * result.final_accuracy:.1f}% after {result.steps_run} steps "
+        )
+        + f"(loss {result.final_loss:.4g}); if fp32 passes, the precision loses what the model needs, "
         "otherwise suspect the code or the learning rate.",
     }
     return f"{result.precision}: FAILED: {texts[result.failure]}{where}"

@@ -26,6 +26,7 @@ from ampkit.plan.tracker import StorageTracker
 from ampkit.precision import build_precision, get_spec
 from ampkit.tasks import optional
 from ampkit.tasks.base import Task
+from ampkit.tasks.check import one_line
 from ampkit.tasks.flops import flop_counter
 
 TASK_PLAN_SCHEMA = "ampkit.plan-task/1"
@@ -69,14 +70,16 @@ def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[St
         with policy.run_context(), tracker:
             _train_step(model, policy, optimizer, tracker, fake_batch, loss_fn=task.loss, count_fn=task.count)
         with flop_counter() as counter:
-            loss, _ = task.loss(model, fake_batch)
+            # the inputs as the step converts them (a -true regime's dtype)
+            loss, _ = task.loss(model, policy.convert_input(fake_batch))
             loss.backward()
     _, slots = task.count(batch)
     return tracker, (counter.get_total_flops() / slots if slots else None)
 
 
 def task_ledger(task: Task, setting: StepSetting, *, batch: Any, reserve: Reserve):
-    tracker, flops = trace_task_step(task, setting, batch=batch)
+    trace = lambda: trace_task_step(task, setting, batch=batch)  # noqa: E731 - the user's model and loss run inside
+    tracker, flops = one_line(task, "step failed when traced on fake tensors", trace)
     ledger = tracker_ledger(tracker, setting, reserve)
     return dataclasses.replace(ledger, peak_moment=ledger.peak_moment or "step"), flops
 

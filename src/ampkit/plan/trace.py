@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from typing import Any
 
 import torch
 from torch import nn
@@ -221,6 +222,9 @@ class _FakeModePolicy:
 
     def __init__(self, policy: Precision):
         self._policy = policy
+
+    def convert_input(self, batch: Any) -> Any:
+        return self._policy.convert_input(batch)
 
     def forward_context(self) -> contextlib.AbstractContextManager:
         return self._policy.forward_context()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ampkit.errors import UsageError
 from ampkit.hardware.capabilities import REQUIREMENTS, absence_note
 from ampkit.precision.amp import AutocastPrecision, LossScaleCollapse, ScalerConfig, TruePrecision
-from ampkit.precision.base import Precision
+from ampkit.precision.base import LOSS_ONLY, Precision, cast_floating
 from ampkit.precision.fp8 import Fp8Options, Fp8Precision
 from ampkit.precision.table import (
     ALIASES,
@@ -24,6 +24,7 @@ __all__ = [
     "Fp8Mode",
     "Fp8Options",
     "Fp8Precision",
+    "LOSS_ONLY",
     "LossScaleCollapse",
     "Precision",
     "PrecisionSpec",
@@ -33,6 +34,7 @@ __all__ = [
     "TruePrecision",
     "build_precision",
     "canonical_name",
+    "cast_floating",
     "check_supported",
     "get_spec",
     "precision_names_help",

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ampkit.errors import TrainingError, UsageError
-from ampkit.precision.base import Precision, default_dtype
+from ampkit.precision.base import Precision, cast_floating, default_dtype
 from ampkit.precision.scaler import HysteresisGradScaler
 from ampkit.precision.table import PrecisionSpec
 
@@ -121,7 +121,8 @@ class AutocastPrecision(Precision):
 
 class TruePrecision(Precision):
     """bf16-true and fp16-true: weights, gradients and optimizer states in the low-precision dtype.
-    The loss is still computed in fp32 (the loss function upcasts the logits)."""
+    The inputs are cast to it too (`convert_input`); the loss is still computed in fp32 (the loss
+    function upcasts the logits, against targets left in their own dtype)."""
 
     def init_context(self) -> contextlib.AbstractContextManager:
         """Construct in the low-precision dtype (torch's default dtype for the block): no fp32 copy."""
@@ -136,3 +137,9 @@ class TruePrecision(Precision):
         if all(t.dtype == dtype for t in tensors if t.is_floating_point()):
             return module
         return module.to(dtype=dtype)
+
+    def convert_input(self, batch: Any) -> Any:
+        """The batch's floating-point tensors in the weights' dtype (a bf16 Linear or GRU refuses fp32
+        input; nothing converts it on the way in, unlike autocast). Token ids, class labels and masks
+        stay as they are, and so do fields only the loss reads (`LOSS_ONLY`: `TensorBatch.targets`)."""
+        return cast_floating(batch, self.spec.param_dtype)

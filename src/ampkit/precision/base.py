@@ -6,6 +6,7 @@ weights are born in their storage dtype, then `policy.convert_module` adapts it 
 
 Call order in a step (the loop's contract):
     with policy.run_context():                       # once per run: backend flags (TF32)
+        batch = policy.convert_input(batch)          # what enters the model: a -true regime's dtype
         with policy.forward_context():               # forward + loss only
             loss = ...
         policy.backward(loss)                        # scale (if any) then backward
@@ -17,6 +18,7 @@ Call order in a step (the loop's contract):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,6 +58,11 @@ class Precision:
     def convert_module(self, module: nn.Module) -> nn.Module:
         return module
 
+    def convert_input(self, batch: Any) -> Any:
+        """The batch as the model must receive it (Lightning Fabric's `convert_input`). fp32 weights
+        take their inputs as they come (autocast casts inside the forward): unchanged, the same object."""
+        return batch
+
     def forward_context(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
@@ -90,3 +97,30 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         yield
     finally:
         torch.set_default_dtype(saved)
+
+
+LOSS_ONLY = "ampkit.loss_only"
+"""Dataclass field metadata key: a batch field that only the loss reads, never the model (a regression
+target), which `cast_floating` leaves in its dtype: `targets: Tensor = field(metadata={LOSS_ONLY: True})`."""
+
+
+def cast_floating(data: Any, dtype: torch.dtype) -> Any:
+    """`data` with every floating-point tensor cast to `dtype`, inside tensors, dataclasses, tuples
+    (named ones too), lists and dicts; integer and bool tensors (token ids, class labels, masks), fields
+    marked `LOSS_ONLY` and any other object stay as they are. Nothing to cast: the same object back."""
+    if isinstance(data, torch.Tensor):
+        return data.to(dtype) if data.is_floating_point() else data
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        fields = [f for f in dataclasses.fields(data) if f.init and not f.metadata.get(LOSS_ONLY)]
+        changes = {f.name: cast_floating(getattr(data, f.name), dtype) for f in fields}
+        changed = {k: v for k, v in changes.items() if v is not getattr(data, k)}
+        return dataclasses.replace(data, **changed) if changed else data
+    if isinstance(data, (tuple, list)):
+        items = [cast_floating(v, dtype) for v in data]
+        if all(new is old for new, old in zip(items, data)):
+            return data
+        return type(data)(*items) if hasattr(data, "_fields") else type(data)(items)  # a namedtuple takes fields
+    if isinstance(data, dict):
+        cast = {k: cast_floating(v, dtype) for k, v in data.items()}
+        return data if all(cast[k] is v for k, v in data.items()) else cast
+    return data

@@ -20,19 +20,22 @@ Optional (a task may leave them out; `ampkit.tasks.optional` reads them with def
     task.accuracy(outputs, batch) -> Tensor               0-d share of items predicted right
     task.describe() -> dict                               what the summary says about the task
 Batches are any object with `.to(device)` that `loss` and `count` understand; `TensorBatch` (a
-tuple of tensors) serves supervised tasks.
+pair of tensors) serves supervised tasks. A `-true` precision casts a batch's floating-point tensors
+to its dtype before the model sees them (`Precision.convert_input`: tensors, dataclasses, tuples,
+lists, dicts); integer tensors and fields only the loss reads (`TensorBatch.targets`) stay as they are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
 from ampkit.errors import UsageError
+from ampkit.precision.base import LOSS_ONLY
 
 
 @runtime_checkable
@@ -69,7 +72,8 @@ class TensorBatch:
     """A supervised batch: `inputs` (B, ...) and `targets` (B, ...) tensors."""
 
     inputs: torch.Tensor
-    targets: torch.Tensor
+    targets: torch.Tensor = field(metadata={LOSS_ONLY: True})
+    """read by the loss only: a -true precision leaves float targets in their dtype (the loss is fp32)"""
 
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> TensorBatch:
         return TensorBatch(
@@ -146,6 +150,17 @@ def classification_accuracy(outputs: torch.Tensor, batch: TensorBatch) -> torch.
     return (outputs.argmax(-1) == batch.targets).float().mean()
 
 
+def class_targets(targets: torch.Tensor) -> bool:
+    """Whether `targets` can be class indices: an integer dtype (bool and float targets cannot)."""
+    return not (targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool)
+
+
+def _tensor_pair(task: str, part: str, pair: Any) -> None:
+    ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(t, torch.Tensor) for t in pair)
+    if not ok:
+        raise UsageError(f"task {task}: {part} must be an (inputs, targets) pair of tensors, got {type(pair).__name__}")
+
+
 @dataclass(kw_only=True)
 class SupervisedTask:
     """A supervised workload from tensors: the common case, and what a user's task file builds.
@@ -153,6 +168,8 @@ class SupervisedTask:
     `model(seed)` returns a fresh model (ampkit seeds the global RNG before calling it too);
     `loss_fn(outputs, targets)` returns the mean loss over the batch (computed here in fp32);
     `train` and `held` are (inputs, targets) pairs of tensors; one item is one row ("samples").
+    Whether it is a classification (an argmax accuracy for the smoke test) is declared, or inferred
+    from the training targets: integer class indices are one, float targets (a regression) are not.
     """
 
     name: str
@@ -163,9 +180,23 @@ class SupervisedTask:
     unit: str = "samples"
     blocks: Callable[[nn.Module], Sequence[nn.Module]] | None = None
     """the model's repeated blocks (activation checkpointing, FSDP2 wrapping); None: none"""
-    classification: bool = True
-    """targets are class indices: the smoke test and doctor read an argmax accuracy"""
+    classification: bool | None = None
+    """targets are class indices: the smoke test and doctor read an argmax accuracy over the outputs'
+    last dim (False: the smoke test passes on the loss); None: inferred, True for integer targets"""
     info: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        _tensor_pair(self.name, "train", self.train)
+        if self.held is not None:
+            _tensor_pair(self.name, "held", self.held)
+        integer = class_targets(self.train[1])
+        if self.classification is None:
+            self.classification = integer
+        elif self.classification and not integer:
+            raise UsageError(
+                f"task {self.name}: classification=True needs integer class targets, got {self.train[1].dtype}; "
+                "pass classification=False for a regression (the smoke test then reads the loss)"
+            )
 
     def build_model(self, *, device: torch.device, seed: int) -> nn.Module:
         with torch.random.fork_rng(devices=[]):
@@ -204,7 +235,19 @@ class SupervisedTask:
         return IndexStream(*self.train, batch_size=samples, seed=seed).next_batch()
 
     def accuracy(self, outputs: torch.Tensor, batch: TensorBatch) -> torch.Tensor | None:
-        return classification_accuracy(outputs, batch) if self.classification else None
+        """The argmax accuracy of a classification, None for any other task."""
+        if not self.classification:
+            return None
+        if tuple(outputs.shape[:-1]) != tuple(batch.targets.shape):
+            raise UsageError(
+                f"task {self.name}: a classification's accuracy takes the argmax over the outputs' last dim, but "
+                f"its outputs {tuple(outputs.shape)} do not match its targets {tuple(batch.targets.shape)}; "
+                "give (..., classes) outputs or pass classification=False"
+            )
+        return classification_accuracy(outputs, batch)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "unit": self.unit, **(self.info or {})}
+        """Name, unit, data sizes (bench caps the batch it recommends at `train_samples`), then `info`."""
+        sizes = {"train_samples": len(self.train[0]), "held_out_samples": len(self.held[0]) if self.held else 0}
+        kind = {"classification": self.classification}
+        return {"name": self.name, "unit": self.unit, **kind, **sizes, **(self.info or {})}

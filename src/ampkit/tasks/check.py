@@ -3,19 +3,23 @@ task and the problem (exit 2), not a traceback halfway into a run.
 
 Checked: the batch's `.to(device)` puts every tensor on the run's device; `count` gives host ints
 with 0 < items <= slots; `loss` runs and returns a finite 0-d tensor (the mean over the batch's
-items). One forward under the run's precision, no gradient: the model's weights are untouched
-(a BatchNorm's running statistics would move in train mode, so the check runs in eval mode).
+items), and the accuracy (a classification's) reads its outputs. One forward under the run's
+precision (its inputs converted as the step converts them), no gradient: the model's weights are
+untouched (a BatchNorm's running statistics would move in train mode, so the check runs in eval mode).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
+from ampkit.core.step import policy_loss
 from ampkit.errors import UsageError
+from ampkit.tasks import optional
 from ampkit.tasks.optional import tensors_of
 
 
@@ -50,15 +54,11 @@ def check_loss(task, model: nn.Module, batch: Any, *, policy) -> float:
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), policy.run_context(), policy.forward_context():
-            loss, _ = task.loss(model, batch)
-    except UsageError:
-        raise
-    except Exception as err:  # noqa: BLE001 - the user's model or loss: its own error, on one line
-        first = (str(err).strip().splitlines() or [""])[0][:240]
-        raise UsageError(
-            f"task {task.name}: its loss failed on the first batch: {type(err).__name__}: {first}"
-        ) from None
+        with torch.no_grad(), policy.run_context():
+            loss, outputs = one_line(
+                task, "loss failed on the first batch", lambda: policy_loss(policy, task.loss, model, batch)
+            )
+            one_line(task, "accuracy failed on the first batch", lambda: optional.accuracy(task, outputs, batch))
     finally:
         model.train(was_training)
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
@@ -71,6 +71,18 @@ def check_loss(task, model: nn.Module, batch: Any, *, policy) -> float:
             "the data and the loss before choosing a precision"
         )
     return value
+
+
+def one_line(task, failed: str, call: Callable[[], Any]) -> Any:
+    """`call()`, where an error comes from the user's code (its model, loss or accuracy): one line naming
+    the task, "task NAME: its FAILED: Error: first line of the message" (exit 2), not a traceback."""
+    try:
+        return call()
+    except UsageError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the user's code: its own error, on one line
+        first = (str(err).strip().splitlines() or [""])[0][:240]
+        raise UsageError(f"task {task.name}: its {failed}: {type(err).__name__}: {first}") from None
 
 
 def check_first_batch(task, model: nn.Module, batch: Any, *, device: torch.device, policy) -> float:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
+from ampkit.core.step import StepPolicy, policy_loss
 from ampkit.tasks import optional
 from ampkit.tasks.base import Task
 
@@ -51,15 +52,15 @@ class FlopsPerItem:
         return {"flops_per_item": self.value, "flops_source": self.source}
 
 
-def measure_training_flops(task: Task, model: nn.Module, batch: Any) -> tuple[int, int]:
-    """(FLOPs of one forward + backward of `batch`, slots in it). Leaves the weights and their
-    gradients as they were (gradients cleared) and BatchNorm statistics unmoved (eval mode: the
-    matmul and convolution FLOPs are the same in both modes)."""
+def measure_training_flops(task: Task, model: nn.Module, batch: Any, *, policy: StepPolicy) -> tuple[int, int]:
+    """(FLOPs of one forward + backward of `batch` under the model's `policy`, slots in it). Leaves the
+    weights and their gradients as they were (gradients cleared) and BatchNorm statistics unmoved (eval
+    mode: the matmul and convolution FLOPs are the same in both modes)."""
     was_training = model.training
     model.eval()
     try:
         with flop_counter() as counter:
-            loss, _ = task.loss(model, batch)
+            loss, _ = policy_loss(policy, task.loss, model, batch)
             loss.backward()
     finally:
         model.zero_grad(set_to_none=True)
@@ -68,11 +69,12 @@ def measure_training_flops(task: Task, model: nn.Module, batch: Any) -> tuple[in
     return int(counter.get_total_flops()), slots
 
 
-def flops_per_item(task: Task, model: nn.Module, batch: Any, *, batch_size: int) -> FlopsPerItem:
-    """The task's analytic count, else the measured one (a forward and backward of `batch`)."""
+def flops_per_item(task: Task, model: nn.Module, batch: Any, *, batch_size: int, policy: StepPolicy) -> FlopsPerItem:
+    """The task's analytic count, else the measured one (a forward and backward of `batch`, converted
+    by `policy` as the step converts it: a bench sweep measures under its candidate's precision)."""
     analytic = optional.flops_per_item(task, batch_size=batch_size)
     if analytic is not None:
         return FlopsPerItem(float(analytic), "analytic")
     with torch.enable_grad():
-        flops, slots = measure_training_flops(task, model, batch)
+        flops, slots = measure_training_flops(task, model, batch, policy=policy)
     return FlopsPerItem(flops / slots if flops and slots else None, "measured")

@@ -36,6 +36,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ampkit.core.optim import check_optimizer_available
+from ampkit.core.step import policy_loss
 from ampkit.data import BATCHING_STRATEGIES, DEDUP_MODES
 from ampkit.errors import UsageError
 from ampkit.hardware.backend import backend_for
@@ -170,8 +171,7 @@ def warm_up_compiled(model: nn.Module, *, task, policy, batch, device: torch.dev
     batch = batch.to(device)
     started = time.perf_counter()
     with policy.run_context():  # the run's TF32 flags: compiled code is guarded on them
-        with policy.forward_context():
-            loss, _ = task.loss(model, batch)
+        loss, _ = policy_loss(policy, task.loss, model, batch)
         loss.backward()
         backend_for(device).synchronize()  # sync point on an accelerator: compile time includes the device work
     seconds = time.perf_counter() - started
