@@ -60,6 +60,8 @@ PLAN_LORA = SummaryKind(
             "methods": ListOf({"method": str, "total_gib": NUM, "lines_at_peak_bytes": MapOf(int)}),
         },
         "notes": ListOf(str),
+        # peft's print_trainable_parameters counts (Absent: plans written before they were recorded)
+        "trainable": Absent({"trainable_parameters": int, "total_parameters": int, "trainable_percent": NUM}),
     },
     older=(Older(schema="ampkit.plan/1", has="methods"),),  # before plan --lora had its own schema id
 )
