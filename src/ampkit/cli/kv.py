@@ -33,7 +33,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(KvConfig, args, toml_path=args.config)
     if (config.gpu or "").strip().lower() == "list":  # the GPU table, as `plan --gpu list`
-        from ampkit.hardware.listing import print_gpu_list
+        from ampkit.plan.gpu_list import print_gpu_list
 
         return print_gpu_list(make_console(wide=args.wide))
     if config.from_bench:

@@ -37,7 +37,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(PlanConfig, args, toml_path=args.config)
     if (config.gpu or "").strip().lower() == "list":  # the GPU table, every row with its source; no run directory
-        from ampkit.hardware.listing import print_gpu_list
+        from ampkit.plan.gpu_list import print_gpu_list
         from ampkit.report.console import make_console
 
         return print_gpu_list(make_console(wide=args.wide))

@@ -9,17 +9,23 @@ overhead; tokens = pool / the measured KV bytes per token. Units: bytes (GiB sho
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ampkit.bench.inference_render import configuration_rows
 from ampkit.errors import UsageError
 from ampkit.plan.fit import resolve_target
 from ampkit.plan.kv import kv_pool_bytes
 from ampkit.plan.setting import GIB
 
 BENCH_SCHEMA = "ampkit.bench-inference/1"
+
+
+def configuration_rows(records: list[dict[str, Any]], cells: Callable[[dict[str, Any]], list[str]]) -> list[list[str]]:
+    """A row per serving configuration (the bench's, or `ampkit kv --from-bench`'s): the weights' and the
+    KV cache's dtypes, then `cells(record)`."""
+    return [[r["weights"], r["kv_dtype"], *cells(r)] for r in records]
 
 
 def read_bench(run_dir: str | Path) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""ampkit.hardware.listing: `--gpu list` prints every row of the GPU table with its source, in 80 columns."""
+"""ampkit.plan.gpu_list: `--gpu list` prints every row of the GPU table with its source, in 80 columns."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from ampkit.hardware.gpus import GPUS
-from ampkit.hardware.listing import gpu_source_lines, print_gpu_list
+from ampkit.plan.gpu_list import gpu_source_lines, print_gpu_list
 
 
 def _printed(width: int) -> str:
