@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ampkit.plan.kv_measured import configuration_rows
+from ampkit.plan.kv.measured import configuration_rows
 
 MIB = 1024**2
 HEADERS = ["weights", "KV", "prefill tok/s", "decode tok/s", "TTFT ms", "KV B/token", "agreement", "logits cos"]

@@ -31,11 +31,11 @@ RENDERERS: dict[str, tuple[str, str | None]] = {
     "ampkit.bench-sweep/1": ("ampkit.bench.sweep:render_sweep_report", None),
     "ampkit.train/1": ("ampkit.train.report:write_train_report", None),
     "ampkit.doctor/1": ("ampkit.diagnostics.doctor_report:write_report", None),
-    "ampkit.plan/1": ("ampkit.plan.render:write_plan_report", None),
-    "ampkit.plan/1+lora": ("ampkit.plan.lora_plan:write_lora_plan_report", None),
+    "ampkit.plan/1": ("ampkit.plan.render.report:write_plan_report", None),
+    "ampkit.plan/1+lora": ("ampkit.plan.lora.plan:write_lora_plan_report", None),
     "ampkit.plan-task/1": ("ampkit.plan.task_plan:write_task_plan_report", None),
-    "ampkit.kv/1": ("ampkit.plan.render:write_kv_report", None),
-    "ampkit.kv-measured/1": ("ampkit.plan.kv_measured:write_measured_report", None),
+    "ampkit.kv/1": ("ampkit.plan.render.report:write_kv_report", None),
+    "ampkit.kv-measured/1": ("ampkit.plan.kv.measured:write_measured_report", None),
     "ampkit.hw/1": ("ampkit.cli.hw:write_hw_report", None),
 }
 # summaries without a "schema" (train's and the bench sweep's before they had one): by their "command"
