@@ -26,7 +26,7 @@ def _kind_of_plan(summary: dict[str, Any]) -> str:
 
 # kind -> ("module:renderer(summary, run_dir) -> written paths", "module:validator(summary) -> problems" or None)
 RENDERERS: dict[str, tuple[str, str | None]] = {
-    "ampkit.bench/2": ("ampkit.bench.render:render_report", "ampkit.bench.schema:validate_summary"),
+    "ampkit.bench/2": ("ampkit.bench.report:render_report", "ampkit.bench.schema:validate_summary"),
     "ampkit.bench-inference/1": ("ampkit.bench.inference_render:render_inference_report", None),
     "ampkit.bench-sweep/1": ("ampkit.bench.sweep:render_sweep_report", None),
     "ampkit.train/1": ("ampkit.train.report:write_train_report", None),
