@@ -1,7 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   installs everything (torch, the core, every optional extra, the test tools: DEPS and LINT
 #               below; ~1.6 GB), then runs the main job (ampkit bench) on the embedded default
-#   make test   installs the same, then runs ruff (lint + format check), mypy and the test suite
+#   make test   installs the same, then runs ruff (lint + format check), mypy, lint-imports (the layers of
+#               docs/architecture.md, contracts in pyproject.toml) and the test suite
 # The virtual environment lives in .venv; a stamp file makes re-runs fast (no pip call at all
 # when pyproject.toml has not changed).
 PYTHON ?= python3
@@ -14,7 +15,7 @@ STAMP  := $(VENV)/.installed
 # pull a multi-GB CUDA build.
 TORCH  := torch==2.13.0
 DEPS   := rich==15.0.0 matplotlib==3.11.2 numpy==2.4.6 pytest==9.2.0 hypothesis==6.155.2 bitsandbytes==0.50.0 torchao==0.18.0 transformers==5.23.0 tokenizers==0.23.3 tensorboard==2.21.0 torch-optimi==0.3.3 peft==0.21.2 accelerate==1.15.0 psutil==7.2.2
-LINT   := ruff==0.17.6 mypy==2.4.1
+LINT   := ruff==0.17.6 mypy==2.4.1 import-linter==2.16
 
 .PHONY: install test demo bench clean
 
@@ -26,11 +27,12 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# Lint, format and types first (seconds), then the suite.
+# Lint, format, types and the import layers first (seconds), then the suite.
 test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples
 	$(PY) -m ruff format --check src tests benchmarks examples
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests
 
 demo: $(STAMP)

@@ -6,7 +6,7 @@ them, compared row by row); and the extrapolated ledger within 1% of the full tr
 small enough to trace in full here. Measured:
 - the command in a fresh process (`python -m ampkit plan ... --json`), three runs: wall time to the
   answer (the JSON on stdout) and to exit, CPU time (with the forked child that traces part of the
-  settings where two cores are offered, `plan/forked.py`), peak RSS; how many rows were traced and how;
+  settings where two cores are offered, `plan/traced/forked.py`), peak RSS; how many rows were traced and how;
   each run alternated with one whose traces stay in one process (AMPKIT_PLAN_WORKERS=1), for comparison,
   and the 1-minute load average before each (the default forks the child only while a core is idle);
 - a 24-layer Llama (hidden 512, 32,000-token vocabulary): the extrapolated tensor peak against a full
@@ -70,9 +70,9 @@ def run_plan(folder: Path, *, workers: str = "") -> dict:
 
 def accuracy(folder: Path) -> list[dict]:
     from ampkit.plan.describe import describe_model
-    from ampkit.plan.extrapolate import HFTracedEngine, table_of
-    from ampkit.plan.hf_trace import trace_hf_step
     from ampkit.plan.setting import StepSetting
+    from ampkit.plan.traced.extrapolate import HFTracedEngine, table_of
+    from ampkit.plan.traced.hf import trace_hf_step
 
     desc = describe_model(f"hf:{folder}")
     out = []

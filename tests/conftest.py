@@ -17,7 +17,7 @@ from devices import CPU_KINDS, pin_cpu_kind
 from helpers import REAL_RUN_COLUMNS, REAL_RUNS
 
 # tqdm (transformers' and peft's bars) starts a monitor thread at its first bar, which then lives to the
-# end of the session; plan/forked.py forks only from a thread-free process, so its tests would skip.
+# end of the session; plan/traced/forked.py forks only from a thread-free process, so its tests would skip.
 tqdm.tqdm.monitor_interval = 0
 
 

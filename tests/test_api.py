@@ -14,14 +14,25 @@ import ampkit.bench
 import ampkit.doctor
 import ampkit.train
 from ampkit.api import bench, doctor, train
+from ampkit.bench.api import run as bench_run
+from ampkit.diagnostics.api import run as doctor_run
 from ampkit.errors import UsageError
 from ampkit.tasks.builtin import builtin_task
+from ampkit.train.api import run as train_run
 
 QUICK = {"budget_s": 0.5, "min_steps": 3, "max_steps": 10, "warmup_steps": 1}
 
 
 def test_the_packages_expose_the_api():
     assert (ampkit.bench.run, ampkit.train.run, ampkit.doctor.run) == (bench, train, doctor)
+    assert (bench, train, doctor) == (bench_run, train_run, doctor_run)
+
+
+def test_the_packages_never_import_the_api_module_back():
+    # `ampkit.api` sits above bench, train and diagnostics: importing them must not load it (it did: a cycle).
+    code = "import sys, ampkit.bench, ampkit.train, ampkit.doctor; print('ampkit.api' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_train_a_task_object_then_resume_it(tmp_path):

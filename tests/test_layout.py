@@ -6,12 +6,16 @@
   (that runs its `__init__`). Read from the files' text with `ast`: nothing is imported here.
 - Every test directory is the mirror of a package: tests/<pkg>/ for src/ampkit/<pkg>/, nested alike,
   unless it is a cross-cutting directory listed below with its reason.
+- The layers docs/architecture.md states are the layers import-linter's contract checks (pyproject.toml).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "ampkit"
@@ -97,3 +101,21 @@ def test_the_import_reader_sees_every_form():
         "    import ampkit.__main__\n"
     )
     assert imported_names(source) == {"ampkit.cli.kv", "ampkit.hardware", "ampkit.hardware.device", "ampkit.__main__"}
+
+
+def _documented_layers() -> list[str]:
+    """The fenced block under docs/architecture.md's "Layers" heading, one layer a line."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Layers and the direction of imports", 1)[1]
+    block = re.search(r"```\n(.*?)```", section, re.DOTALL)
+    assert block, "docs/architecture.md's Layers section has no fenced block of layers"
+    return [line.strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_the_documented_layers_are_the_contracts_layers():
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"][
+        "contracts"
+    ]
+    (layers,) = [c for c in contracts if c["type"] == "layers" and c.get("containers") == ["ampkit"]]
+    assert layers["exhaustive"], "the contract must name every top-level module (exhaustive = true)"
+    assert _documented_layers() == layers["layers"]

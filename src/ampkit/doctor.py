@@ -1,5 +1,5 @@
 """`ampkit.doctor.run(task, **settings)`: the Python API of `ampkit doctor` (see `ampkit.api`)."""
 
-from ampkit.api import doctor as run
+from ampkit.diagnostics.api import run
 
 __all__ = ["run"]

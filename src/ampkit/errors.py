@@ -44,6 +44,17 @@ class WriteFailed(TrainingError):
         self.errno_code = errno_code
 
 
+class CheckpointWriteFailed(WriteFailed):
+    """A checkpoint (single-file or sharded) could not be written (disk full, read-only directory); the
+    previous one stays."""
+
+    def __init__(self, path, reason: str | None = None, **kwargs):
+        if reason is None:  # CheckpointWriteFailed("message"), as callers wrote it before it was a WriteFailed
+            super().__init__("", "", message=str(path))
+        else:
+            super().__init__(path, reason, **kwargs)
+
+
 # How torch's zip writer reports a failed write: a RuntimeError, chained from the OSError when
 # it writes to a Python file object, bare ("iostream error") when it writes to a path itself.
 _TORCH_WRITER_MARKERS = ("inline_container", "PytorchStreamWriter", "iostream error", "unexpected pos")

@@ -6,17 +6,17 @@ what differs per command (a default's meaning, the run it applies to) goes in `n
 parentheses. Each factory returns `dataclasses.field(...)`, typed as the value so type checkers see
 a default.
 
-Choice lists live beside the code that checks them and import no torch: the parallel modes in
-`ampkit.distributed.settings`; the optimizers and checkpointing modes `ampkit train` and
-`ampkit plan` share, here.
+Choice lists import no torch and live here, at the bottom layer, so every command's config can
+name them: the parallel modes (checked by `ampkit.distributed.settings`), the optimizers and
+checkpointing modes `ampkit train` and `ampkit plan` share.
 """
 
 from __future__ import annotations
 
 from dataclasses import field
 
-from ampkit.distributed.settings import PARALLEL_MODES
-
+PARALLEL_MODES = ("none", "ddp", "fsdp")
+"""`--parallel`'s choices (`ampkit.distributed.settings` checks them)."""
 OPTIMIZERS = ("adamw", "adamw-8bit", "adamw-sr", "adamw-kahan", "sgd")
 """What `ampkit train --optimizer` builds (`ampkit.train.features`); `ampkit plan` adds sgd-momentum."""
 CHECKPOINTING_MODES = ("none", "full")

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from ampkit.cli import main
+from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.config import PlanConfig
 from ampkit.plan.describe import describe_model
 from ampkit.plan.engines import AnalyticEngine, hf_traced_engine, primary_engine
-from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.planner import build_plan
 from ampkit.plan.setting import NO_RESERVE, StepSetting
 from hf_archs import save_tiny

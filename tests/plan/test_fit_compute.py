@@ -11,10 +11,10 @@ from ampkit.hardware import lookup_gpu
 from ampkit.models import PRESETS
 from ampkit.models.flops import training_flops_per_token
 from ampkit.plan.advice import base_precision, cheapest_fix
-from ampkit.plan.compute import flops_per_token, model_flops_per_token, seconds_at, step_compute, weights_gb
+from ampkit.plan.analytic.compute import flops_per_token, model_flops_per_token, seconds_at, step_compute, weights_gb
+from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.describe import describe_model
 from ampkit.plan.fit import largest, parse_memory, resolve_target
-from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import GIB, StepSetting
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ampkit.hardware.gpus import GPUS
+from ampkit.plan.analytic.fp8 import fp8_plan
 from ampkit.plan.describe import describe_model
-from ampkit.plan.fp8_plan import fp8_plan
 from ampkit.precision import Fp8Options, build_precision
 from ampkit.precision.fp8 import converted_layers
 from ampkit.precision.fp8_roofline import Roofline, linear_seconds, predicted_speedup

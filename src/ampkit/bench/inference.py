@@ -224,7 +224,7 @@ def activation_peak_bytes(model, prompts: torch.Tensor, kv: torch.dtype) -> int:
     """The prefill's peak of new allocations (activations and temporaries; the weights and the cache
     exist before it): ampkit's storage tracker (a dispatch mode, as the planner's traced engine uses)
     on any device, so CPU and CUDA are read alike."""
-    from ampkit.plan.tracker import StorageTracker
+    from ampkit.plan.traced.tracker import StorageTracker
 
     cache = model.new_cache(batch_size=prompts.shape[0], max_len=prompts.shape[1], dtype=kv)
     with torch.no_grad(), StorageTracker() as tracker:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ampkit.plan.kv.measured import configuration_rows
 
 MIB = 1024**2
 HEADERS = ["weights", "KV", "prefill tok/s", "decode tok/s", "TTFT ms", "KV B/token", "agreement", "logits cos"]
@@ -32,12 +33,6 @@ def rows(summary: dict[str, Any]) -> list[list[str]]:
 def memory_rows(summary: dict[str, Any]) -> list[list[str]]:
     keys = ("weights_bytes", "kv_cache_bytes", "activation_peak_bytes")
     return configuration_rows(summary["configurations"], lambda r: [f"{r[k] / MIB:.2f}" for k in keys])  # MiB
-
-
-def configuration_rows(records: list[dict[str, Any]], cells: Callable[[dict[str, Any]], list[str]]) -> list[list[str]]:
-    """A row per serving configuration (the bench's, or `ampkit kv --from-bench`'s): the weights' and the
-    KV cache's dtypes, then `cells(record)`."""
-    return [[r["weights"], r["kv_dtype"], *cells(r)] for r in records]
 
 
 def console_table(summary: dict[str, Any], *, wide: bool = False):

@@ -20,6 +20,7 @@ import torch
 
 from ampkit.bench.candidates import split_candidate
 from ampkit.errors import UsageError
+from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.fit_check import (
     CPU_DYNAMIC_FACTOR,
     CPU_FIXED_BYTES,
@@ -31,7 +32,6 @@ from ampkit.plan.fit_check import (
     estimate_fit,
     vocab_size_for,
 )
-from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import FRAGMENTATION, NO_RESERVE, Reserve, StepSetting
 from ampkit.tasks.lm import LanguageModelTask
 

@@ -19,7 +19,7 @@ Shares are of the profiled step's wall time (CPU: host self time; CUDA: each op'
 rest of the wall time -- launch gaps -- under `other`), so they sum to 100%.
 Memory: on CPU the running sum of the allocator's reported allocations and frees during the step
 plus what was held when it began (parameters, gradients, optimizer states), as
-`ampkit.plan.measure` does; on CUDA `max_memory_allocated` over the step.
+`ampkit.plan.traced.measure` does; on CUDA `max_memory_allocated` over the step.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ampkit.hardware.backend import backend_for
-from ampkit.plan.measure import _allocator_peak, _held_bytes
+from ampkit.plan.traced.measure import _allocator_peak, _held_bytes
 
 CATEGORIES = {
     "matmul": "matmul/attention",

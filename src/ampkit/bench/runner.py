@@ -346,7 +346,7 @@ def run_bench(
 
     SIGINT/SIGTERM stop the running worker; the precisions finished are written (summary.json
     `"status": "interrupted"`, the reports), then `RunInterrupted` is raised (exit 128 + signal)."""
-    from ampkit.bench.render import render_report  # matplotlib: loaded only once there is something to draw
+    from ampkit.bench.report import render_report  # matplotlib: loaded only once there is something to draw
 
     console = console or Console(stderr=True)
     started, load_start = time.perf_counter(), host_load()

@@ -15,7 +15,7 @@ from ampkit.config import resolve_config
 from ampkit.plan.config import KvConfig
 from ampkit.plan.describe import describe_model
 from ampkit.plan.planner import build_kv
-from ampkit.plan.render import kv_budget_lines, kv_table, write_kv_report
+from ampkit.plan.render.report import kv_budget_lines, kv_table, write_kv_report
 from ampkit.report.console import make_console, print_run_dir
 
 
@@ -33,7 +33,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(KvConfig, args, toml_path=args.config)
     if (config.gpu or "").strip().lower() == "list":  # the GPU table, as `plan --gpu list`
-        from ampkit.hardware.listing import print_gpu_list
+        from ampkit.plan.render.gpu_list import print_gpu_list
 
         return print_gpu_list(make_console(wide=args.wide))
     if config.from_bench:
@@ -62,7 +62,7 @@ def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
 
 def _run_measured(config: KvConfig, args: argparse.Namespace) -> int:
     """`--from-bench RUN_DIR`: the budget from an inference bench's measured bytes and activations."""
-    from ampkit.plan.kv_measured import measured_budget, measured_table, read_bench, write_measured_report
+    from ampkit.plan.kv.measured import measured_budget, measured_table, read_bench, write_measured_report
 
     assert config.from_bench is not None  # the caller checked
     summary = measured_budget(config, read_bench(config.from_bench))

@@ -37,7 +37,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(PlanConfig, args, toml_path=args.config)
     if (config.gpu or "").strip().lower() == "list":  # the GPU table, every row with its source; no run directory
-        from ampkit.hardware.listing import print_gpu_list
+        from ampkit.plan.render.gpu_list import print_gpu_list
         from ampkit.report.console import make_console
 
         return print_gpu_list(make_console(wide=args.wide))
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         _print(summary, run_dir, wide=args.wide)
 
     def write_report(summary: dict, run_dir: Path) -> object:
-        from ampkit.plan.render import write_plan_report  # with --json, rich loads after the answer
+        from ampkit.plan.render.report import write_plan_report  # with --json, rich loads after the answer
 
         return write_plan_report(summary, run_dir)
 
@@ -88,7 +88,7 @@ def planned_provenance(summary: dict) -> dict:
 
 
 def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
-    from ampkit.plan.render import (
+    from ampkit.plan.render.report import (
         agreement_table,
         compute_table,
         has_traced,
@@ -108,7 +108,7 @@ def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
     for line in recommendation_lines(summary["recommendation"], summary["target"]):
         console.print(line, markup=False)
     if summary.get("fp8"):
-        from ampkit.plan.fp8_plan import fp8_line
+        from ampkit.plan.analytic.fp8 import fp8_line
 
         console.print(fp8_line(summary["fp8"]), markup=False)
         if summary["fp8"].get("warning"):
@@ -134,9 +134,9 @@ def _run_task(config: PlanConfig, args: argparse.Namespace) -> int:
 
 
 def _run_lora(config: PlanConfig, args: argparse.Namespace, desc) -> int:
-    """`--lora RANK`: the LoRA ledger rows and full fine-tuning vs LoRA vs QLoRA (`ampkit.plan.lora_plan`)."""
-    from ampkit.plan.lora_plan import build_lora_plan, lora_rows_table, methods_table, write_lora_plan_report
-    from ampkit.plan.render import model_table
+    """`--lora RANK`: the LoRA ledger rows and full fine-tuning vs LoRA vs QLoRA (`ampkit.plan.lora.plan`)."""
+    from ampkit.plan.lora.plan import build_lora_plan, lora_rows_table, methods_table, write_lora_plan_report
+    from ampkit.plan.render.report import model_table
     from ampkit.report.console import make_console, print_run_dir
 
     summary = build_lora_plan(config, desc=desc)  # a model or precision LoRA plans refuse: before the run dir

@@ -26,7 +26,7 @@ Renderer = Callable[[dict[str, Any], Path], Any]
 
 
 def _bench() -> Renderer:
-    from ampkit.bench.render import render_report
+    from ampkit.bench.report import render_report
 
     return render_report
 
@@ -56,13 +56,13 @@ def _doctor() -> Renderer:
 
 
 def _plan() -> Renderer:
-    from ampkit.plan.render import write_plan_report
+    from ampkit.plan.render.report import write_plan_report
 
     return write_plan_report
 
 
 def _plan_lora() -> Renderer:
-    from ampkit.plan.lora_plan import write_lora_plan_report
+    from ampkit.plan.lora.plan import write_lora_plan_report
 
     return write_lora_plan_report
 
@@ -74,13 +74,13 @@ def _plan_task() -> Renderer:
 
 
 def _kv() -> Renderer:
-    from ampkit.plan.render import write_kv_report
+    from ampkit.plan.render.report import write_kv_report
 
     return write_kv_report
 
 
 def _kv_measured() -> Renderer:
-    from ampkit.plan.kv_measured import write_measured_report
+    from ampkit.plan.kv.measured import write_measured_report
 
     return write_measured_report
 

@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from ampkit.core.optim import build_optimizer
+from ampkit.core.parallel import LocalRun
 from ampkit.core.schedule import build_scheduler
-from ampkit.distributed.context import LocalRun
 from ampkit.models import causal_lm_loss
 
 LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from ampkit import __version__
-from ampkit.errors import UsageError, as_write_failed, exception_chain
+from ampkit.errors import CheckpointWriteFailed, UsageError, as_write_failed, exception_chain
 from ampkit.runs import atomic_write, file_sha256, fsync_dir
 
 CHECKPOINT_DIR = "checkpoints"
@@ -158,8 +158,6 @@ def _agree(run, run_dir: Path, step: int, tmp: Path, outcomes: list[Any]) -> Non
     failure = next((o for o in outcomes if isinstance(o, _Failed)), None)
     if failure is None:
         return
-    from ampkit.train.checkpoint import CheckpointWriteFailed  # here: ampkit.train imports this module
-
     if run.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
     latest = list_sharded(run_dir)

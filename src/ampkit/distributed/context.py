@@ -1,4 +1,5 @@
-"""The process group of a data-parallel run, and the one-process "off" object with the same API.
+"""The process group of a data-parallel run, over the one-process "off" object
+(`ampkit.core.parallel.LocalRun`, whose hooks it overrides).
 
 torchrun (or `ampkit train --nproc N`, which calls torchrun's launcher) starts the processes and
 tells each one who it is through its environment: RANK, LOCAL_RANK, WORLD_SIZE (plus MASTER_ADDR /
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ampkit.core.parallel import LocalRun
 from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.errors import RunInterrupted, TrainingError, UsageError
 from ampkit.hardware.backend import AcceleratorBackend
@@ -52,62 +54,6 @@ def launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
     return LaunchEnv(
         rank=int(environ["RANK"]), local_rank=int(environ.get("LOCAL_RANK", "0")), world_size=int(environ["WORLD_SIZE"])
     )
-
-
-class LocalRun:
-    """A one-process run: every data-parallel hook does nothing (the "off" object).
-
-    The training loop and the run call these hooks unconditionally; `ProcessGroupRun` overrides them.
-    """
-
-    mode = "none"
-    rank = 0
-    local_rank = 0
-    world_size = 1
-    distributed = False
-
-    @property
-    def is_main(self) -> bool:
-        """Whether this process logs, writes summaries and shows progress (rank 0)."""
-        return self.rank == 0
-
-    def micro_batch_context(self, *, last: bool) -> contextlib.AbstractContextManager:
-        """Wraps one micro-batch's forward and backward; DDP skips its all-reduce unless `last`."""
-        return contextlib.nullcontext()
-
-    def step_counts(self, tokens: int, slots: int) -> tuple[int, int]:
-        """(real target tokens, all target slots) of this step's micro-batches on every rank."""
-        return tokens, slots
-
-    def mean(self, value: torch.Tensor) -> torch.Tensor:
-        """The mean of `value` over ranks (a collective)."""
-        return value
-
-    def agreed_signal(self, signum: int | None, *, check: bool) -> int | None:
-        """A stop signal every rank acts on at the same step; ranks agree only when `check`."""
-        return signum
-
-    def all_true(self, flag: bool) -> bool:
-        """Whether `flag` holds on every rank (a collective)."""
-        return flag
-
-    def barrier(self) -> None:
-        """Wait for every rank."""
-
-    def broadcast_object(self, obj: Any) -> Any:
-        """Rank 0's `obj` on every rank (picklable objects only)."""
-        return obj
-
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        """Every rank's `obj`, in rank order."""
-        return [obj]
-
-    def describe(self) -> dict[str, Any]:
-        """The summary's "parallel" section."""
-        return {"mode": self.mode, "world_size": self.world_size}
-
-    def close(self, *, clean: bool = True) -> None:
-        """Tear down the process group (nothing to do here)."""
 
 
 class ProcessGroupRun(LocalRun):

@@ -5,8 +5,8 @@ Process counts follow torchrun: `--nproc-per-node` (train's `--nproc` is its ali
 from __future__ import annotations
 
 from ampkit.errors import UsageError
+from ampkit.options import PARALLEL_MODES
 
-PARALLEL_MODES = ("none", "ddp", "fsdp")
 REDUCE_DTYPES = ("fp32", "bf16")
 
 # Single-process diagnostics that hook every module or roll the run back from a checkpoint file;

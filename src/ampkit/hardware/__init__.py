@@ -5,7 +5,7 @@
 - `backend_for`: the device's synchronize, step timer, peak/free memory and RNG states, chosen once
   (`backend.py`); outside this package ampkit makes no `torch.cuda` call.
 - `GPUS`, `lookup_gpu`, `peak_flops`: public dense peaks of the NVIDIA and AMD GPUs people train on
-  (`gpus.py`; `listing.py` prints them for `--gpu list`).
+  (`gpus.py`; `ampkit.plan.render.gpu_list` prints them for `--gpu list`).
 - `measure_matmul_flops`, `measured_peak_flops`: FLOP/s measured here (`matmul.py`);
   the MFU denominator on a CPU, where no table applies.
 """

@@ -20,13 +20,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ampkit.errors import UsageError
 from ampkit.hardware.capabilities import DeviceFacts, capabilities
 
-if TYPE_CHECKING:
-    from ampkit.hardware.device import DeviceInfo
+
+class KnownCard(Protocol):
+    """What `peak_flops` reads of a device (`DeviceInfo`, which imports this module, has it)."""
+
+    @property
+    def gpu_model(self) -> str | None:
+        """the `GPUS` key of the card, or None (CPU, XPU, MPS, an unknown GPU)"""
+        ...
+
 
 GIB = 1024**3  # GiB is 1024**3 bytes, GB is 1000**3
 DTYPE_KEYS = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -253,7 +260,7 @@ def _memory_variants(name: str, sizes: tuple[int, int], total_memory_bytes: int 
     return (min(sizes, key=lambda size: abs(size * GIB - total_memory_bytes)),)
 
 
-def peak_flops(info: DeviceInfo, dtype_key: str) -> float | None:
+def peak_flops(info: KnownCard, dtype_key: str) -> float | None:
     """Table peak in FLOP/s for `dtype_key` on `info`'s device; None on CPU, XPU, MPS, on an unknown
     GPU, or when the GPU has no fast path for that dtype. On CPU use `measured_peak_flops` instead."""
     _check_peak_key(dtype_key)

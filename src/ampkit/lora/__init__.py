@@ -7,7 +7,7 @@
 - `nf4.py`: the 4-bit base (bitsandbytes) and the check that it runs on the device;
 - `state.py`: the checkpoint's adapter state and the base's identity and checksum;
 - `build.py`: the base built in its storage dtype, then adapted (`train`, `bench` and `doctor` call it).
-Exports and the planner's ledger live with their commands (`ampkit.train.export`, `ampkit.plan.lora`).
+Exports and the planner's ledger live with their commands (`ampkit.train.export`, `ampkit.plan.lora.ledger`).
 """
 
 from ampkit.lora.settings import BASE_DTYPES, LoraSettings, check_lora_run, lora_field

@@ -5,7 +5,7 @@ Shape per layer: keys and values (B, kv_heads, max_len, head_dim) in `dtype` (th
 
     2 (keys and values) x layers x kv_heads x head_dim x bytes(dtype)
 
-exactly what `ampkit kv` plans with (`ampkit.plan.kv`). Writes cast into the cache's dtype; reads
+exactly what `ampkit kv` plans with (`ampkit.plan.kv.budget`). Writes cast into the cache's dtype; reads
 cast back to the queries' dtype for attention, so an fp8 cache stores 1 byte an element and computes
 in the model's dtype (a plain cast, no per-tensor scale: e4m3's max is 448, far above the keys and
 values of a normed model, and its 3-bit mantissa is the fidelity cost `bench --inference` measures).

@@ -7,11 +7,11 @@
 - `step_compute`: FLOPs per token and step, step time at peak and at an MFU
 - `kv_budget`: KV-cache tokens per KV dtype
 - `cheapest_fix`, `base_precision`: advice
-The traced engine (`ampkit.plan.trace`) is imported on demand: it loads fake-tensor machinery.
+The traced engine (`ampkit.plan.traced.trace`) is imported on demand: it loads fake-tensor machinery.
 """
 
 from ampkit.plan.advice import Fix, base_precision, cheapest_fix
-from ampkit.plan.compute import (
+from ampkit.plan.analytic.compute import (
     StepCompute,
     flops_per_token,
     model_flops_per_token,
@@ -19,10 +19,10 @@ from ampkit.plan.compute import (
     step_compute,
     weights_gb,
 )
+from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.describe import ModelDescription, describe_config, describe_model, from_model_config
 from ampkit.plan.fit import Fit, Target, fit, largest, parse_memory, resolve_target
-from ampkit.plan.kv import KvBudget, kv_budget, kv_bytes_per_token, kv_pool_bytes
-from ampkit.plan.ledger import analytic_ledger
+from ampkit.plan.kv.budget import KvBudget, kv_budget, kv_bytes_per_token, kv_pool_bytes
 from ampkit.plan.setting import GIB, Ledger, Reserve, StepSetting
 
 __all__ = [

@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ampkit.hardware import GpuSpec
+from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.fit import largest
-from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import GIB, StepSetting
 from ampkit.precision import get_spec
 

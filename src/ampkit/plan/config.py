@@ -21,7 +21,7 @@ from ampkit.options import (
     task_args_field,
     task_field,
 )
-from ampkit.plan.kv import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, check_dtype
+from ampkit.plan.kv.budget import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, check_dtype
 from ampkit.plan.numerics import parse_precisions
 from ampkit.plan.optim import OPTIMIZERS, check_optimizer
 from ampkit.precision import precision_names_help

@@ -4,7 +4,7 @@
   the analytic engine answers (ledger, fit, advice: microseconds a setting); with transformers
   installed, an `hf:`/config.json model is also traced (transformers' own modules, the model
   `ampkit train --model hf:PATH` trains; extrapolated from shallow traces) and the two are
-  cross-checked row by row; a preset is traced with `--trace` (ampkit's own model, `plan/trace.py`);
+  cross-checked row by row; a preset is traced with `--trace` (ampkit's own model, `plan/traced/trace.py`);
 - any other transformers architecture: the traced engine answers everything
   (`extrapolate.HFTracedEngine`), and the plan says there is no analytic ledger to compare with.
 Both engines offer `ledger(setting)`, `fit(setting, total, capacity)` and `largest(...)`.
@@ -12,15 +12,15 @@ Both engines offer `ledger(setting)`, `fit(setting, total, capacity)` and `large
 
 from __future__ import annotations
 
+from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.describe import ModelDescription
+from ampkit.plan.describe.hf import HFDescription, has_analytic
 from ampkit.plan.fit import Fit, SearchField, fit, largest
-from ampkit.plan.hf_describe import HFDescription, has_analytic
-from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
 
 
 class AnalyticEngine:
-    """`plan/ledger.py`'s replay behind the engine interface."""
+    """`plan/analytic/ledger.py`'s replay behind the engine interface."""
 
     name = "analytic"
     note = "analytic"
@@ -43,18 +43,18 @@ def primary_engine(desc: ModelDescription, **kwargs):
     if has_analytic(desc):
         return AnalyticEngine(desc, **kwargs)
     assert isinstance(desc, HFDescription), "only transformers models lack the analytic engine"
-    from ampkit.plan.extrapolate import HFTracedEngine
+    from ampkit.plan.traced.extrapolate import HFTracedEngine
 
     return HFTracedEngine(desc, **kwargs)
 
 
 def hf_traced_engine(desc: ModelDescription, primary, **kwargs):
     """The traced engine of a transformers model (the primary one when it is already traced); None
-    for presets (their `--trace` is `plan/trace.py`'s)."""
+    for presets (their `--trace` is `plan/traced/trace.py`'s)."""
     if not isinstance(desc, HFDescription):
         return None
     if primary.name == "traced":
         return primary
-    from ampkit.plan.extrapolate import HFTracedEngine
+    from ampkit.plan.traced.extrapolate import HFTracedEngine
 
     return HFTracedEngine(desc, **kwargs)

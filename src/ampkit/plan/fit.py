@@ -22,8 +22,8 @@ from typing import Literal
 
 from ampkit.errors import UsageError
 from ampkit.hardware import GpuSpec, lookup_gpu
+from ampkit.plan.analytic.ledger import StepReplay, analytic_ledger
 from ampkit.plan.describe import ModelDescription
-from ampkit.plan.ledger import StepReplay, analytic_ledger
 from ampkit.plan.setting import DEFAULT_RESERVE, GIB, Reserve, StepSetting
 
 DRIVER_RESERVED = 0.01  # fraction of nominal memory the driver / ECC keep from PyTorch
@@ -124,9 +124,9 @@ def largest_affine(totals: Iterable[tuple[int, int]], budget: float, limit: int)
 
 def _totals(desc: ModelDescription, setting: StepSetting) -> list[int]:
     replay = StepReplay(desc, setting)
-    replay.r.totals = []
+    replay.replay.totals = []
     replay.run()
-    return replay.r.totals
+    return replay.replay.totals
 
 
 SearchField = Literal["micro_batch", "seq_len"]

@@ -29,10 +29,10 @@ from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.errors import UsageError
 from ampkit.hardware.backend import free_device_memory
 from ampkit.models.hf import is_hf_model
+from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.describe import ModelDescription, describe_model
+from ampkit.plan.describe.hf import has_analytic
 from ampkit.plan.fit import largest
-from ampkit.plan.hf_describe import has_analytic
-from ampkit.plan.ledger import analytic_ledger
 from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, NO_RESERVE, Reserve, StepSetting
 
 CPU_FIXED_BYTES = 100 * 1024**2
@@ -164,7 +164,7 @@ def check_fit(
     )
     lora_fit = None
     if lora is not None and lora.enabled:
-        from ampkit.plan.lora import lora_fit_for  # a LoRA run: its own ledger (None: not one LoRA plans)
+        from ampkit.plan.lora.ledger import lora_fit_for  # a LoRA run: its own ledger (None: not one LoRA plans)
 
         lora_fit = lora_fit_for(desc, lora, setting.precision)
         if lora_fit is None:

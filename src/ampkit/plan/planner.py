@@ -12,15 +12,14 @@ from typing import Any
 
 from ampkit.hardware import GpuSpec
 from ampkit.plan.advice import base_precision, cheapest_fix, fp8_note
-from ampkit.plan.compute import step_compute
+from ampkit.plan.analytic.compute import step_compute
+from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.config import DEFAULT_SEQ_LEN, KvConfig, PlanConfig
 from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.engines import hf_traced_engine, primary_engine
 from ampkit.plan.fit import Target, resolve_target
-from ampkit.plan.kv import activation_reserve_bytes, kv_budget, kv_pool_bytes, weight_bytes
-from ampkit.plan.ledger import analytic_ledger
-from ampkit.plan.setting import GIB, Ledger, Reserve, StepSetting
-from ampkit.plan.tracker import TENSOR_LINES
+from ampkit.plan.kv.budget import activation_reserve_bytes, kv_budget, kv_pool_bytes, weight_bytes
+from ampkit.plan.setting import GIB, TENSOR_LINES, Ledger, Reserve, StepSetting
 from ampkit.precision import Fp8Mode, get_spec
 
 PLAN_SCHEMA = "ampkit.plan/1"
@@ -112,11 +111,11 @@ def _compute(desc: ModelDescription, setting: StepSetting, *, gpu: GpuSpec | Non
 
 def _traced(desc: ModelDescription, setting: StepSetting, analytic: Ledger, kwargs, engine=None) -> dict[str, Any]:
     """The traced ledger beside the analytic one: `engine` (a transformers model's own modules) or
-    `plan/trace.py` (ampkit's model)."""
+    `plan/traced/trace.py` (ampkit's model)."""
     if engine is not None:
         traced = engine.ledger(setting)
         return {"traced": traced.to_dict(), "agreement": agreement(analytic, traced), "trace_note": engine.note}
-    from ampkit.plan.trace import trace_blocker, traced_ledger  # fake-tensor machinery: only when asked for
+    from ampkit.plan.traced.trace import trace_blocker, traced_ledger  # fake-tensor machinery: only when asked for
 
     why = trace_blocker(desc, setting)
     if why is not None:
@@ -180,7 +179,7 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
 
 def _fp8_block(desc: ModelDescription, config: PlanConfig, target: Target | None) -> dict[str, Any] | None:
     """Per Linear, whether fp8 pays on the target GPU (only when fp8 is among the precisions)."""
-    from ampkit.plan.fp8_plan import fp8_plan
+    from ampkit.plan.analytic.fp8 import fp8_plan
 
     native_fp8 = any(get_spec(p).fp8 is Fp8Mode.NATIVE for p in config.precision_list())
     if not native_fp8 or target is None:

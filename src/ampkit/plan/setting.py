@@ -21,10 +21,19 @@ from ampkit.options import (
 )
 from ampkit.plan.numerics import plan_precision_name
 from ampkit.plan.optim import OPTIMIZERS, check_optimizer
-from ampkit.plan.tracker import TENSOR_LINES
 from ampkit.precision import precision_names_help
 from ampkit.records import Record
 
+TENSOR_LINES = (
+    "parameters",
+    "gradients",
+    "optimizer_states",
+    "master_weights",
+    "weight_copies",
+    "activations",
+    "temporaries",
+)
+"""The lines of a step's ledger, both engines' (the traced engine's tracker sorts storages into them)."""
 GIB = 1024**3  # GiB is 1024**3 bytes, GB is 1000**3
 CUDA_CONTEXT_BYTES = GIB // 2
 """CUDA context, cuBLAS/cuDNN workspaces and kernels a PyTorch process holds outside the caching

@@ -14,15 +14,19 @@ import dataclasses
 from typing import Any
 
 import torch
-from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from ampkit.errors import UsageError
 from ampkit.plan.fit import Target, resolve_target
 from ampkit.plan.planner import ledger_kwargs
 from ampkit.plan.setting import GIB, Reserve, StepSetting
-from ampkit.plan.trace import _train_step, convert_for_trace, steady_state_optimizer, tracker_ledger
-from ampkit.plan.tracker import StorageTracker
+from ampkit.plan.traced.trace import (
+    _train_step,
+    checkpoint_task_blocks,
+    convert_for_trace,
+    steady_state_optimizer,
+    tracker_ledger,
+)
+from ampkit.plan.traced.tracker import StorageTracker
 from ampkit.precision import build_precision, get_spec
 from ampkit.tasks import optional
 from ampkit.tasks.base import Task
@@ -30,23 +34,6 @@ from ampkit.tasks.check import one_line
 from ampkit.tasks.flops import flop_counter
 
 TASK_PLAN_SCHEMA = "ampkit.plan-task/1"
-
-
-def _checkpoint_blocks(blocks: list[nn.Module], tracker: StorageTracker) -> None:
-    """Full activation checkpointing of the task's repeated blocks; recomputed tensors are activations."""
-
-    def wrap(forward):
-        def run(*args, **kwargs):
-            def inner(*a, **k):
-                with tracker.phase_as("activations"):
-                    return forward(*a, **k)
-
-            return checkpoint(inner, *args, use_reentrant=False, **kwargs)
-
-        return run
-
-    for block in blocks:
-        block.forward = wrap(block.forward)
 
 
 def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[StorageTracker, float | None]:
@@ -63,7 +50,7 @@ def trace_task_step(task: Task, setting: StepSetting, *, batch: Any) -> tuple[St
     optimizer = steady_state_optimizer(model, setting, tracker, fake)
     with fake:
         if setting.checkpointing == "full":
-            _checkpoint_blocks(optional.repeated_blocks(task, model), tracker)
+            checkpoint_task_blocks(optional.repeated_blocks(task, model), tracker)
         fake_batch = optional.map_tensors(batch, fake.from_tensor)
         for tensor in optional.tensors_of(fake_batch):
             tracker.tag(tensor, "activations")
@@ -181,7 +168,7 @@ def task_plan_rows(summary: dict[str, Any]) -> list[list[str]]:
 def task_plan_table(summary: dict[str, Any], *, wide: bool = False):
     """One row per setting. `wide`: the report's columns; else the setting in one cell (the optimizer in the
     title when there is one), activations and temporaries as one "activ" column, "fits" and "max batch" apart."""
-    from ampkit.plan.render import titled
+    from ampkit.plan.render.report import titled
     from ampkit.report.console import columns, compact_table
 
     task, target, rows = summary["task"], summary["target"], summary["rows"]

@@ -150,3 +150,23 @@ def check_task(task: Any, spec: str) -> Task:
 def _one_line(err: BaseException) -> str:
     text = (str(err).strip().splitlines() or [""])[0][:300]
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def split_task(task: Any) -> tuple[str, Any]:
+    """A Python API's `task` argument -> (the config's `task` spec, the task object or None): None is the
+    language model the settings describe, a string a spec (`mlp`, `FILE.py:FACTORY`), anything else an
+    object, recorded under a `python:` spec with its name."""
+    if task is None:
+        return "", None
+    if isinstance(task, str):
+        return task, None
+    return PYTHON_OBJECT + str(getattr(task, "name", type(task).__name__)), task
+
+
+def keyword_config(cls: type, task_spec: str, config: str | Path | None, settings: dict[str, Any]) -> Any:
+    """A command's config from a Python API call: its keyword `settings` (the config's field names) over the
+    TOML file `config`, with the task spec; a mistake is the `UsageError` the command prints."""
+    from ampkit.config import resolve_config
+
+    base = {"task": task_spec, **settings} if task_spec else settings
+    return resolve_config(cls, toml_path=config, base=base, base_source="the keyword arguments")

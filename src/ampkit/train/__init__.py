@@ -1,7 +1,7 @@
 """Training: config, builders, the run (logging, eval, checkpoints); the step itself is `ampkit.core`."""
 
-from ampkit.api import train as run
 from ampkit.core.step import StepResult, Trainer, clip_gradients
+from ampkit.train.api import run
 from ampkit.train.build import RunObjects, build_run
 from ampkit.train.config import TrainConfig
 from ampkit.train.features import Features

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ampkit import __version__
-from ampkit.errors import UsageError, WriteFailed
+from ampkit.errors import CheckpointWriteFailed, UsageError, WriteFailed
 from ampkit.hardware.backend import capture_accelerator_rng, restore_accelerator_rng
 from ampkit.runs import atomic_write, file_sha256, fsync_dir, make_dir, remove_quietly, write_failed
 
@@ -61,16 +61,6 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss))
     torch.set_rng_state(state["torch"])
     restore_accelerator_rng(state)
-
-
-class CheckpointWriteFailed(WriteFailed):
-    """A checkpoint could not be written (disk full, read-only directory); the previous one stays."""
-
-    def __init__(self, path, reason: str | None = None, **kwargs):
-        if reason is None:  # CheckpointWriteFailed("message"), as callers wrote it before it was a WriteFailed
-            super().__init__("", "", message=str(path))
-        else:
-            super().__init__(path, reason, **kwargs)
 
 
 def _write_failed(run_dir: Path, step: int, err: WriteFailed) -> CheckpointWriteFailed:
