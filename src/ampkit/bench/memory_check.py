@@ -126,7 +126,7 @@ def _lora_fit(desc, settings, name: str):
     ledger does not plan this model (a full fine-tuning batch would overstate what fits by far)."""
     if not settings.enabled:
         return None
-    from ampkit.plan.lora import lora_fit_for
+    from ampkit.plan.lora.ledger import lora_fit_for
 
     found = lora_fit_for(desc, settings, split_candidate(name)[0])
     if found is None:

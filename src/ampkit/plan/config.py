@@ -110,7 +110,7 @@ class PlanConfig:
     )
     context_gib: float = field(default=0.5, metadata={"help": "CUDA context and workspaces outside the allocator, GiB"})
     fragmentation: float = field(default=0.05, metadata={"help": "allocator slack as a fraction of the tensor peak"})
-    lora: LoraSettings = lora_field()  # --lora RANK: the LoRA ledger, and full vs LoRA vs QLoRA (ampkit.plan.lora_plan)
+    lora: LoraSettings = lora_field()  # --lora RANK: the LoRA ledger, and full vs LoRA vs QLoRA (ampkit.plan.lora.plan)
 
     def __post_init__(self):
         _positive(self, ("batch_size", "grad_accum", "nnodes"))

@@ -1,4 +1,4 @@
-"""`ampkit plan --lora` (`ampkit.plan.lora_plan`): the trainable-parameter count and its share, as peft's
+"""`ampkit plan --lora` (`ampkit.plan.lora.plan`): the trainable-parameter count and its share, as peft's
 `print_trainable_parameters` prints them, on the console (80 and 120 columns) and in summary.json, and the
 same counts as a real peft-adapted model's."""
 
@@ -11,7 +11,7 @@ import pytest
 from ampkit.lora import LoraSettings
 from ampkit.plan.config import PlanConfig
 from ampkit.plan.describe import describe_model
-from ampkit.plan.lora_plan import build_lora_plan
+from ampkit.plan.lora.plan import build_lora_plan
 
 
 def _plan(run_cli, out, *argv: str) -> tuple[str, dict]:
@@ -44,7 +44,7 @@ def test_a_line_too_long_for_80_columns_breaks_before_the_share(run_cli, tmp_pat
     lines = stdout.splitlines()
     head = "trainable params: 207,093,760 || all params: 69,183,741,952 ||"
     assert lines[lines.index(head) + 1] == "trainable%: 0.2993"
-    from ampkit.plan.lora_plan import trainable_notes
+    from ampkit.plan.lora.plan import trainable_notes
 
     assert trainable_notes({}) == []  # a plan written before the count: nothing to print
 
