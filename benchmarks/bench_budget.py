@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, write_result  # noqa: E402
+from common import print_table, write_result
 
 BOUND_FACTOR = 1.2
 
@@ -48,7 +48,7 @@ def main() -> int:
     parser.add_argument("--limit-s", type=float, default=165.0, help="the acceptance limit on the wall time")
     args, extra = parser.parse_known_args()
     load = os.getloadavg()
-    wall, summary, stdout = run_bench(args.model, args.budget_s, extra)
+    wall, summary, _stdout = run_bench(args.model, args.budget_s, extra)
     budget = summary["budget"]
     measured, fidelity = budget["measured_s"], budget["fidelity_s"]
     startup = wall - measured - fidelity

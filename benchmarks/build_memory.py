@@ -77,7 +77,7 @@ def worker(model: str, precision: str, parallel: str, out: str) -> None:
     # so the figures count tensors, not code (~0.04 GiB for FSDP2 + DTensor, ~0.07 GiB for meta kernels).
     import torch.distributed.fsdp
     import torch.distributed.tensor
-    import torch.nn.parallel  # noqa: F401
+    import torch.nn.parallel
 
     with torch.device("meta"):
         torch.nn.Linear(2, 2)

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from ampkit.distributed.checkpoint import list_sharded  # noqa: E402
-from ampkit.train.checkpoint import list_checkpoints  # noqa: E402
+from ampkit.distributed.checkpoint import list_sharded
+from ampkit.train.checkpoint import list_checkpoints
 
 TRAIN_ARGS = [
     "--model",

@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ampkit.models import causal_lm_loss  # noqa: E402
-from ampkit.train import TrainConfig, build_run, run_training  # noqa: E402
-from common import print_table, write_result  # noqa: E402
+from ampkit.models import causal_lm_loss
+from ampkit.train import TrainConfig, build_run, run_training
+from common import print_table, write_result
 
 WARMUP = 2
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ampkit.hardware import describe_device, measured_peak_flops, peak_flops  # noqa: E402
-from ampkit.models.flops import training_flops_per_token  # noqa: E402
-from ampkit.train import Features, TrainConfig, build_run, run_training  # noqa: E402
-from common import print_table, write_result  # noqa: E402
+from ampkit.hardware import describe_device, measured_peak_flops, peak_flops
+from ampkit.models.flops import training_flops_per_token
+from ampkit.train import Features, TrainConfig, build_run, run_training
+from common import print_table, write_result
 
 
 def measure(model: str, *, steps: int, seq_len: int, batch_size: int, precision: str) -> dict:

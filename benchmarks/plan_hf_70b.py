@@ -114,8 +114,18 @@ def main() -> None:
     print_table(
         ["run", "workers", "load", "answer s", "exit s", "CPU s", "peak RSS MiB", "rows", "traced", "max vs traced"],
         [
-            [i // 2 + 1, "1" if i % 2 else "default", r["load_before"], r["answer_s"], r["exit_s"], r["cpu_s"]]
-            + [r["max_rss_mib"], r["rows"], r["traced_rows"], f"{r['largest_analytic_vs_traced']:.2e}"]
+            [
+                i // 2 + 1,
+                "1" if i % 2 else "default",
+                r["load_before"],
+                r["answer_s"],
+                r["exit_s"],
+                r["cpu_s"],
+                r["max_rss_mib"],
+                r["rows"],
+                r["traced_rows"],
+                f"{r['largest_analytic_vs_traced']:.2e}",
+            ]
             for i, r in enumerate(x for pair in zip(runs, one_process) for x in pair)
         ],
     )
@@ -124,8 +134,14 @@ def main() -> None:
     print_table(
         ["setting", "extrapolated B", "full trace B", "relative", "extrapolated s", "full trace s"],
         [
-            [c["setting"], c["extrapolated_bytes"], c["full_trace_bytes"], f"{c['relative']:+.2e}"]
-            + [c["extrapolated_s"], c["full_trace_s"]]
+            [
+                c["setting"],
+                c["extrapolated_bytes"],
+                c["full_trace_bytes"],
+                f"{c['relative']:+.2e}",
+                c["extrapolated_s"],
+                c["full_trace_s"],
+            ]
             for c in checks
         ],
     )

@@ -19,8 +19,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ampkit.train import Features, TrainConfig, build_run  # noqa: E402
-from common import print_table, write_result  # noqa: E402
+from ampkit.train import Features, TrainConfig, build_run
+from common import print_table, write_result
 
 GROUPS = {  # operator-name fragments -> what they are
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"),

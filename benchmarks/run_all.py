@@ -136,7 +136,7 @@ def main() -> int:
     skip = set(filter(None, args.skip.split(",")))
     sections, failures, kept = [], 0, existing_sections()
     for name, argv, what in BENCHMARKS:
-        if (only and name not in only) or name in skip or not (ROOT / argv[0]).exists() and argv[0] != "-m":
+        if (only and name not in only) or name in skip or (not (ROOT / argv[0]).exists() and argv[0] != "-m"):
             if name in kept:
                 sections.append(kept[name])  # measured by an earlier run; its command and date stay with it
             continue

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, write_result  # noqa: E402
+from common import print_table, write_result
 
 
 def run(*args: str) -> tuple[dict, float]:

@@ -60,7 +60,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, machine, print_table  # noqa: E402
+import itertools
+
+from common import RESULTS, machine, print_table
 
 SMOLLM2_135M = {  # HuggingFaceTB/SmolLM2-135M's published config.json (the fields that shape the work)
     "model_type": "llama",
@@ -312,7 +314,7 @@ def trainer_worker(args: argparse.Namespace) -> dict[str, Any]:
     ends = record["ends"]
     optimizer, hooked = record["optimizer"]
     return {
-        "step_s": [b - a for a, b in zip(ends, ends[1:])],
+        "step_s": [b - a for a, b in itertools.pairwise(ends)],
         "loss": [float(x) for x in losses],
         "lr": record["lr"],
         "full_rows": full_rows,

@@ -11,18 +11,70 @@ TINY_ARGS = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--warmu
 
 REAL_RUNS: dict[str, list[str]] = {
     # a real two-precision bench on the tiny model: 1 warmup (2 untimed steps) and 3 measured steps each
-    "bench": ["bench", "--precisions", "fp32,bf16-mixed", "--seq-len", "32", "--batch-size", "2", "--steps", "3"]
-    + ["--warmup-steps", "1"],
+    "bench": [
+        "bench",
+        "--precisions",
+        "fp32,bf16-mixed",
+        "--seq-len",
+        "32",
+        "--batch-size",
+        "2",
+        "--steps",
+        "3",
+        "--warmup-steps",
+        "1",
+    ],
     # bench with LoRA adapters, fp32 alone (an emulated bf16 LoRA step is slow on CPU; tests/bench/test_bench_lora.py
     # compares bf16-mixed on the adapters)
-    "bench-lora": ["bench", "--lora", "4", "--precisions", "fp32", "--model", "tiny", "--seq-len", "32"]
-    + ["--batch-size", "2", "--steps", "2", "--warmup-steps", "1"],
+    "bench-lora": [
+        "bench",
+        "--lora",
+        "4",
+        "--precisions",
+        "fp32",
+        "--model",
+        "tiny",
+        "--seq-len",
+        "32",
+        "--batch-size",
+        "2",
+        "--steps",
+        "2",
+        "--warmup-steps",
+        "1",
+    ],
     # serving: fp32 and bf16 weights, each with its own KV dtype and fp8 (fp32/fp32 among them)
-    "bench-inference": ["bench", "--inference", "--weights", "fp32,bf16", "--kv-dtypes", "weights,fp8"]
-    + ["--prompt-len", "16", "--gen-tokens", "4", "--infer-batch", "2", "--repeats", "1"],
+    "bench-inference": [
+        "bench",
+        "--inference",
+        "--weights",
+        "fp32,bf16",
+        "--kv-dtypes",
+        "weights,fp8",
+        "--prompt-len",
+        "16",
+        "--gen-tokens",
+        "4",
+        "--infer-batch",
+        "2",
+        "--repeats",
+        "1",
+    ],
     # a sweep under fp32 (baseline, then each variant in its own worker), --json: stdout is summary.json
-    "sweep": ["bench", "--sweep", "pack,pack+checkpointing", "--seq-len", "48", "--batch-size", "4", "--steps", "3"]
-    + ["--warmup-steps", "1", "--json"],
+    "sweep": [
+        "bench",
+        "--sweep",
+        "pack,pack+checkpointing",
+        "--seq-len",
+        "48",
+        "--batch-size",
+        "4",
+        "--steps",
+        "3",
+        "--warmup-steps",
+        "1",
+        "--json",
+    ],
     "train": ["train", *TINY_ARGS, "--precision", "fp16-mixed", "--steps", "3"],  # fp16: a loss-scale curve
     "hw": ["hw", "--quick", "--device", "cpu"],
 }

@@ -75,7 +75,7 @@ def test_every_source_module_is_imported_by_a_test():
 
 
 def test_the_exceptions_are_still_needed():
-    assert UNTESTED_FOR_NOW <= source_modules(), "an exception names a module that no longer exists"
+    assert source_modules() >= UNTESTED_FOR_NOW, "an exception names a module that no longer exists"
     tested_now = UNTESTED_FOR_NOW - untested_modules()
     assert not tested_now, f"now imported by a test, remove from UNTESTED_FOR_NOW: {', '.join(sorted(tested_now))}"
 

@@ -41,4 +41,4 @@ def test_the_preset_names_in_the_help_are_the_presets():
     from ampkit.models.presets import PRESETS
     from ampkit.options import PRESET_NAMES
 
-    assert PRESET_NAMES == ", ".join(PRESETS)
+    assert ", ".join(PRESETS) == PRESET_NAMES

@@ -51,7 +51,7 @@ def test_the_block_holds_date_versions_device_command_and_config_as_json():
 
 def test_ranks_launched_by_nproc_record_the_launchers_command_line(monkeypatch):
     monkeypatch.delenv("AMPKIT_LAUNCHER_COMMAND_LINE", raising=False)
-    with invoked_as(["train", "--nproc", "2"]), handed_to_ranks():
+    with invoked_as(["train", "--nproc", "2"]), handed_to_ranks():  # noqa: SIM117 (the launcher, then a rank in it)
         with invoked_as(["train", "--out", "runs/x"]):  # a rank: torchrun's worker argv
             assert command_line() == "ampkit train --nproc 2"
     assert command_line() is None  # the launcher's environment is restored

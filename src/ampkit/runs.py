@@ -218,7 +218,7 @@ class MetricsWriter:
                 os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "MetricsWriter":
+    def __enter__(self) -> MetricsWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -14,7 +16,7 @@ def test_warmup_is_linear_and_decay_ends_at_the_floor():
     assert factors[4] == pytest.approx(1.0)  # cosine starts at the peak
     assert factors[8] == pytest.approx(0.55)  # halfway: midway between peak and floor
     assert factors[12] == pytest.approx(0.1) and factors[13] == pytest.approx(0.1)  # held at the floor
-    assert all(a >= b for a, b in zip(factors[4:], factors[5:]))
+    assert all(a >= b for a, b in itertools.pairwise(factors))
 
 
 def test_scheduler_sets_the_optimizer_lr_step_by_step():

@@ -48,7 +48,7 @@ def packed_segments(batch: Batch) -> list[tuple[int, ...]]:
             e = s
             while e + 1 < len(pos) and pos[e + 1] == pos[e] + 1 and real[e + 1]:
                 e += 1
-            units.append(tuple(inputs[s : e + 1].tolist()) + (int(targets[e]),))
+            units.append((*tuple(inputs[s : e + 1].tolist()), int(targets[e])))
     return units
 
 
@@ -56,7 +56,7 @@ def padded_rows(batch: Batch) -> list[tuple[int, ...]]:
     units = []
     for inputs, targets in zip(batch.input_ids, batch.targets):
         n = int((targets != IGNORE_INDEX).sum())
-        units.append(tuple(inputs[:n].tolist()) + (int(targets[n - 1]),))
+        units.append((*tuple(inputs[:n].tolist()), int(targets[n - 1])))
     return units
 
 
@@ -138,7 +138,7 @@ def test_no_token_output_depends_on_another_documents_tokens(tiny_model):
     finally:
         handle.remove()
     bounds = [(0, 11), (11, 19), (19, 33), (33, 40)]  # the three documents and the padding tail
-    for d, (lo, hi) in enumerate(bounds[:3]):
+    for _d, (lo, hi) in enumerate(bounds[:3]):
         tiny_model.zero_grad(set_to_none=True)
         captured["emb"].grad = None
         logits[0, lo:hi].sum().backward(retain_graph=True)

@@ -71,7 +71,7 @@ def test_dedup_runs_before_the_split_so_no_duplicate_crosses_it():
 
 def _row_tokens(batch, i) -> list[int]:
     n = int((batch.targets[i] != -100).sum())
-    return batch.input_ids[i, :n].tolist() + [int(batch.targets[i, n - 1])]
+    return [*batch.input_ids[i, :n].tolist(), int(batch.targets[i, n - 1])]
 
 
 def test_embedded_corpus_has_exact_duplicates_to_drop():

@@ -36,7 +36,7 @@ def row_units(batch: Batch) -> list[tuple[int, ...]]:
     units = []
     for inputs, targets in zip(batch.input_ids, batch.targets):
         n = int((targets != IGNORE_INDEX).sum())
-        units.append(tuple(inputs[:n].tolist()) + (int(targets[n - 1]),))
+        units.append((*tuple(inputs[:n].tolist()), int(targets[n - 1])))
     return units
 
 
@@ -70,7 +70,7 @@ def test_batch_shapes_targets_and_padding():
         B, T = batch.input_ids.shape
         assert batch.targets.shape == (B, T) and B == 5 and T <= SEQ_LEN
         assert batch.input_ids.dtype == batch.targets.dtype == torch.long
-        assert T == int(lengths.max())  # padded to the longest unit minus one
+        assert int(lengths.max()) == T  # padded to the longest unit minus one
         # real targets form a prefix of each row; -100 exactly on the rest
         assert torch.equal(real, torch.arange(T) < lengths[:, None])
         assert (batch.input_ids[~real] == 0).all()

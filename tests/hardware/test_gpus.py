@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from ampkit.errors import UsageError
@@ -135,7 +137,7 @@ def test_peaks_rise_as_precision_falls(key):
     mixed a sparse figure into dense ones would break this (data sheets round, hence 1.95)."""
     peaks = GPUS[key].peak_tflops
     chain = [peaks[k] for k in ("tf32", "bf16", "fp8", "fp4") if k in peaks]
-    assert all(1.95 * a <= b <= 2.05 * a for a, b in zip(chain, chain[1:]))
+    assert all(1.95 * a <= b <= 2.05 * a for a, b in itertools.pairwise(chain))
 
 
 def test_new_rows_carry_their_datasheet_figures():

@@ -20,10 +20,9 @@ def _flags() -> tuple[bool, bool]:
 def test_run_context_sets_both_tf32_switches_and_restores_them_on_error(name, tf32):
     before = _flags()
     policy = Precision(get_spec(name), device_type="cpu")
-    with pytest.raises(RuntimeError, match="inside"):
-        with policy.run_context():
-            assert _flags() == (tf32, tf32)
-            raise RuntimeError("inside")
+    with pytest.raises(RuntimeError, match="inside"), policy.run_context():
+        assert _flags() == (tf32, tf32)
+        raise RuntimeError("inside")
     assert _flags() == before
 
 

@@ -55,13 +55,12 @@ def test_state_restored_even_when_body_raises(name):
         torch.backends.cudnn.allow_tf32,
         torch.get_default_dtype(),
     )
-    with pytest.raises(RuntimeError, match="boom"):
-        with policy.run_context():
-            assert torch.backends.cuda.matmul.allow_tf32 == SPECS[name].tf32
-            assert torch.backends.cudnn.allow_tf32 == SPECS[name].tf32
-            with policy.forward_context():
-                assert torch.is_autocast_enabled("cpu") == SPECS[name].autocast
-                raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), policy.run_context():
+        assert torch.backends.cuda.matmul.allow_tf32 == SPECS[name].tf32
+        assert torch.backends.cudnn.allow_tf32 == SPECS[name].tf32
+        with policy.forward_context():
+            assert torch.is_autocast_enabled("cpu") == SPECS[name].autocast
+            raise RuntimeError("boom")
     after = (
         torch.is_autocast_enabled("cpu"),
         torch.backends.cuda.matmul.allow_tf32,

@@ -27,7 +27,7 @@ def test_the_package_exports_the_document_report():
 
 
 def test_html_is_self_contained_and_escaped(tmp_path):
-    html_path, md_path = _report().write(tmp_path)
+    html_path, _md_path = _report().write(tmp_path)
     html = html_path.read_text(encoding="utf-8")
     assert "<title>bf16 &lt;vs&gt; fp32</title>" in html and "<h2>Summary</h2>" in html
     assert "<p>plain &amp; simple</p>" in html

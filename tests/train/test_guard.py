@@ -42,7 +42,7 @@ def _scan_checkpoints(run_dir: Path) -> list[int]:
 
 
 def _train(run_cli, out: Path, *extra: str):
-    code, stdout, stderr = run_cli("train", *ARGS, "--out", str(out), "--json", *extra)
+    code, _stdout, stderr = run_cli("train", *ARGS, "--out", str(out), "--json", *extra)
     summary = json.loads((out / "summary.json").read_text())
     return code, summary, read_metrics(out / "metrics.jsonl"), stderr
 
@@ -134,7 +134,7 @@ def test_guard_rolls_back_on_consecutive_skips_and_scale_collapse(tmp_path, run_
 
 def test_guard_gives_up_with_a_clear_report(tmp_path, run_cli):
     out = tmp_path / "hopeless"
-    code, summary, metrics, stderr = _train(
+    code, summary, _metrics, stderr = _train(
         run_cli, out, "--steps", "8", "--guard", "--guard-max-rollbacks", "2", "--inject", "norm:forward:inf"
     )
     assert code == 1

@@ -91,7 +91,7 @@ def int8_unavailable(device: torch.device) -> str | None:
         probe = nn.Sequential(nn.Linear(32, 32)).to(device)
         quantize_(probe, Int8WeightOnlyConfig())
         probe(torch.zeros(1, 32, device=device))
-    except Exception as err:  # noqa: BLE001 - any failure means "not on this device"
+    except Exception as err:
         return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:120]}"
     return None
 
@@ -151,7 +151,7 @@ def kv_shape(model: nn.Module) -> tuple[int, int, int]:
     """(layers, kv_heads, head_dim) of a decoder: ampkit's LlamaLM config, or a transformers config."""
     hf = getattr(model, "hf", None)
     if hf is None:
-        cfg: Any = getattr(model, "config")
+        cfg: Any = model.config
         return cfg.n_layers, cfg.kv_heads, cfg.head_dim
     c: Any = hf.config
     heads = c.num_attention_heads

@@ -84,7 +84,7 @@ def predict_step_peak(config, task, precision: str, *, batch_size: int, seq_len:
             return {"bytes": ledger.tensor_peak, "source": "analytic", "note": None}
         ledger = _task_ledger(task, precision, batch_size, config.seed, reserve=NO_RESERVE)
         return {"bytes": ledger.tensor_peak, "source": "traced", "note": None}
-    except Exception as err:  # noqa: BLE001 - a prediction the planner cannot make is said, not fatal
+    except Exception as err:
         why = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
         return {"bytes": None, "source": None, "note": f"not predicted: {why}"}
 
@@ -116,7 +116,7 @@ def largest_batch(config, task, precision: str, *, device: torch.device) -> dict
             source = "analytic"
         else:
             best, source = _largest_task_batch(config, task, precision, capacity, device), "traced"
-    except Exception as err:  # noqa: BLE001 - said, not fatal
+    except Exception as err:
         return {"batch_size": None, "note": f"not predicted: {str(err).strip()[:160] or type(err).__name__}"}
     return {"batch_size": best, "capacity_bytes": capacity, "capacity_label": label, "source": source}
 

@@ -50,12 +50,69 @@ _CASTS = {"to", "_to_copy", "_autocast_to_reduced_precision", "_autocast_to_full
 _MATMULS = {"matmul", "linear", "einsum", "mv", "addmv", "dot", "vdot", "_mkl_linear", "mkldnn_linear"}
 _NORMS = ("layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm")
 _LAYOUT = frozenset(
-    "view _unsafe_view reshape _reshape_alias as_strided transpose t permute expand expand_as slice select squeeze "
-    "unsqueeze empty empty_like empty_strided new_empty new_empty_strided resize_ detach detach_ alias contiguous "
-    "clone copy_ lift_fresh split split_with_sizes chunk narrow unbind flatten unflatten view_as set_ item "
-    "_local_scalar_dense is_nonzero index index_select gather scatter scatter_add_ index_put_ _index_put_impl_ "
-    "embedding embedding_dense_backward masked_select nonzero cat stack zeros zeros_like ones ones_like full "
-    "arange randperm select_backward slice_backward".split()
+    [
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "_reshape_alias",
+        "as_strided",
+        "transpose",
+        "t",
+        "permute",
+        "expand",
+        "expand_as",
+        "slice",
+        "select",
+        "squeeze",
+        "unsqueeze",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "resize_",
+        "detach",
+        "detach_",
+        "alias",
+        "contiguous",
+        "clone",
+        "copy_",
+        "lift_fresh",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "narrow",
+        "unbind",
+        "flatten",
+        "unflatten",
+        "view_as",
+        "set_",
+        "item",
+        "_local_scalar_dense",
+        "is_nonzero",
+        "index",
+        "index_select",
+        "gather",
+        "scatter",
+        "scatter_add_",
+        "index_put_",
+        "_index_put_impl_",
+        "embedding",
+        "embedding_dense_backward",
+        "masked_select",
+        "nonzero",
+        "cat",
+        "stack",
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "full",
+        "arange",
+        "randperm",
+        "select_backward",
+        "slice_backward",
+    ]
 )
 
 
@@ -241,10 +298,7 @@ def profile_step(trainer, *, device: torch.device):
         result = trainer.train_step()
         backend.synchronize()  # sync point on an accelerator: the profiled step's end (untimed by the bench)
         wall_s = time.perf_counter() - start
-    if accelerator:
-        peak = backend.peak_memory_bytes()["max_allocated_bytes"]
-    else:
-        peak = held + _allocator_peak(prof)
+    peak = backend.peak_memory_bytes()["max_allocated_bytes"] if accelerator else held + _allocator_peak(prof)
     device_time = activity is not None
     report = breakdown(categorize(prof.events(), device_time=device_time), wall_s)
     report["top_ops"] = _top_ops(prof, device_time)

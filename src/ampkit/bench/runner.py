@@ -17,10 +17,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, ClassVar
 
 import torch
 from rich.console import Console
@@ -182,7 +183,7 @@ def run_worker(
     """Run one worker process to completion; returns None, or why it died without a result.
     `slot` holds the process while it runs (a stop signal is passed on to it)."""
     try:
-        log = open(log_path, "w", encoding="utf-8")
+        log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 (its OSError is reported alone; `with log` closes it)
     except OSError as err:
         raise write_failed(log_path, err) from None
     slot = slot or WorkerSlot()
@@ -463,7 +464,7 @@ class BenchProgress:
     """One bar per precision on stderr, fed by the workers' progress events, and a first row with the
     bench's expected time left; `enabled=False` is silent."""
 
-    _PHASES = {
+    _PHASES: ClassVar[dict[str, str]] = {
         "build": "building",
         "fidelity": "fidelity capture",
         "warmup": "warmup (untimed)",
@@ -485,7 +486,7 @@ class BenchProgress:
         self.expected_end: float | None = None
         self._context = self.progress if enabled else nullcontext()
 
-    def __enter__(self) -> "BenchProgress":
+    def __enter__(self) -> BenchProgress:
         self._context.__enter__()
         return self
 

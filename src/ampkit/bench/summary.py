@@ -8,8 +8,9 @@ recommendation -- is computed here, in the parent, from those facts.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -474,7 +475,7 @@ def _model_block(task: dict[str, Any], flops: dict[str, Any]) -> dict[str, Any]:
         "preset": task["name"],
         "parameters": task.get("parameters") or flops["measured_parameters"],
         **{k: v for k, v in flops.items() if k != "measured_parameters"},
-        "flops_formula": FLOPS_FORMULAS.get(flops["flops_source"] or "", None),
+        "flops_formula": FLOPS_FORMULAS.get(flops["flops_source"] or ""),
     }
 
 

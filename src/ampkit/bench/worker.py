@@ -105,7 +105,7 @@ def load_pickled_task(path: str | None, main_path: str | None = None):
     if main_path:
         _import_main_script(main_path)
     with open(path, "rb") as fh:
-        return pickle.load(fh)  # noqa: S301 - written by this bench's parent process, in its own run directory
+        return pickle.load(fh)
 
 
 def _import_main_script(path: str) -> None:
@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     except WorkerStopped as stop:  # partial files are already removed (`runs.atomic_write`)
         print(f"ampkit bench worker: interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
         return 128 + stop.signum
-    except Exception as err:  # noqa: BLE001 - every failure becomes a one-line result for the parent
+    except Exception as err:
         traceback.print_exc(file=sys.stderr)  # the full story goes to the worker's log file
         kind, message = describe_failure(err)
         result = {"precision": job["precision"], "status": "failed", "error": message, "error_kind": kind}

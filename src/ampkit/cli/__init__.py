@@ -66,7 +66,7 @@ def add_wide_flag(parser: argparse.ArgumentParser) -> None:
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line (problem + where to look), exit code 2."""
 
-    def error(self, message: str):  # noqa: D401 - argparse API
+    def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 

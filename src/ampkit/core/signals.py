@@ -49,7 +49,7 @@ class StopRequests:
         if self.signum is not None:
             raise RunInterrupted(f"{message} by {self.name}", signum=self.signum)
 
-    def __enter__(self) -> "StopRequests":
+    def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():
             for signum in STOP_SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)

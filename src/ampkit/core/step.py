@@ -177,7 +177,7 @@ class Trainer:
         for i, (batch, (items, _)) in enumerate(zip(batches, counts)):
             with self.parallel.micro_batch_context(last=i == len(batches) - 1):  # DDP: all-reduce on the last only
                 # The outputs stay referenced to the end of the step (the planner's ledger assumes so).
-                loss, outputs = policy_loss(self.policy, self.loss_fn, self.model, batch)
+                loss, _outputs = policy_loss(self.policy, self.loss_fn, self.model, batch)
                 # Weight each micro-batch by its share of the items (real tokens, samples), so the step's
                 # gradient is the per-item mean over the whole step whatever the padding of each micro-batch. DDP and
                 # FSDP average gradients over ranks, hence the factor `world` (1 in one process).

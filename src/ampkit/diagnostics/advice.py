@@ -231,7 +231,7 @@ def rule_clip(ev: Evidence) -> Advice | None:
             rule="gradient_long_tail",
             severity="warn",
             title=f"Gradient long tail at {tail.layer}",
-            evidence=evidence + [f"clipping is on (max norm {ev.clip_grad_norm:g})"],
+            evidence=[*evidence, f"clipping is on (max norm {ev.clip_grad_norm:g})"],
             fix=f"inspect {tail.layer} (the seeds' explosion source); if it persists, lower the "
             "learning rate or keep that layer in fp32",
         )

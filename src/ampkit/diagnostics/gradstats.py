@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -192,7 +193,7 @@ class GradientStatistics(ParameterMeter):
         self._queued = False
         self._backwards = 0
 
-    def attach(self) -> "GradientStatistics":
+    def attach(self) -> GradientStatistics:
         if not self._handles:
             self._handles = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params]
         return self

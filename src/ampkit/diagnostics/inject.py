@@ -158,7 +158,7 @@ class FaultInjector:
         self._armed = False
         self._handles: list[Any] = []
 
-    def attach(self) -> "FaultInjector":
+    def attach(self) -> FaultInjector:
         if self._handles:
             return self
         self._handles.append(self.model.register_forward_pre_hook(self._count_step, prepend=True))
@@ -178,7 +178,7 @@ class FaultInjector:
             handle.remove()
         self._handles = []
 
-    def __enter__(self) -> "FaultInjector":
+    def __enter__(self) -> FaultInjector:
         return self.attach()
 
     def __exit__(self, *exc) -> None:

@@ -127,7 +127,7 @@ def compare_layers(
     low_model = policy.convert_module(copy.deepcopy(model))
     low = _capture(low_model, policy, batch, paths, loss_fn)
     layers = [
-        LayerFidelity(name=p, cosine=c, rel_error=r) for p in paths + ["logits"] for c, r in [_compare(ref[p], low[p])]
+        LayerFidelity(name=p, cosine=c, rel_error=r) for p in [*paths, "logits"] for c, r in [_compare(ref[p], low[p])]
     ]
     first = next((layer.name for layer in layers if not layer.cosine >= threshold), None)  # nan counts as below
     return FidelityResult(

@@ -277,7 +277,7 @@ class NonFiniteLocator:
         self._classes = {path: type(m).__name__ for path, m in model.named_modules()}
 
     # -- lifecycle -------------------------------------------------------------------------
-    def attach(self) -> "NonFiniteLocator":
+    def attach(self) -> NonFiniteLocator:
         if self._handles:
             return self
         # Scoped to the attachment: the filter is removed again by `detach` (catch_warnings restores
@@ -309,7 +309,7 @@ class NonFiniteLocator:
             self._warning_scope.__exit__(None, None, None)
             self._warning_scope = None
 
-    def __enter__(self) -> "NonFiniteLocator":
+    def __enter__(self) -> NonFiniteLocator:
         return self.attach()
 
     def __exit__(self, *exc) -> None:

@@ -67,7 +67,7 @@ def _write_rank_state(path: Path, state: dict[str, Any]) -> None:
 
 def _own_files(folder: Path, rank: int) -> list[Path]:
     """The files this rank wrote: its DCP data files (`__RANK_*.distcp`) and its rank state."""
-    return sorted(folder.glob(f"__{rank}_*.distcp")) + [folder / _rank_file(rank)]
+    return [*sorted(folder.glob(f"__{rank}_*.distcp")), folder / _rank_file(rank)]
 
 
 def _describe(paths: list[Path]) -> dict[str, dict[str, Any]]:

@@ -32,10 +32,10 @@ from ampkit.hardware.matmul import (
 )
 
 __all__ = [
-    "CpuInfo",
     "DTYPE_KEYS",
-    "DeviceInfo",
     "GPUS",
+    "CpuInfo",
+    "DeviceInfo",
     "GpuSpec",
     "MatmulThroughput",
     "backend_for",

@@ -54,7 +54,7 @@ def _probe(device: torch.device, compute_dtype: torch.dtype) -> None:
         raise RuntimeError("the 4-bit layer's backward gave no finite gradient")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe_result(device: str, dtype: str) -> str | None:
     try:
         _probe(torch.device(device), getattr(torch, dtype))

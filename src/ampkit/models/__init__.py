@@ -4,4 +4,4 @@ from ampkit.models.config import ModelConfig
 from ampkit.models.llama import IGNORE_INDEX, LlamaLM, build_model, causal_lm_loss
 from ampkit.models.presets import PRESETS, get_preset
 
-__all__ = ["IGNORE_INDEX", "LlamaLM", "ModelConfig", "PRESETS", "build_model", "causal_lm_loss", "get_preset"]
+__all__ = ["IGNORE_INDEX", "PRESETS", "LlamaLM", "ModelConfig", "build_model", "causal_lm_loss", "get_preset"]

@@ -329,7 +329,7 @@ class HFCausalLM(nn.Module):
         self.config = info  # ampkit's description (name, counts); transformers' own is self.hf.config
         hf_config: Any = model.config  # transformers' PretrainedConfig
         hf_config.use_cache = False  # training: no cache objects built per forward
-        self._packing: str | None | bool = False  # False: not checked yet
+        self._packing: str | bool | None = False  # False: not checked yet
 
     @property
     def attn_implementation(self) -> str | None:

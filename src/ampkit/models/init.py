@@ -94,6 +94,6 @@ def materialize(model: nn.Module, *, device: str | torch.device, seed: int) -> n
     if not all(on_meta):
         raise RuntimeError("materialize: the model is partly on the meta device; to_empty would wipe the real part")
     model.to_empty(device=device)
-    init_weights: Any = getattr(model, "init_weights")  # the precondition: the model defines it
+    init_weights: Any = model.init_weights  # the precondition: the model defines it
     init_weights(seed=seed)
     return model

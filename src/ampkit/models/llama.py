@@ -193,7 +193,7 @@ class LlamaLM(nn.Module):
         positions: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        B, T = input_ids.shape
+        _B, T = input_ids.shape
         if positions is None:
             positions = torch.arange(T, device=input_ids.device)
         cos, sin = rope_angles(positions, self.config.head_dim, self.config.rope_theta)

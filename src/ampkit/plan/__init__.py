@@ -26,9 +26,9 @@ from ampkit.plan.kv.budget import KvBudget, kv_budget, kv_bytes_per_token, kv_po
 from ampkit.plan.setting import GIB, Ledger, Reserve, StepSetting
 
 __all__ = [
+    "GIB",
     "Fit",
     "Fix",
-    "GIB",
     "KvBudget",
     "Ledger",
     "ModelDescription",

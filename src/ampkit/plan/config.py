@@ -132,7 +132,7 @@ class PlanConfig:
         if self.context_gib < 0 or self.fragmentation < 0:
             raise UsageError("--context-gib and --fragmentation must be >= 0")
 
-    def for_model(self, max_positions: int) -> "PlanConfig":
+    def for_model(self, max_positions: int) -> PlanConfig:
         """--seq-len 0 resolved: the default, or the model's maximum positions when fewer."""
         return self if self.seq_len else replace(self, seq_len=_within(DEFAULT_SEQ_LEN, max_positions))
 
@@ -193,7 +193,7 @@ class KvConfig:
         if not (self.gpu or self.gpu_mem):  # the seeds' 80 GB card
             object.__setattr__(self, "gpu", DEFAULT_KV_GPU)
 
-    def for_model(self, max_positions: int) -> "KvConfig":
+    def for_model(self, max_positions: int) -> KvConfig:
         """--context-len 0 resolved: the default, or the model's maximum positions when fewer."""
         return self if self.context_len else replace(self, context_len=_within(DEFAULT_CONTEXT_LEN, max_positions))
 

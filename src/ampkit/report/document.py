@@ -24,11 +24,11 @@ from typing import Any, Literal
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
-from ampkit.config import dict_to_toml  # noqa: E402
-from ampkit.runs import json_text, write_bytes_atomic, write_text_atomic  # noqa: E402
+from ampkit.config import dict_to_toml
+from ampkit.runs import json_text, write_bytes_atomic, write_text_atomic
 
 NOT_RECORDED = "not recorded"
 
@@ -85,20 +85,20 @@ class Report:
     blocks: list[_Block] = field(default_factory=list)
     provenance: dict[str, Any] | None = None
 
-    def heading(self, text: str) -> "Report":
+    def heading(self, text: str) -> Report:
         self.blocks.append(_Heading(text))
         return self
 
-    def text(self, text: str, *, kind: TextKind = "text") -> "Report":
+    def text(self, text: str, *, kind: TextKind = "text") -> Report:
         """A paragraph; kind "note" or "warn" renders it highlighted."""
         self.blocks.append(_Text(text, kind))
         return self
 
-    def table(self, headers: Sequence[object], rows: Sequence[Sequence[object]]) -> "Report":
+    def table(self, headers: Sequence[object], rows: Sequence[Sequence[object]]) -> Report:
         self.blocks.append(_Table(headers, rows))
         return self
 
-    def figure(self, fig: Figure, caption: str = "") -> "Report":
+    def figure(self, fig: Figure, caption: str = "") -> Report:
         """Takes ownership of a matplotlib figure (closed after rendering to PNG bytes)."""
         buf = io.BytesIO()
         # the same bytes on every render: no "Software" tag (matplotlib's version), a fixed dpi

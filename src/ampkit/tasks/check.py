@@ -80,7 +80,7 @@ def one_line(task, failed: str, call: Callable[[], Any]) -> Any:
         return call()
     except UsageError:
         raise
-    except Exception as err:  # noqa: BLE001 - the user's code: its own error, on one line
+    except Exception as err:
         first = (str(err).strip().splitlines() or [""])[0][:240]
         raise UsageError(f"task {task.name}: its {failed}: {type(err).__name__}: {first}") from None
 

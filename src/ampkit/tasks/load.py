@@ -110,7 +110,7 @@ def _load_file(path_text: str, spec: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
     try:
         module_spec.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001 - the user's file: its own error, on one line
+    except Exception as err:
         del sys.modules[name]
         raise UsageError(f"task {spec}: importing {path} failed: {_one_line(err)}") from None
     return module
@@ -121,7 +121,7 @@ def _import(module_name: str, spec: str) -> ModuleType:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         raise UsageError(f"task {spec}: no module named {err.name!r}; check the name or install it") from None
-    except Exception as err:  # noqa: BLE001 - the user's module
+    except Exception as err:
         raise UsageError(f"task {spec}: importing {module_name} failed: {_one_line(err)}") from None
 
 
@@ -130,7 +130,7 @@ def call_factory(factory, kwargs: dict[str, Any], spec: str) -> Any:
         return factory(**kwargs)
     except UsageError as err:
         raise UsageError(f"task {spec}: {err}") from None
-    except Exception as err:  # noqa: BLE001 - the user's factory: its own message, on one line
+    except Exception as err:
         raise UsageError(f"task {spec}: the factory raised {_one_line(err)}") from None
 
 

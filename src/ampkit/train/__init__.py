@@ -14,7 +14,7 @@ __all__ = [
     "TrainConfig",
     "Trainer",
     "build_run",
-    "run",
     "clip_gradients",
+    "run",
     "run_training",
 ]

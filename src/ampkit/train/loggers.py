@@ -55,7 +55,7 @@ class NullLogger:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "NullLogger":
+    def __enter__(self) -> NullLogger:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -108,7 +108,7 @@ class TensorBoardLogger:
         self.writer.flush()
         self.writer.close()
 
-    def __enter__(self) -> "TensorBoardLogger":
+    def __enter__(self) -> TensorBoardLogger:
         return self
 
     def __exit__(self, *exc) -> None:

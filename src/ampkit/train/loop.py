@@ -276,7 +276,7 @@ class _Run:
                 self.status, self.signum = RunStatus.STOPPED, signum
                 return
 
-    def _step(self, metrics, bar: Progress, window: ThroughputWindow, diagnostics) -> dict[str, Any] | None | bool:
+    def _step(self, metrics, bar: Progress, window: ThroughputWindow, diagnostics) -> dict[str, Any] | bool | None:
         """One optimizer step and its log record (None off log steps); False when the guard rolled back."""
         state = self.progress
         try:

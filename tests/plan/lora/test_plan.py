@@ -40,7 +40,7 @@ def test_plan_lora_prints_peft_s_trainable_line(run_cli, tmp_path, monkeypatch, 
 
 def test_a_line_too_long_for_80_columns_breaks_before_the_share(run_cli, tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    stdout, summary = _plan(run_cli, tmp_path / "p", "--model", "70b", "--lora", "16")
+    stdout, _summary = _plan(run_cli, tmp_path / "p", "--model", "70b", "--lora", "16")
     lines = stdout.splitlines()
     head = "trainable params: 207,093,760 || all params: 69,183,741,952 ||"
     assert lines[lines.index(head) + 1] == "trainable%: 0.2993"

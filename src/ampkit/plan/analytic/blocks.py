@@ -53,7 +53,7 @@ def rms_saved(pre: str, st: BlockSteps) -> list[tuple[str, float]]:
         (f"{pre}.rstd", FP32_BYTES),
         (f"{pre}.normed", (FP32_BYTES if dims.param_bytes == FP32_BYTES else dims.param_bytes) * dims.d),
     ]
-    return items if dims.auto else items + [(f"{pre}.y", dims.param_bytes * dims.d)]
+    return items if dims.auto else [*items, (f"{pre}.y", dims.param_bytes * dims.d)]
 
 
 def ln_saved(pre: str, st: BlockSteps) -> list[tuple[str, float]]:
@@ -61,7 +61,7 @@ def ln_saved(pre: str, st: BlockSteps) -> list[tuple[str, float]]:
     autocast) its output for the Linear after it."""
     dims = st.dims
     items: list[tuple[str, float]] = [(f"{pre}.x", dims.param_bytes * dims.d), (f"{pre}.stats", 2 * FP32_BYTES)]
-    return items if dims.auto else items + [(f"{pre}.y", dims.param_bytes * dims.d)]
+    return items if dims.auto else [*items, (f"{pre}.y", dims.param_bytes * dims.d)]
 
 
 def _casts(names: tuple[str, ...], st: BlockSteps) -> list[tuple[str, float]]:

@@ -120,7 +120,7 @@ class ModelDescription:
         block = list(self.matmul_weights_per_block())
         qkv_biases = [self.q_dim, self.kv_dim, self.kv_dim]
         if self.block.fused_qkv:  # one fused c_attn weight (d, 3d) and bias (3d)
-            block = [sum(block[:3])] + block[3:]
+            block = [sum(block[:3]), *block[3:]]
             qkv_biases = [sum(qkv_biases)]
         if self.qkv_bias:
             block += qkv_biases

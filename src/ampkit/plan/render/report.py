@@ -110,7 +110,7 @@ def ledger_headers(rows: list[dict[str, Any]], with_fit: bool) -> list[str]:
     heads = ["configuration"] + [_SHORT[n] for n in _shown_lines(rows)] + ["total"]
     if with_fit:
         heads += ["fits", "headroom", "max micro-batch", "max seq"]
-    return heads + ["peak at"]
+    return [*heads, "peak at"]
 
 
 def ledger_rows(rows: list[dict[str, Any]], with_fit: bool) -> list[list[str]]:
