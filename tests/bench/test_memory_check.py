@@ -56,9 +56,9 @@ def test_the_largest_batch_that_fits_grows_with_the_capacity(monkeypatch):
     import ampkit.plan.fit_check as fit_check
 
     lm = BenchConfig(model="tiny", seq_len=256, batch_size=8)
-    task = build_task(lm)
+    task = build_task(lm.task_spec())
     mlp_config = BenchConfig(task="mlp", batch_size=32, seq_len=256)
-    mlp = build_task(mlp_config)
+    mlp = build_task(mlp_config.task_spec())
     sizes = {}
     for gib in (2, 8):
         for module in (memory_check, fit_check):
@@ -86,5 +86,5 @@ def test_a_lora_bench_names_the_largest_lora_batch(monkeypatch):
     full = BenchConfig(model="7b", seq_len=512, batch_size=8)
     lora = BenchConfig(model="7b", seq_len=512, batch_size=8, lora=LoraSettings(lora=8))
     cuda = torch.device("cuda", 0)
-    assert largest_batch(full, build_task(full), "bf16-mixed", device=cuda)["batch_size"] == 0
-    assert largest_batch(lora, build_task(lora), "bf16-mixed", device=cuda)["batch_size"] >= 8
+    assert largest_batch(full, build_task(full.task_spec()), "bf16-mixed", device=cuda)["batch_size"] == 0
+    assert largest_batch(lora, build_task(lora.task_spec()), "bf16-mixed", device=cuda)["batch_size"] >= 8

@@ -97,7 +97,7 @@ def test_fp8_conversion_on_the_meta_device_keeps_the_fp32_init():
     config = TrainConfig(model="tiny", precision="fp8-emulated", seq_len=32, seed=3)
     policy = build_precision("fp8-emulated", device_type="cpu")
     model, _ = build_run_model(
-        build_task(config), config, policy=policy, device=torch.device("cpu"), parallel=LocalRun()
+        build_task(config.task_spec()), config, policy=policy, device=torch.device("cpu"), parallel=LocalRun()
     )
     assert converted_layers(model)  # Float8Linear swapped in while the model was on the meta device
     assert_same(reference, model)
@@ -155,7 +155,7 @@ def test_true_precision_builds_without_an_fp32_copy(precision):
     policy = build_precision(precision, device_type="cpu")
     peak, (model, _) = _allocator_peak(
         lambda: build_run_model(
-            build_task(config), config, policy=policy, device=torch.device("cpu"), parallel=LocalRun()
+            build_task(config.task_spec()), config, policy=policy, device=torch.device("cpu"), parallel=LocalRun()
         )
     )
     dtype = policy.spec.param_dtype

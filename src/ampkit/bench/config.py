@@ -18,6 +18,7 @@ from ampkit.bench.inference import InferenceSettings
 from ampkit.errors import UsageError
 from ampkit.lora import LoraSettings, check_lora_run, lora_field
 from ampkit.precision import SPECS, check_supported, precision_names_help
+from ampkit.tasks.load import TaskSpec
 
 REFERENCE = "fp32"
 """Every bench measures fp32 first: the reference for speedups, memory ratios and fidelity."""
@@ -113,6 +114,12 @@ class BenchConfig:
         if not 0 <= self.tie_tolerance < 1:
             raise UsageError(f"--tie-tolerance must be in [0, 1), got {self.tie_tolerance}")
         parse_precisions(self.precisions)  # unknown names are refused now, before any device work
+
+    def task_spec(self) -> TaskSpec:
+        """What building the bench's task needs (`ampkit.tasks.load.build_task`)."""
+        return TaskSpec(
+            task=self.task, task_args=dict(self.task_args), model=self.model, data=self.data, seq_len=self.seq_len
+        )
 
     @property
     def measured_steps_range(self) -> tuple[int, int]:

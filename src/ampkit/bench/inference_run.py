@@ -36,7 +36,7 @@ def language_model(config) -> LanguageModelTask:
     """The task, refused unless it is a language model whose model has a KV-cache decode path; its
     rows are the context (prompt + generated tokens) long."""
     settings = config.serving
-    task = build_task(config)  # the device's default sequence length: only the model is resolved here
+    task = build_task(config.task_spec())  # the device's default sequence length: only the model is resolved here
     if not isinstance(task, LanguageModelTask):
         raise UsageError(
             f"task {task.name} has no decode path: bench --inference measures language models with a KV cache "
@@ -48,7 +48,7 @@ def language_model(config) -> LanguageModelTask:
             f"--prompt-len {settings.prompt_len} + --gen-tokens {settings.gen_tokens} = {context} tokens exceed "
             f"model {task.name}'s {task.model_config.max_seq_len} positions; shorten them"
         )
-    rebuilt = build_task(dataclasses.replace(config, seq_len=context))  # tokenizes nothing yet: cheap
+    rebuilt = build_task(dataclasses.replace(config.task_spec(), seq_len=context))  # tokenizes nothing yet: cheap
     assert isinstance(rebuilt, LanguageModelTask)
     return rebuilt
 

@@ -87,7 +87,7 @@ def plan_bench(config: BenchConfig, *, task_object=None) -> BenchPlan:
         )
     for name in names:  # peft present; nf4 runs on this device at each precision's compute dtype
         check_lora_available(resolved.lora, device=torch.device(info.type), precision=name)
-    task = task_object if task_object is not None else build_task(resolved)
+    task = task_object if task_object is not None else build_task(resolved.task_spec())
     if isinstance(task, LanguageModelTask):  # the planner's ledger, before any worker (language models)
         check_bench_fits(resolved, names, device=torch.device(info.type))
     return BenchPlan(

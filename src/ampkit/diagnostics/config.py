@@ -25,6 +25,7 @@ from ampkit.options import (
     task_field,
 )
 from ampkit.precision import ScalerConfig, canonical_name, check_supported, precision_names_help
+from ampkit.tasks.load import TaskSpec
 
 # The "0 = auto" settings. An emulated dtype (fp16 or bf16 on an AVX2-only CPU) runs its matmuls 10-50x
 # slower than fp32; its numerics are the same rounding as native hardware's, so a shorter look finds the
@@ -99,6 +100,16 @@ class DoctorConfig:
             raise UsageError(f"--lr must be > 0 and --clip-grad-norm >= 0, got {self.lr}, {self.clip_grad_norm}")
         if self.inject:
             parse_fault_spec(self.inject)  # syntax now; the module path once the model exists
+
+    def task_spec(self) -> TaskSpec:
+        """What building the diagnosed task needs (`ampkit.tasks.load.build_task`; doctor has no --data)."""
+        return TaskSpec(
+            task=self.task,
+            task_args=dict(self.task_args),
+            model=self.model,
+            seq_len=self.seq_len,
+            smoke_seq_len=self.smoke_seq_len,
+        )
 
     @property
     def fault(self) -> FaultSpec | None:

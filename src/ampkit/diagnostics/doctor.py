@@ -117,7 +117,7 @@ class _Setup:
         self.emulated = bool(check_supported(config.precision, self.info))  # its warnings are emulation's
         check_lora_available(config.lora, device=self.device, precision=config.precision)
         self.spec = get_spec(config.precision)
-        self.task = task if task is not None else build_task(config)  # the workload (`ampkit.tasks`)
+        self.task = task if task is not None else build_task(config.task_spec())  # the workload (`ampkit.tasks`)
         self.model_hook = model_hook
         probe = self.fresh_model()  # validates --inject, --keep-fp32, --unsafe-op paths before any work
         if config.fault:

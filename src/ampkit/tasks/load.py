@@ -13,6 +13,7 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,10 +32,34 @@ def is_language_model(spec: str) -> bool:
     return spec in ("", "lm")
 
 
-def build_task(config) -> Task:
-    """The task a run's config names (TrainConfig, BenchConfig or DoctorConfig: duck-typed)."""
-    spec, kwargs = config.task, dict(getattr(config, "task_args", None) or {})
-    if is_language_model(spec):
+@dataclass(frozen=True, kw_only=True)
+class TaskSpec:
+    """What building a run's task needs, and nothing else: each command's config hands its own
+    (`TrainConfig.task_spec()`, `BenchConfig.task_spec()`, `DoctorConfig.task_spec()`), so no command reads
+    another's config. The language-model fields mean nothing to another task (refused when changed)."""
+
+    task: str = ""
+    """`--task`: "" or "lm" (the language model), a built-in name, `FILE.py:FACTORY` or `package.module:FACTORY`."""
+    task_args: dict[str, Any] = field(default_factory=dict)
+    """the `[task]` table: keyword arguments of the factory."""
+    model: str = LM_DEFAULTS["model"]
+    """the language model's preset or `hf:PATH`."""
+    data: str = LM_DEFAULTS["data"]
+    """the language model's corpus."""
+    seq_len: int = 256
+    """the language model's sequence length, tokens (at most)."""
+    batching: str = LM_DEFAULTS["batching"]
+    """the language model's batching: pad, bucket or pack."""
+    dedup: str = LM_DEFAULTS["dedup"]
+    """the language model's corpus deduplication."""
+    smoke_seq_len: int = 32
+    """tokens per sample of the language model's smoke batch."""
+
+
+def build_task(spec: TaskSpec) -> Task:
+    """The task `spec` names."""
+    kwargs = dict(spec.task_args)
+    if is_language_model(spec.task):
         if kwargs:
             raise UsageError(
                 f"the language-model task takes its settings as flags (--model, --data ...), not "
@@ -42,32 +67,25 @@ def build_task(config) -> Task:
             )
         from ampkit.tasks.lm import LanguageModelTask
 
-        switches = getattr(config, "features", None)
         return LanguageModelTask(
-            model=config.model,
-            data=getattr(config, "data", "default"),
-            seq_len=config.seq_len,
-            batching=getattr(switches, "batching", "pad"),
-            dedup=getattr(switches, "dedup", "none"),
-            smoke_seq_len=getattr(config, "smoke_seq_len", 32),
+            model=spec.model,
+            data=spec.data,
+            seq_len=spec.seq_len,
+            batching=spec.batching,
+            dedup=spec.dedup,
+            smoke_seq_len=spec.smoke_seq_len,
         )
-    _refuse_lm_options(config, spec)
-    return load_task(spec, kwargs)
+    _refuse_lm_options(spec)
+    return load_task(spec.task, kwargs)
 
 
-def _refuse_lm_options(config, spec: str) -> None:
-    switches = getattr(config, "features", None)
-    given = {
-        "model": getattr(config, "model", "tiny"),
-        "data": getattr(config, "data", "default"),
-        "batching": getattr(switches, "batching", "pad"),
-        "dedup": getattr(switches, "dedup", "none"),
-    }
+def _refuse_lm_options(spec: TaskSpec) -> None:
+    given = {"model": spec.model, "data": spec.data, "batching": spec.batching, "dedup": spec.dedup}
     changed = [k for k, v in given.items() if v not in (LM_DEFAULTS[k], "auto")]
     if changed:
         flags = ", ".join(f"--{k}" for k in changed)
         raise UsageError(
-            f"{flags} configure the language-model task; --task {spec} brings its own model and data: drop {flags}"
+            f"{flags} configure the language-model task; --task {spec.task} brings its own model and data: drop {flags}"
         )
 
 

@@ -203,7 +203,7 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
     device, info, warnings = check_device(config)
     # Joins the torchrun job before any data or model work; a rank's device is cuda:LOCAL_RANK.
     parallel, device = init_run(parallel=config.parallel, device=device, reduce_dtype=config.reduce_dtype)
-    task = task if task is not None else build_task(config)
+    task = task if task is not None else build_task(config.task_spec())
     check_run_settings(config, device=device)
     sampler, val_batches = build_run_data(config, task=task, parallel=parallel)
     random.seed(config.seed)

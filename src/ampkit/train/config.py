@@ -34,6 +34,7 @@ from ampkit.options import (
 )
 from ampkit.precision import ScalerConfig, canonical_name, precision_names_help
 from ampkit.precision.fp8_roofline import RECIPES as FP8_RECIPES
+from ampkit.tasks.load import TaskSpec
 from ampkit.train.features import Features
 from ampkit.train.guard import check_guard_settings
 from ampkit.train.loggers import check_log_kind
@@ -120,6 +121,18 @@ class TrainConfig:
     )
     nnodes: int = nnodes_field(note="more than 1: launch each node with torchrun itself, docs/distributed.md")
     fit_check: bool = fit_check_field()
+
+    def task_spec(self) -> TaskSpec:
+        """What building this run's task needs (`ampkit.tasks.load.build_task`)."""
+        return TaskSpec(
+            task=self.task,
+            task_args=dict(self.task_args),
+            model=self.model,
+            data=self.data,
+            seq_len=self.seq_len,
+            batching=self.features.batching,
+            dedup=self.features.dedup,
+        )
 
     def __post_init__(self):
         object.__setattr__(self, "precision", canonical_name(self.precision))

@@ -53,7 +53,7 @@ def load_lora_run(run_dir: Path) -> tuple[TrainConfig, nn.Module, LoraInfo, int]
     paths = list_checkpoints(run_dir)
     if not paths:
         raise UsageError(f"{run_dir} has no complete checkpoint to export; train it (or resume it) first")
-    task = build_task(config)
+    task = build_task(config.task_spec())
     model, info = build_lora_model(
         task, config.lora, precision=config.precision, device=torch.device("cpu"), seed=config.seed
     )
