@@ -8,7 +8,7 @@ import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ampkit.config import flat_settings, resolve_config
 from ampkit.distributed.settings import check_parallel_settings
@@ -37,6 +37,11 @@ from ampkit.precision.fp8_roofline import RECIPES as FP8_RECIPES
 from ampkit.train.features import Features
 from ampkit.train.guard import check_guard_settings
 from ampkit.train.loggers import check_log_kind
+
+if TYPE_CHECKING:
+    import torch
+
+    from ampkit.plan.fit_check import FitEstimate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,7 +126,7 @@ class TrainConfig:
     nnodes: int = nnodes_field(note="more than 1: launch each node with torchrun itself, docs/distributed.md")
     fit_check: bool = fit_check_field()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "precision", canonical_name(self.precision))
         positive = ("steps", "batch_size", "seq_len", "grad_accum", "eval_batches", "keep_checkpoints")
         for name in positive:
@@ -143,7 +148,7 @@ class TrainConfig:
         check_lora_run(self.lora, precision=self.precision, parallel=self.parallel)
 
 
-def check_train_fits(config: TrainConfig, *, device) -> Any:
+def check_train_fits(config: TrainConfig, *, device: torch.device) -> FitEstimate | None:
     """Refuse (UsageError) a run whose step the planner says cannot fit `device` (a torch.device),
     before anything is built; returns the `ampkit.plan.fit_check.FitEstimate` (None: not checked).
     The step is the run's own: its optimizer and activation checkpointing (`[features]`), its
