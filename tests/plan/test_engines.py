@@ -62,7 +62,7 @@ def test_the_cheapest_fix_is_found_by_tracing(tmp_path):
         model=f"hf:{tmp_path}",
         gpu_mem="3MiB",
         precisions="fp32",
-        checkpointing="none",
+        activation_checkpointing="none",
         seq_len=64,
         micro_batch=8,
         context_gib=0.0,

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ampkit.bench.config import BenchConfig
 
 BOUND_FACTOR = 1.2
 """the whole bench's wall time stays within this factor of (budget x precisions + start-up + fidelity)"""
@@ -175,7 +178,7 @@ class PrecisionPlan:
         return asdict(self)
 
 
-def reference_plan(name: str, config, account: BudgetAccount) -> PrecisionPlan:
+def reference_plan(name: str, config: BenchConfig, account: BudgetAccount) -> PrecisionPlan:
     """fp32 runs at the bench's batch (its worker reduces it itself if one step overruns the budget)."""
     mode = "exact-steps" if config.steps else "full"
     return PrecisionPlan(
@@ -189,7 +192,7 @@ def reference_plan(name: str, config, account: BudgetAccount) -> PrecisionPlan:
 
 def plan_precision(
     name: str,
-    config,
+    config: BenchConfig,
     ref: ReferenceWarm,
     *,
     matmul_ratio: float | None,
@@ -235,7 +238,7 @@ def _ratio(value: float | None) -> str:
     return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
 
 
-def _with_total(plan: PrecisionPlan, config, ref: ReferenceWarm) -> PrecisionPlan:
+def _with_total(plan: PrecisionPlan, config: BenchConfig, ref: ReferenceWarm) -> PrecisionPlan:
     """The plan with its expected seconds: start-up, fidelity, warmup and the measured window."""
     step = plan.estimated_step_s or ref.step_s
     slowdown = step / ref.step_s if ref.step_s > 0 else 1.0
@@ -247,7 +250,7 @@ def _with_total(plan: PrecisionPlan, config, ref: ReferenceWarm) -> PrecisionPla
     return PrecisionPlan(**{**plan.to_dict(), "estimated_total_s": total})
 
 
-def expected_window_s(step_s: float, config, *, max_measure_s: float) -> float:
+def expected_window_s(step_s: float, config: BenchConfig, *, max_measure_s: float) -> float:
     lo, hi = config.measured_steps_range
     if config.steps:
         return config.steps * step_s

@@ -10,7 +10,7 @@ import dataclasses
 import importlib.util
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ampkit import options
 from ampkit.bench.candidates import canonical_candidate, split_candidate
@@ -19,6 +19,9 @@ from ampkit.errors import UsageError
 from ampkit.lora import LoraSettings, check_lora_run, lora_field
 from ampkit.precision import SPECS, check_supported, precision_names_help
 from ampkit.tasks.load import TaskSpec
+
+if TYPE_CHECKING:
+    from ampkit.hardware import DeviceInfo
 
 REFERENCE = "fp32"
 """Every bench measures fp32 first: the reference for speedups, memory ratios and fidelity."""
@@ -94,7 +97,7 @@ class BenchConfig:
     )
     lora: LoraSettings = lora_field()  # --lora RANK: every precision on the LoRA workload (adapters' gradients)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (self.budget_s > 0 and math.isfinite(self.budget_s)):
             raise UsageError(
                 f"--budget-s must be a positive number of seconds, got {self.budget_s}; e.g. --budget-s 20"
@@ -140,7 +143,7 @@ def parse_precisions(text: str) -> list[str]:
     return list(dict.fromkeys(ordered))
 
 
-def default_precisions(info) -> list[str]:
+def default_precisions(info: DeviceInfo) -> list[str]:
     """Every precision this device runs by default (`info` is a hardware.DeviceInfo).
 
     On an accelerator (CUDA, ROCm, XPU, MPS) the ones it cannot run (tf32 off Ampere+/MI300, bf16 on
@@ -162,7 +165,7 @@ def default_precisions(info) -> list[str]:
     return usable
 
 
-def resolve_for_device(config: BenchConfig, info) -> tuple[BenchConfig, list[str], list[str]]:
+def resolve_for_device(config: BenchConfig, info: DeviceInfo) -> tuple[BenchConfig, list[str], list[str]]:
     """Fill the "auto" fields for `info`'s device and check every precision against it.
 
     Returns (resolved config, precisions in run order, warnings). A precision the device cannot

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ampkit.core.step import policy_loss
+from ampkit.core.step import StepPolicy, policy_loss
 from ampkit.errors import UsageError
 from ampkit.tasks import optional
 from ampkit.tasks.lm import LMObjective
+
+if TYPE_CHECKING:
+    from ampkit.tasks import Task
 
 HEALTHY_COSINE = 0.99
 AMPLIFIED_COSINE = 0.9
@@ -29,7 +33,9 @@ MAX_GRAD_ELEMENTS = 16_000_000  # ~64 MB as fp32 on disk; larger gradients are c
 FIDELITY_ROWS = 4  # rows of the fixed batch used for the capture (bounds the logits file)
 
 
-def capture_fidelity(*, model: torch.nn.Module, policy, batch, task=None) -> dict:
+def capture_fidelity(
+    *, model: torch.nn.Module, policy: StepPolicy, batch: Any, task: Task | LMObjective | None = None
+) -> dict:
     """Forward + loss + backward on `batch` at the model's current weights; nothing is stepped.
 
     `task` gives the loss and the outputs compared (default: the language model's logits at real
@@ -48,7 +54,9 @@ def capture_fidelity(*, model: torch.nn.Module, policy, batch, task=None) -> dic
     grad = torch.cat([_flat_grad(p) for p in params]).div_(scale)
     model.zero_grad(set_to_none=True)
     return {
-        "logits": optional.fidelity_outputs(task, outputs, batch).float().cpu(),  # (rows, features) fp32
+        # (rows, features) fp32. optional.* finds the task's methods by getattr, so LMObjective (the
+        # batch half of a Task, not a whole one) serves: hence the ignore
+        "logits": optional.fidelity_outputs(task, outputs, batch).float().cpu(),  # type: ignore[arg-type]
         "loss": float(loss.detach().float().item()),
         "grad": _subsample(grad).cpu(),
         "grad_numel": int(grad.numel()),
@@ -75,7 +83,7 @@ def fidelity_file(path: str, rows: int, main_rows: int) -> str:
     return path if rows == main_rows else path.replace(".fidelity.pt", f".fidelity-{rows}row.pt")
 
 
-def fixed_batch(val_batches: list, *, rows: int = FIDELITY_ROWS):
+def fixed_batch(val_batches: list, *, rows: int = FIDELITY_ROWS) -> Any:
     """The capture batch: the first held-out batch, cut to `rows` rows (same in every precision)."""
     if not val_batches:
         raise UsageError("the task holds out no batch for the fidelity check; give it held-out data")

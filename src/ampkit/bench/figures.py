@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ampkit.bench.render import (
     COLORS,
@@ -20,12 +21,15 @@ from ampkit.bench.render import (
 )
 from ampkit.report import plt
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 
 def _color(name: str) -> str:
     return COLORS.get(name, "#777777")
 
 
-def throughput_figure(summary: dict):
+def throughput_figure(summary: dict) -> Figure:
     entries = _ok(summary)
     names = [e["name"] for e in entries]
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -65,7 +69,7 @@ def _curve(entry: dict) -> list[float]:
     return [math.nan if v is None else v for v in entry["loss"]["curve"]]
 
 
-def loss_figure(summary: dict):
+def loss_figure(summary: dict) -> Figure:
     """Left: the loss curves. Right: each minus fp32's, step for step (the curves often overlap)."""
     fig, (ax, ax_gap) = plt.subplots(1, 2, figsize=(11, 3.8))
     entries = _ok(summary)
@@ -90,7 +94,7 @@ def loss_figure(summary: dict):
     return fig
 
 
-def step_time_figure(summary: dict):
+def step_time_figure(summary: dict) -> Figure:
     entries = _ok(summary)
     fig, ax = plt.subplots(figsize=(11, 3.8))
     data = [e["timing"]["step_ms"] for e in entries]
@@ -108,7 +112,7 @@ def step_time_figure(summary: dict):
     return fig
 
 
-def fidelity_figure(summary: dict):
+def fidelity_figure(summary: dict) -> Figure:
     """1 - cosine on a log scale: 0.9996 and 0.99 are far apart there, and the thresholds are lines."""
     entries = [e for e in _with_fidelity(summary) if e["name"] != summary["reference"]]
     fig, ax = plt.subplots(figsize=(11, 3.6))
@@ -140,7 +144,7 @@ def fidelity_figure(summary: dict):
     return fig
 
 
-def profile_figure(summary: dict):
+def profile_figure(summary: dict) -> Figure:
     """One horizontal bar per precision: its profiled step's milliseconds, stacked by category."""
     entries = _profiled(summary)
     fig, ax = plt.subplots(figsize=(11, 0.9 + 0.55 * len(entries)))

@@ -65,7 +65,7 @@ class InferenceSettings:
         default=0.9, metadata={"help": "greedy-token agreement with fp32 a configuration needs to be recommended"}
     )
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("prompt_len", "gen_tokens", "infer_batch", "repeats"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -201,9 +201,13 @@ def _sync(device: torch.device) -> float:
 
 
 @torch.no_grad()
-def generate(model, prompts: torch.Tensor, *, new_tokens: int, kv: torch.dtype, forced: torch.Tensor | None = None):
+def generate(
+    model: Any, prompts: torch.Tensor, *, new_tokens: int, kv: torch.dtype, forced: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, float, float, Any]:
     """Greedy decoding with a KV cache: (tokens (B, new_tokens), logits (B, new_tokens, V) fp32, prefill
-    seconds, decode seconds). With `forced`, the reference's tokens are fed instead of the argmax."""
+    seconds, decode seconds, the cache). With `forced`, the reference's tokens are fed instead of the argmax.
+    `model`: a language model with a KV-cache decode path, `new_cache` and `forward_cached` (LlamaLM,
+    HFCausalLM; typed Any because nn.Module's attribute typing cannot say so); the cache is its own kind."""
     device = prompts.device
     cache = model.new_cache(batch_size=prompts.shape[0], max_len=prompts.shape[1] + new_tokens, dtype=kv)
     start = _sync(device)
@@ -220,10 +224,10 @@ def generate(model, prompts: torch.Tensor, *, new_tokens: int, kv: torch.dtype, 
     return torch.stack(tokens, 1), torch.stack(kept, 1), prefill, decode, cache
 
 
-def activation_peak_bytes(model, prompts: torch.Tensor, kv: torch.dtype) -> int:
+def activation_peak_bytes(model: Any, prompts: torch.Tensor, kv: torch.dtype) -> int:
     """The prefill's peak of new allocations (activations and temporaries; the weights and the cache
     exist before it): ampkit's storage tracker (a dispatch mode, as the planner's traced engine uses)
-    on any device, so CPU and CUDA are read alike."""
+    on any device, so CPU and CUDA are read alike. `model`: as `generate`'s."""
     from ampkit.plan.traced.tracker import StorageTracker
 
     cache = model.new_cache(batch_size=prompts.shape[0], max_len=prompts.shape[1], dtype=kv)
@@ -239,7 +243,14 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def measure(
-    model, prompts: torch.Tensor, *, weights: str, kv: str, new_tokens: int, reference: dict | None, repeats: int = 3
+    model: nn.Module,
+    prompts: torch.Tensor,
+    *,
+    weights: str,
+    kv: str,
+    new_tokens: int,
+    reference: dict | None,
+    repeats: int = 3,
 ) -> dict:
     """One configuration's figures (a dict for summary.json); `reference` is fp32/fp32's own result.
     Prefill and decode times are the medians of `repeats` timed runs (short runs are noisy)."""
@@ -249,7 +260,8 @@ def measure(
         generate(net, prompts[:, : min(8, prompts.shape[1])], new_tokens=2, kv=kv_dtype)  # warm-up, untimed
         runs = [generate(net, prompts, new_tokens=new_tokens, kv=kv_dtype) for _ in range(repeats)]
         tokens, logits, _, _, cache = runs[0]  # greedy decoding is deterministic: every run the same tokens
-        prefill_s, decode_s = (statistics.median(r[i] for r in runs) for i in (2, 3))
+        # r[2], r[3]: the float seconds of `generate`'s tuple (a variable index reads as any of its types)
+        prefill_s, decode_s = (statistics.median(r[i] for r in runs) for i in (2, 3))  # type: ignore[type-var]
         forced = (
             logits
             if reference is None
@@ -282,12 +294,12 @@ def measure(
 class tf32_matmuls:
     """TF32 on for the block (cuBLAS matmuls and cuDNN), restored on exit."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self.saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = self.enabled
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self.saved

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ampkit.plan.kv.measured import configuration_rows
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from rich.console import Group
 
 MIB = 1024**2
 HEADERS = ["weights", "KV", "prefill tok/s", "decode tok/s", "TTFT ms", "KV B/token", "agreement", "logits cos"]
@@ -35,7 +39,7 @@ def memory_rows(summary: dict[str, Any]) -> list[list[str]]:
     return configuration_rows(summary["configurations"], lambda r: [f"{r[k] / MIB:.2f}" for k in keys])  # MiB
 
 
-def console_table(summary: dict[str, Any], *, wide: bool = False):
+def console_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
     """The console's table: `wide`, the report's columns; else without prefill tokens/s, and a measured
     KV size that differs from the formula as a footnote."""
     from ampkit.report.console import Footnotes, columns, compact_table
@@ -58,7 +62,7 @@ def console_table(summary: dict[str, Any], *, wide: bool = False):
     return compact_table(title, columns(headers, names=2), compact, notes=notes)
 
 
-def _figure(summary: dict[str, Any]):
+def _figure(summary: dict[str, Any]) -> Figure:
     import matplotlib
 
     matplotlib.use("Agg")

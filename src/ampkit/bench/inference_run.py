@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from rich.console import Console
@@ -28,11 +28,14 @@ from ampkit.runs import SUMMARY_FILE, create_run_dir, write_json_atomic
 from ampkit.tasks.lm import LanguageModelTask
 from ampkit.tasks.load import build_task
 
+if TYPE_CHECKING:
+    from ampkit.bench.config import BenchConfig
+
 SCHEMA = "ampkit.bench-inference/1"
 TIE = 0.05  # decode tokens/s within 5% of the fastest: the leaner KV cache wins
 
 
-def language_model(config) -> LanguageModelTask:
+def language_model(config: BenchConfig) -> LanguageModelTask:
     """The task, refused unless it is a language model whose model has a KV-cache decode path; its
     rows are the context (prompt + generated tokens) long."""
     settings = config.serving
@@ -68,7 +71,9 @@ def prompts(task: LanguageModelTask, *, batch: int, length: int, seed: int, devi
     )
 
 
-def measure_all(task, config, device: torch.device, console: Console, show_progress: bool) -> tuple[list[dict], tuple]:
+def measure_all(
+    task: LanguageModelTask, config: BenchConfig, device: torch.device, console: Console, show_progress: bool
+) -> tuple[list[dict], tuple]:
     settings = config.serving
     info = describe_device(device)
     infer.check_kv_dtypes(infer.kv_names(settings), device)
@@ -130,7 +135,14 @@ def recommend(results: list[dict], *, threshold: float) -> dict[str, Any]:
     return {"weights": chosen["weights"], "kv_dtype": chosen["kv_dtype"], "reason": reason, "below_fidelity": failing}
 
 
-def build_summary(task, config, device, results: list[dict], wall_s: float, shape: tuple) -> dict[str, Any]:
+def build_summary(
+    task: LanguageModelTask,
+    config: BenchConfig,
+    device: torch.device,
+    results: list[dict],
+    wall_s: float,
+    shape: tuple,
+) -> dict[str, Any]:
     info, cfg = describe_device(device), task.model_config
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
     return {
@@ -153,7 +165,9 @@ def build_summary(task, config, device, results: list[dict], wall_s: float, shap
     }
 
 
-def run_inference_bench(config, *, out=None, console: Console | None = None, show_progress: bool = True):
+def run_inference_bench(
+    config: BenchConfig, *, out: str | Path | None = None, console: Console | None = None, show_progress: bool = True
+) -> tuple[dict[str, Any], Path]:
     """The whole serving bench; returns (summary, run directory)."""
     from ampkit.bench.inference_render import render_inference_report
 

@@ -14,7 +14,7 @@ Units: bytes; GiB = 1024**3 bytes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,8 +35,16 @@ from ampkit.plan.fit_check import (
 from ampkit.plan.setting import FRAGMENTATION, NO_RESERVE, Reserve, StepSetting
 from ampkit.tasks.lm import LanguageModelTask
 
+if TYPE_CHECKING:
+    from ampkit.bench.config import BenchConfig
+    from ampkit.lora import LoraSettings
+    from ampkit.plan.describe import ModelDescription
+    from ampkit.plan.lora.ledger import LoraFit
+    from ampkit.plan.setting import Ledger
+    from ampkit.tasks import Task
 
-def check_bench_fits(config, precisions: list[str], *, device: torch.device) -> list[FitEstimate]:
+
+def check_bench_fits(config: BenchConfig, precisions: list[str], *, device: torch.device) -> list[FitEstimate]:
     """`config` is a resolved BenchConfig (no "auto" left); returns the estimates, one per precision checked."""
     if not config.fit_check:
         return []
@@ -67,7 +75,9 @@ def _setting(name: str, batch_size: int, seq_len: int) -> StepSetting:
     )
 
 
-def predict_step_peak(config, task, precision: str, *, batch_size: int, seq_len: int | None = None) -> dict[str, Any]:
+def predict_step_peak(
+    config: BenchConfig, task: Task, precision: str, *, batch_size: int, seq_len: int | None = None
+) -> dict[str, Any]:
     """{"bytes", "source", "note"}: the planner's tensor peak of one step at this batch (no framework
     reserve: what the allocator holds), or bytes None with why it is not predicted."""
     try:
@@ -89,7 +99,7 @@ def predict_step_peak(config, task, precision: str, *, batch_size: int, seq_len:
         return {"bytes": None, "source": None, "note": f"not predicted: {why}"}
 
 
-def _task_ledger(task, precision: str, batch_size: int, seed: int, *, reserve: Reserve):
+def _task_ledger(task: Task, precision: str, batch_size: int, seed: int, *, reserve: Reserve) -> Ledger:
     from ampkit.plan.task_plan import task_ledger  # fake-tensor machinery: loaded only for tasks
 
     batch = task.train_stream(batch_size=batch_size, seed=seed).next_batch()
@@ -98,7 +108,7 @@ def _task_ledger(task, precision: str, batch_size: int, seed: int, *, reserve: R
     return ledger
 
 
-def largest_batch(config, task, precision: str, *, device: torch.device) -> dict[str, Any]:
+def largest_batch(config: BenchConfig, task: Task, precision: str, *, device: torch.device) -> dict[str, Any]:
     """{"batch_size", "capacity_bytes", "capacity_label", "source"}: the largest micro-batch whose step
     the planner fits in what this device can give (batch_size None: not predicted, with a "note")."""
     found = _capacity(device)
@@ -121,7 +131,7 @@ def largest_batch(config, task, precision: str, *, device: torch.device) -> dict
     return {"batch_size": best, "capacity_bytes": capacity, "capacity_label": label, "source": source}
 
 
-def _lora_fit(desc, settings, name: str):
+def _lora_fit(desc: ModelDescription, settings: LoraSettings, name: str) -> LoraFit | None:
     """The LoRA ledger's planner of candidate `name` (None: full fine-tuning); refused where the LoRA
     ledger does not plan this model (a full fine-tuning batch would overstate what fits by far)."""
     if not settings.enabled:
@@ -134,7 +144,9 @@ def _lora_fit(desc, settings, name: str):
     return found
 
 
-def _largest_task_batch(config, task, precision: str, capacity: int, device: torch.device) -> int | None:
+def _largest_task_batch(
+    config: BenchConfig, task: Task, precision: str, capacity: int, device: torch.device
+) -> int | None:
     """A task's step memory is affine in the batch: traces at b and 2b give the slope."""
     from ampkit.plan.task_plan import _largest_batch
 

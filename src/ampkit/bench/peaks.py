@@ -16,7 +16,7 @@ peak, with a note. An MFU above 1 would mean the probe under-measured the peak: 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,8 +25,11 @@ from ampkit.hardware import matmul_size_for, measure_matmul_flops, measured_peak
 from ampkit.hardware.backend import backend_for
 from ampkit.hardware.matmul import MATMUL_DTYPES
 
+if TYPE_CHECKING:
+    from ampkit.hardware import DeviceInfo
 
-def measure_peaks(info, precisions: list[str], device: torch.device) -> dict[str, dict[str, Any]]:
+
+def measure_peaks(info: DeviceInfo, precisions: list[str], device: torch.device) -> dict[str, dict[str, Any]]:
     """{dtype key: {"peak_flops", "source", "dtype"}} for fp32 and every compute dtype of `precisions`."""
     keys = dict.fromkeys(["fp32"] + [candidate_spec(name).matmul_key for name in precisions])
     peaks = {key: _peak(key, info, device) for key in keys}
@@ -34,7 +37,7 @@ def measure_peaks(info, precisions: list[str], device: torch.device) -> dict[str
     return peaks
 
 
-def _peak(key: str, info, device: torch.device) -> dict[str, Any]:
+def _peak(key: str, info: DeviceInfo, device: torch.device) -> dict[str, Any]:
     if info.gpu_model is not None:  # a card of the GPU table (NVIDIA, AMD)
         table = peak_flops(info, key)
         if table:
@@ -49,7 +52,7 @@ def _peak(key: str, info, device: torch.device) -> dict[str, Any]:
     return {"peak_flops": measured, "source": "measured-matmul", "dtype": key}
 
 
-def is_native(precision: str, info) -> bool:
+def is_native(precision: str, info: DeviceInfo) -> bool:
     """The precision's compute dtype runs in hardware here (fp8-emulated never does)."""
     spec = candidate_spec(precision)
     return not spec.emulated and (spec.matmul_key == "fp32" or info.is_native(spec.matmul_key))
@@ -62,7 +65,7 @@ def matmul_ratio(precision: str, peaks: dict[str, dict[str, Any]]) -> float | No
     return mine / fp32 if mine and fp32 else None
 
 
-def mfu_denominator(precision: str, info, peaks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def mfu_denominator(precision: str, info: DeviceInfo, peaks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """{"peak_flops", "source", "dtype", "note"}: the peak this precision's MFU is held to."""
     spec = candidate_spec(precision)
     if is_native(precision, info):

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -34,6 +35,11 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from ampkit.hardware.backend import backend_for
 from ampkit.plan.traced.measure import _allocator_peak, _held_bytes
+
+if TYPE_CHECKING:
+    from torch.autograd.profiler_util import FunctionEvent
+
+    from ampkit.core.step import BatchSource, StepResult, Trainer
 
 CATEGORIES = {
     "matmul": "matmul/attention",
@@ -144,7 +150,7 @@ def _is_compute(name: str) -> bool:
     return base is not None and base not in _LAYOUT
 
 
-def _chain(event) -> list:
+def _chain(event: FunctionEvent | None) -> list[FunctionEvent]:
     out = []
     while event is not None:
         out.append(event)
@@ -152,7 +158,7 @@ def _chain(event) -> list:
     return out
 
 
-def _norm_sequence_numbers(events) -> set[int]:
+def _norm_sequence_numbers(events: Iterable[FunctionEvent]) -> set[int]:
     """Autograd sequence numbers of the ops recorded inside a normalisation module's forward."""
     found = set()
     for event in events:
@@ -181,7 +187,7 @@ def category_of(chain: list, norm_seq: set[int]) -> str:
     return "other"
 
 
-def categorize(events, *, device_time: bool = False) -> dict[str, float]:
+def categorize(events: Iterable[FunctionEvent], *, device_time: bool = False) -> dict[str, float]:
     """Self time per category in microseconds (`other` holds only the ops filed there)."""
     norm_seq = _norm_sequence_numbers(events)
     totals = dict.fromkeys(CATEGORIES, 0.0)
@@ -208,19 +214,19 @@ def breakdown(times_us: dict[str, float], wall_s: float) -> dict[str, Any]:
 class _Scoped:
     """A batch whose move to the device runs inside the data scope."""
 
-    def __init__(self, batch):
+    def __init__(self, batch: Any) -> None:
         self.batch = batch
 
-    def to(self, device, **kwargs):
+    def to(self, device: torch.device | str, **kwargs: Any) -> Any:
         with record_function(DATA_SCOPE):
             return self.batch.to(device, **kwargs)
 
 
 class _ScopedSampler:
-    def __init__(self, sampler):
+    def __init__(self, sampler: BatchSource) -> None:
         self.sampler = sampler
 
-    def next_batch(self):
+    def next_batch(self) -> _Scoped:
         with record_function(DATA_SCOPE):
             return _Scoped(self.sampler.next_batch())
 
@@ -247,12 +253,12 @@ def _norm_hooks(model: nn.Module) -> list:
     """Forward hooks that run every normalisation module's forward inside the norm scope."""
     stack: list = []
 
-    def pre(module, args):
+    def pre(module: nn.Module, args: tuple[Any, ...]) -> None:
         scope = record_function(NORM_SCOPE)
         scope.__enter__()
         stack.append(scope)
 
-    def post(module, args, output):
+    def post(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if stack:
             stack.pop().__exit__(None, None, None)
 
@@ -264,7 +270,7 @@ def _norm_hooks(model: nn.Module) -> list:
 
 
 @contextlib.contextmanager
-def scoped_step(trainer):
+def scoped_step(trainer: Trainer) -> Iterator[None]:
     """The trainer with its sampler, phases and normalisation modules scoped for the profiler."""
     sampler, phases = trainer.sampler, trainer.phases
     scopes = _PhaseScopes()
@@ -283,7 +289,7 @@ _DEVICE_ACTIVITY = {"cuda": ProfilerActivity.CUDA, "xpu": ProfilerActivity.XPU}
 """The profiler's device-side activity per torch device type (ROCm is "cuda"); MPS: host-side events only."""
 
 
-def profile_step(trainer, *, device: torch.device):
+def profile_step(trainer: Trainer, *, device: torch.device) -> tuple[StepResult, dict[str, Any], int]:
     """One training step under torch.profiler: (StepResult, breakdown, step peak bytes)."""
     backend = backend_for(device)
     accelerator = device.type != "cpu"
@@ -305,7 +311,7 @@ def profile_step(trainer, *, device: torch.device):
     return result, report, peak
 
 
-def _top_ops(prof, device_time: bool, count: int = 6) -> list[list]:
+def _top_ops(prof: profile, device_time: bool, count: int = 6) -> list[list]:
     """The ops with the most self time: [name, ms]."""
     rows = [
         (e.key, (e.self_device_time_total if device_time else e.self_cpu_time_total) / 1e3) for e in prof.key_averages()

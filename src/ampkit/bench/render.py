@@ -38,21 +38,21 @@ def _with_fidelity(summary: dict) -> list[dict]:
     return [e for e in summary["precisions"] if e.get("fidelity")]
 
 
-def _num(value, fmt: str, empty: str = "-") -> str:
+def _num(value: float | None, fmt: str, empty: str = "-") -> str:
     return empty if value is None else format(value, fmt)
 
 
-def _ratio(value) -> str:
+def _ratio(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
 
 
-def _mib(value) -> str:
+def _mib(value: float | None) -> str:
     return "-" if value is None else f"{value / MIB:,.0f} MiB"
 
 
-def _cos(value) -> str:
+def _cos(value: float | None) -> str:
     return "-" if value is None else format_cosine(value)
 
 
@@ -169,7 +169,7 @@ def _speedup_cells(summary: dict, cells: list[str], notes: Footnotes) -> list[st
     return marked
 
 
-def _loss_cell(entry: dict):
+def _loss_cell(entry: dict) -> float | None:
     """The loss at the common step (a summary written before it existed: the final loss)."""
     loss = entry["loss"]
     if not loss:

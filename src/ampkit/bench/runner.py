@@ -21,7 +21,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from rich.console import Console
@@ -52,6 +52,9 @@ from ampkit.tasks import optional
 from ampkit.tasks.lm import LanguageModelTask
 from ampkit.tasks.load import build_task
 
+if TYPE_CHECKING:
+    from ampkit.tasks import Task
+
 WORKERS_DIR = "workers"
 BUSY_LOAD_PER_CPU = 2.0  # a load average above this many runnable processes per CPU earns a warning
 MIN_WORKER_TIMEOUT_S = 900.0  # hang protection only: a slow emulated precision still finishes within it
@@ -75,7 +78,7 @@ class BenchPlan:
     """the task built for the checks (the planner's predictions use it)"""
 
 
-def plan_bench(config: BenchConfig, *, task_object=None) -> BenchPlan:
+def plan_bench(config: BenchConfig, *, task_object: Task | None = None) -> BenchPlan:
     """Resolve "auto" settings for the device and refuse what cannot run, before any worker starts:
     the task is built here once (a missing task file, a bad model or --seq-len is one line, exit 2)."""
     info = describe_device(pick_device(config.device))
@@ -107,7 +110,7 @@ def main_script() -> str | None:
     return str(Path(path).resolve()) if path and str(path).endswith(".py") else None
 
 
-def pickle_task(task, folder: Path) -> Path:
+def pickle_task(task: Task, folder: Path) -> Path:
     """The task object, pickled for the workers (each precision runs in a fresh process)."""
     path = folder / "task.pkl"
     try:
@@ -195,7 +198,7 @@ def run_worker(
         assert proc.stdout is not None  # stdout=PIPE
         timed_out = threading.Event()
 
-        def kill():
+        def kill() -> None:
             timed_out.set()
             proc.kill()
 
@@ -244,7 +247,7 @@ def measure_precision(
     name: str,
     plan: BenchPlan,
     run_dir: Path,
-    progress,
+    progress: BenchProgress,
     *,
     job_plan: PrecisionPlan | None = None,
     on_event: Callable[[dict], None] | None = None,
@@ -309,7 +312,12 @@ def _worker_plan(job_plan: PrecisionPlan, *, reference: bool) -> dict[str, Any]:
 
 
 def _read_result(
-    name: str, paths: dict[str, Path], death: str | None, worker_plan, *, interrupted: bool = False
+    name: str,
+    paths: dict[str, Path],
+    death: str | None,
+    worker_plan: dict[str, Any] | None,
+    *,
+    interrupted: bool = False,
 ) -> dict[str, Any]:
     if paths["result"].is_file():
         return json.loads(paths["result"].read_text(encoding="utf-8"))
@@ -340,7 +348,7 @@ def run_bench(
     out: str | Path | None = None,
     console: Console | None = None,
     show_progress: bool = True,
-    task_object=None,
+    task_object: Task | None = None,
 ) -> tuple[dict[str, Any], Path]:
     """The whole bench; returns (summary, run directory). The reports are written too. `task_object`:
     a task given as a Python object (`ampkit.bench.run`), pickled for the worker processes.
@@ -386,7 +394,7 @@ def _measure_all(
     show_progress: bool,
     started: float,
     load_start: list | None,
-    task_object=None,
+    task_object: Task | None = None,
     slot: WorkerSlot | None = None,
 ) -> dict[str, Any]:
     """The device's matmul peaks, every precision's worker (`BenchSession`), then summary.json (returned).
@@ -471,7 +479,7 @@ class BenchProgress:
         "profile": "profiling one step",
     }
 
-    def __init__(self, console: Console, plan: BenchPlan, *, enabled: bool):
+    def __init__(self, console: Console, plan: BenchPlan, *, enabled: bool) -> None:
         self.plan = plan
         self.progress = Progress(
             TextColumn("[bold]{task.description:<11}"),
@@ -490,7 +498,7 @@ class BenchProgress:
         self._context.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._context.__exit__(*exc)
 
     def set_expected_end(self, when: float) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ampkit.bench.budget import (
     BudgetAccount,
@@ -25,7 +25,38 @@ from ampkit.bench.budget import (
 from ampkit.bench.candidates import candidate_spec
 from ampkit.bench.peaks import is_native, matmul_ratio
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ampkit.bench.config import BenchConfig
+    from ampkit.hardware import DeviceInfo
+
 REPORT_S = 3.0  # the summary, plots and reports, after the last worker (a rough figure for the estimate)
+
+
+class SessionPlan(Protocol):
+    """What the session reads of a `runner.BenchPlan` (the runner imports this module)."""
+
+    @property
+    def config(self) -> BenchConfig: ...
+    @property
+    def info(self) -> DeviceInfo: ...
+    @property
+    def precisions(self) -> list[str]: ...
+    @property
+    def requested(self) -> tuple[str, ...]: ...
+
+
+class ExpectedEnd(Protocol):
+    """The progress display's "time left" row (`runner.BenchProgress`)."""
+
+    def set_expected_end(self, when: float) -> None: ...
+
+
+OnEvent = Callable[[dict[str, Any]], None]
+"""A worker's progress event handler: one JSON object per event."""
+Measure = Callable[[str, PrecisionPlan, OnEvent | None], dict[str, Any]]
+"""`measure(name, job_plan, on_event) -> result`: one precision's worker, run to its end."""
 
 
 class BenchSession:
@@ -33,15 +64,15 @@ class BenchSession:
 
     def __init__(
         self,
-        plan,
-        console,
-        progress,
+        plan: SessionPlan,
+        console: Console,
+        progress: ExpectedEnd,
         peaks: dict[str, Any],
         *,
-        measure: Callable,
+        measure: Measure,
         started: float,
         stopped: Callable[[], bool] = lambda: False,
-    ):
+    ) -> None:
         self.plan, self.console, self.progress, self.peaks = plan, console, progress, peaks
         self.config = plan.config
         self.measure, self.started, self.stopped = measure, started, stopped

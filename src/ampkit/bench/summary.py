@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,6 +25,17 @@ from ampkit.bench.recommend import Candidate, native_support, recommend
 from ampkit.bench.timing import summarize_steps
 from ampkit.precision import REFERENCE
 from ampkit.provenance import summary_header
+
+if TYPE_CHECKING:
+    from ampkit.hardware import DeviceInfo
+    from ampkit.lora import LoraSettings
+
+PredictPeak = Callable[[str, int, int | None], dict[str, Any]]
+"""`predict(precision, batch_size, seq_len) -> {"bytes", "source", "note"}`: the planner's step peak
+(`bench.memory_check.predict_step_peak`; seq_len None: the config's)."""
+FitBatch = Callable[[str], dict[str, Any]]
+"""`fit_batch(precision) -> {"batch_size", ...}`: the largest micro-batch that fits
+(`bench.memory_check.largest_batch`)."""
 
 SCHEMA = "ampkit.bench/2"
 SCHEMA_VERSION = 2  # 2: throughput as items_per_s in the task's "unit"; model.flops_per_item
@@ -70,7 +81,7 @@ def _mfu_block(items_per_s: float, flops_per_item: float | None, denominator: di
     }
 
 
-def _denominator(result: dict[str, Any], info, peaks: dict[str, Any] | None) -> dict[str, Any]:
+def _denominator(result: dict[str, Any], info: DeviceInfo, peaks: dict[str, Any] | None) -> dict[str, Any]:
     if peaks is not None:
         return mfu_denominator(result["precision"], info, peaks)
     return {**(result.get("peak") or {"peak_flops": None, "source": "unknown", "dtype": "fp32"}), "note": None}
@@ -100,7 +111,11 @@ def _budget_entry(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def precision_entry(
-    result: dict[str, Any], *, info, peaks: dict[str, Any] | None = None, flops_per_item: float | None = None
+    result: dict[str, Any],
+    *,
+    info: DeviceInfo,
+    peaks: dict[str, Any] | None = None,
+    flops_per_item: float | None = None,
 ) -> dict[str, Any]:
     """One precision's block, without the parts measured against fp32 (added by `add_comparisons`)."""
     name = result["precision"]
@@ -176,7 +191,9 @@ def _same_batches(entry: dict[str, Any], ref: dict[str, Any]) -> bool:
     return entry["budget"]["batch_size"] == ref["budget"]["batch_size"]
 
 
-def _vs_fp32(entry, result, ref, ref_result) -> dict[str, Any]:
+def _vs_fp32(
+    entry: dict[str, Any], result: dict[str, Any], ref: dict[str, Any], ref_result: dict[str, Any]
+) -> dict[str, Any]:
     """Speedup over the steps both ran on the same batches (`bench.ratios`); per item when the batches
     differ (a reduced batch): then it is the ratio of the items/s figures."""
     same = _same_batches(entry, ref)
@@ -268,7 +285,7 @@ def profile_block(entries: list[dict[str, Any]], peaks: dict[str, Any] | None) -
     }
 
 
-def add_predictions(entries, results, predict: Callable | None) -> None:
+def add_predictions(entries: list[dict[str, Any]], results: list[dict[str, Any]], predict: PredictPeak | None) -> None:
     """The planner's predicted step peak beside the profiled step's measured peak, and their ratio."""
     for entry, result in zip(entries, results):
         if entry["status"] != "ok" or entry["memory"] is None:
@@ -320,7 +337,7 @@ def _ranked_items_per_s(entry: dict[str, Any], reference_items_per_s: float | No
     return reference_items_per_s * entry["vs_fp32"]["speedup"]
 
 
-def device_block(info) -> dict[str, Any]:
+def device_block(info: DeviceInfo) -> dict[str, Any]:
     return {
         "type": info.type,
         "name": info.name,
@@ -354,7 +371,7 @@ FLOPS_FORMULAS = {
 }
 
 
-def _lora_settings(settings) -> dict[str, Any]:
+def _lora_settings(settings: LoraSettings) -> dict[str, Any]:
     """The `[lora]` settings a LoRA run was given ({} for full fine-tuning): the rank, and every other
     setting of the section that differs from its default."""
     import dataclasses  # here, beside its one use: keeps this module's imports as they were
@@ -418,7 +435,7 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
 def build_summary(
     *,
     config: BenchConfig,
-    info,
+    info: DeviceInfo,
     task: dict[str, Any],
     results: list[dict[str, Any]],
     warnings: list[str],
@@ -426,8 +443,8 @@ def build_summary(
     wall_s: float,
     host_load: dict[str, Any] | None = None,
     peaks: dict[str, Any] | None = None,
-    predict: Callable | None = None,
-    fit_batch: Callable | None = None,
+    predict: PredictPeak | None = None,
+    fit_batch: FitBatch | None = None,
     budget: dict[str, Any] | None = None,
     interrupted: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -479,7 +496,13 @@ def _model_block(task: dict[str, Any], flops: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _recommendation(config, info, task, entries, fit_batch: Callable | None) -> dict[str, Any]:
+def _recommendation(
+    config: BenchConfig,
+    info: DeviceInfo,
+    task: dict[str, Any],
+    entries: list[dict[str, Any]],
+    fit_batch: FitBatch | None,
+) -> dict[str, Any]:
     ref_ips = next(
         (e["timing"]["items_per_s"] for e in entries if candidate_spec(e["name"]).is_reference and e["timing"]), None
     )

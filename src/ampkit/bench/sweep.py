@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from rich.console import Console, Group
@@ -34,6 +34,10 @@ from ampkit.runs import (
     write_json_atomic,
 )
 from ampkit.train.features import feature_set_unavailable, get_feature_sets
+
+if TYPE_CHECKING:
+    from ampkit.bench.runner import BenchPlan
+    from ampkit.train.features import FeatureSet
 
 SWEEP_SCHEMA_VERSION = 1
 BASELINE = "baseline"
@@ -73,7 +77,7 @@ def run_sweep(
     return summary, run_dir
 
 
-def _measure(fs, precision: str, plan, run_dir: Path) -> dict[str, Any]:
+def _measure(fs: FeatureSet, precision: str, plan: BenchPlan, run_dir: Path) -> dict[str, Any]:
     workers = run_dir / WORKERS_DIR
     stem = fs.name.replace("+", "_")
     paths = {
@@ -114,7 +118,7 @@ def _measure(fs, precision: str, plan, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _summary(plan, precision: str, rows: list[dict], run_dir: Path, *, wall_s: float) -> dict[str, Any]:
+def _summary(plan: BenchPlan, precision: str, rows: list[dict], run_dir: Path, *, wall_s: float) -> dict[str, Any]:
     base = next((r for r in rows if r["variant"] == BASELINE and r["status"] == "ok"), None)
     for row in rows:
         if base and row["status"] == "ok":
@@ -173,7 +177,7 @@ def sweep_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
     return compact_table(title, columns(SWEEP_HEADERS), rows, notes=[SWEEP_LEGEND, *notes.lines()])
 
 
-def render_sweep_report(summary: dict[str, Any], run_dir: Path):
+def render_sweep_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Path]:
     """report.html (bars of tokens/s and memory per combination) and report.md, from summary.json alone."""
     from ampkit.report import Report, as_stored, plt
 

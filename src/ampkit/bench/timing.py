@@ -18,14 +18,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ampkit.hardware.backend import backend_for
+from ampkit.hardware.backend import EventStepTimer, HostStepTimer, backend_for
 
 STALL_FACTOR = 4.0
 """A step is a stall when it took more than this many times the median step time *and* the median
 time per padded slot (both: a legitimately long batch is longer per step, not per slot)."""
 
 
-def make_step_timer(device: torch.device):
+def make_step_timer(device: torch.device) -> HostStepTimer | EventStepTimer:
     """The device's step timer (`hardware.backend`): host clock on CPU, timing events on an accelerator."""
     return backend_for(device).step_timer()
 

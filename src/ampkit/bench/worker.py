@@ -29,7 +29,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 
@@ -49,6 +49,13 @@ from ampkit.tasks.flops import flops_per_item
 from ampkit.train import TrainConfig, build_run
 from ampkit.train.features import Features
 
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from ampkit.core.step import StepResult, Trainer
+    from ampkit.tasks import Task
+    from ampkit.train import RunObjects
+
 LR_WARMUP_STEPS = 10  # the LR schedule's warmup; the same in every precision (not the timing warmup)
 PROGRESS_EVERY_S = 0.25  # at most ~4 progress lines a second on stdout
 
@@ -56,7 +63,7 @@ PROGRESS_EVERY_S = 0.25  # at most ~4 progress lines a second on stdout
 class ProgressEmitter:
     """JSON lines on stdout for the parent's progress bar; step lines are rate-limited."""
 
-    def __init__(self, stream=None):
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stdout
         self._last = 0.0
 
@@ -94,7 +101,7 @@ def train_config_for(config: BenchConfig, name: str) -> TrainConfig:
     )
 
 
-def load_pickled_task(path: str | None, main_path: str | None = None):
+def load_pickled_task(path: str | None, main_path: str | None = None) -> Task | None:
     """The task object the Python API pickled for the workers (`ampkit.bench.run(task)`), or None.
 
     Classes and functions of the parent's own script pickle as `__main__.NAME`: as multiprocessing's
@@ -129,7 +136,7 @@ def current_rss_bytes() -> int:
         return 0
 
 
-def _timed_step(trainer, device: torch.device):
+def _timed_step(trainer: Trainer, device: torch.device) -> tuple[StepResult, float]:
     """One untimed-loop step with its wall time (a sync on CUDA: warmup only)."""
     start = time.perf_counter()
     result = trainer.train_step()
@@ -137,7 +144,9 @@ def _timed_step(trainer, device: torch.device):
     return result, time.perf_counter() - start
 
 
-def _reduce_batch(objs, config: BenchConfig, plan: dict[str, Any], step_s: float, emit: ProgressEmitter) -> None:
+def _reduce_batch(
+    objs: RunObjects, config: BenchConfig, plan: dict[str, Any], step_s: float, emit: ProgressEmitter
+) -> None:
     """One step overran the budget: go on with a batch whose step takes a fraction of it, and say so."""
     batch = plan["batch_size"]
     smaller = reduced_batch(batch, step_s, config.budget_s)
@@ -151,7 +160,7 @@ def _reduce_batch(objs, config: BenchConfig, plan: dict[str, Any], step_s: float
     emit.emit("reduced", batch_size=smaller, reason=plan["reason"])
 
 
-def warm_up(objs, config: BenchConfig, plan: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
+def warm_up(objs: RunObjects, config: BenchConfig, plan: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
     """Untimed steps, the last one profiled (`bench.profile`): a cold step, then as many as the budget
     affords (`budget.warmup_plan`). A step beyond the budget reduces the batch (not under --steps): the
     cold first one only when over twice the budget (it pays one-time costs), else a steady one, after
@@ -188,7 +197,7 @@ def warm_up(objs, config: BenchConfig, plan: dict[str, Any], emit: ProgressEmitt
     }
 
 
-def measure_steps(objs, config: BenchConfig, emit: ProgressEmitter, plan: dict[str, Any]) -> dict[str, Any]:
+def measure_steps(objs: RunObjects, config: BenchConfig, emit: ProgressEmitter, plan: dict[str, Any]) -> dict[str, Any]:
     """Warmup (the last step profiled), then timed steps in the budget's window (`budget.measure_window`)."""
     trainer, device = objs.trainer, objs.device
     warm = warm_up(objs, config, plan, emit)
@@ -227,7 +236,9 @@ def measure_steps(objs, config: BenchConfig, emit: ProgressEmitter, plan: dict[s
     return _step_facts(objs, results, warm, timer.seconds(), window)
 
 
-def _step_facts(objs, results: list, warm: dict[str, Any], step_s: list[float], window: Window) -> dict[str, Any]:
+def _step_facts(
+    objs: RunObjects, results: list, warm: dict[str, Any], step_s: list[float], window: Window
+) -> dict[str, Any]:
     warmup = len(warm["results"])
     measured_results = results[warmup:]
     losses = torch.stack([r.loss.float() for r in results]).cpu().tolist()  # one sync for the whole run
@@ -285,7 +296,7 @@ def default_plan(config: BenchConfig) -> dict[str, Any]:
     }
 
 
-def capture_all(objs, job: dict[str, Any], rows_list: list[int]) -> dict[str, Any]:
+def capture_all(objs: RunObjects, job: dict[str, Any], rows_list: list[int]) -> dict[str, Any]:
     """The fidelity captures at the initial weights (fp32: 4 rows and 1, for the precisions whose
     4-row capture would not fit the budget); returns the main capture's batch and the seconds spent."""
     start = time.perf_counter()
@@ -301,7 +312,7 @@ def capture_all(objs, job: dict[str, Any], rows_list: list[int]) -> dict[str, An
     return {"batch": batch, "fidelity_s": time.perf_counter() - start}
 
 
-def build_for(job: dict[str, Any], config: BenchConfig, plan: dict[str, Any]):
+def build_for(job: dict[str, Any], config: BenchConfig, plan: dict[str, Any]) -> RunObjects:
     """The run at the bench's batch (held-out batches, hence the fidelity batch, are the same in every
     precision); a plan's smaller batch replaces the training stream only."""
     train_config = train_config_for(config, job["precision"])
@@ -382,7 +393,7 @@ class WorkerStopped(BaseException):
         self.signum = signum
 
 
-def _stop(signum: int, frame) -> None:
+def _stop(signum: int, frame: FrameType | None) -> None:
     raise WorkerStopped(signum)
 
 

@@ -17,6 +17,7 @@ Weight decay applies to matrices only (norm gains and other vectors are not deca
 from __future__ import annotations
 
 import logging
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -72,7 +73,7 @@ def check_optimizer_available(name: str) -> None:
             raise UsageError("--optimizer adamw-sr needs torchao: pip install 'ampkit[fp8]'") from None
 
 
-def load_optimi():
+def load_optimi() -> ModuleType:
     """torch-optimi, lazily; its absence names the extra."""
     try:
         import optimi
@@ -81,7 +82,7 @@ def load_optimi():
     return optimi
 
 
-def load_bitsandbytes():
+def load_bitsandbytes() -> ModuleType:
     """Import bitsandbytes lazily; its absence names the extra to install."""
     # bitsandbytes logs a warning at import on AVX512-BF16 CPUs about an optional 4-bit matmul
     # kernel package; 8-bit optimizer states do not use it, so keep it off the user's console.

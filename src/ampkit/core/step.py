@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -29,6 +29,9 @@ from ampkit.core.optim import build_optimizer
 from ampkit.core.parallel import LocalRun
 from ampkit.core.schedule import build_scheduler
 from ampkit.models import causal_lm_loss
+
+if TYPE_CHECKING:
+    from ampkit.data import Batch
 
 LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 """`loss_fn(model, batch) -> (loss, outputs)`: the mean loss over the batch's items (0-d, fp32) and
@@ -41,12 +44,12 @@ CountFn = Callable[[Any], tuple[int, int]]
 slots computed (padding included); host ints, no device sync."""
 
 
-def lm_count(batch) -> tuple[int, int]:
+def lm_count(batch: Batch) -> tuple[int, int]:
     """A causal-LM batch covers its real target tokens; its slots include the padding."""
     return batch.n_tokens, batch.n_padded
 
 
-def forward_loss(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_loss(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward-and-loss of a causal-LM batch, written once: (mean next-token loss, logits).
 
     `batch` is an `ampkit.data.Batch` on the model's device; the loss is computed in fp32 whatever
@@ -80,6 +83,23 @@ def policy_loss(policy: StepPolicy, loss_fn: LossFn, model: nn.Module, batch: An
     batch = policy.convert_input(batch)
     with policy.forward_context():
         return loss_fn(model, batch)
+
+
+class BatchSource(Protocol):
+    """Where the step's micro-batches come from: `ampkit.data.BatchSampler`, a task's stream, or any
+    object whose `next_batch()` returns a batch with `.to(device)`."""
+
+    def next_batch(self) -> Any: ...
+
+
+class Schedule(Protocol):
+    """The LR schedule the step advances after a real optimizer step: a torch LRScheduler (the one
+    `build_scheduler` makes), or the planner's do-nothing stand-in."""
+
+    def step(self) -> None: ...
+
+
+ScheduleT = TypeVar("ScheduleT", bound=Schedule)
 
 
 class Phases(Protocol):
@@ -136,8 +156,9 @@ class NoPhases:
         """`phase` is "backward" or "optimizer"."""
 
 
-class Trainer:
-    """Holds the run's objects; `train_step()` does one optimizer step of `grad_accum` micro-batches."""
+class Trainer(Generic[ScheduleT]):
+    """Holds the run's objects; `train_step()` does one optimizer step of `grad_accum` micro-batches.
+    Generic in its schedule's type, so a caller of `build_trainer` keeps its LambdaLR's type."""
 
     def __init__(
         self,
@@ -145,8 +166,8 @@ class Trainer:
         model: nn.Module,
         policy: StepPolicy,
         optimizer: torch.optim.Optimizer,
-        scheduler,
-        sampler,
+        scheduler: ScheduleT,
+        sampler: BatchSource,
         device: torch.device,
         grad_accum: int,
         clip_grad_norm: float,
@@ -155,7 +176,7 @@ class Trainer:
         count_fn: CountFn = lm_count,
         gate: StepAlways | StepIfFinite | None = None,
         phases: Phases | None = None,
-    ):
+    ) -> None:
         self.model, self.policy, self.optimizer, self.scheduler = model, policy, optimizer, scheduler
         # Data-parallel hooks (ampkit.distributed): a do-nothing object in a one-process run.
         self.parallel = parallel if parallel is not None else LocalRun()
@@ -195,7 +216,7 @@ class Trainer:
         return StepResult(loss=total_loss, grad_norm=grad_norm, n_tokens=n_tokens, n_slots=n_slots, stepped=stepped)
 
     @torch.no_grad()
-    def evaluate(self, batches) -> float:
+    def evaluate(self, batches: Iterable[Any]) -> float:
         """Per-item mean loss over held-out batches (a host sync: call it at eval steps only)."""
         self.model.eval()
         total = torch.zeros((), device=self.device, dtype=torch.float64)
@@ -213,7 +234,7 @@ class Trainer:
 def build_trainer(
     model: nn.Module,
     policy: StepPolicy,
-    sampler,
+    sampler: BatchSource,
     *,
     device: torch.device,
     optimizer: str,
@@ -225,7 +246,7 @@ def build_trainer(
     clip_grad_norm: float,
     grad_accum: int = 1,
     **step_options: Any,
-) -> Trainer:
+) -> Trainer[torch.optim.lr_scheduler.LambdaLR]:
     """The optimizer `optimizer` over `model` (`build_optimizer`), its warmup-then-cosine schedule
     (`build_scheduler`) and the Trainer that steps them; `step_options` (parallel, loss_fn, count_fn,
     gate, phases) go to `Trainer` as they are. Its `optimizer` and `scheduler` are the built ones."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ampkit.errors import UsageError
 from ampkit.hardware.capabilities import REQUIREMENTS, absence_note
 from ampkit.precision.amp import AutocastPrecision, LossScaleCollapse, ScalerConfig, TruePrecision
@@ -17,6 +19,9 @@ from ampkit.precision.table import (
     get_spec,
     precision_names_help,
 )
+
+if TYPE_CHECKING:
+    from ampkit.hardware.device import DeviceInfo
 
 __all__ = [
     "ALIASES",
@@ -41,7 +46,7 @@ __all__ = [
 ]
 
 
-def check_supported(name: str, info) -> list[str]:
+def check_supported(name: str, info: DeviceInfo) -> list[str]:
     """Refuse a precision this device cannot run (UsageError with the fix); return warnings for
     precisions it runs only by emulation. `info` is a `hardware.DeviceInfo` of any kind (CPU, CUDA,
     ROCm, XPU, MPS): what each kind has is decided in `hardware.capabilities`."""
@@ -76,7 +81,7 @@ def check_supported(name: str, info) -> list[str]:
     ]
 
 
-def _lacking(info, key: str, *, verb: str = "has none") -> str:
+def _lacking(info: DeviceInfo, key: str, *, verb: str = "has none") -> str:
     """ "Tesla V100-SXM2-16GB (sm_70) has none" plus why, for a device of `info`'s kind."""
     note = absence_note(info.kind, key)
     return f"{info.where} {verb}" + (f" ({note})" if note else "")

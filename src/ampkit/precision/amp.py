@@ -39,7 +39,7 @@ class ScalerConfig:
             name: getattr(self, name) for name in ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
         }
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.init_scale <= 0:
             raise UsageError(f"--init-scale must be positive, got {self.init_scale}")
         if self.growth_factor <= 1.0:

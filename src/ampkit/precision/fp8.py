@@ -13,13 +13,14 @@ import dataclasses
 import importlib
 import logging
 from dataclasses import dataclass
+from types import ModuleType
 
 from torch import nn
 
 from ampkit.errors import UsageError
-from ampkit.precision.amp import AutocastPrecision
+from ampkit.precision.amp import AutocastPrecision, ScalerConfig
 from ampkit.precision.fp8_roofline import Roofline, predicted_speedup
-from ampkit.precision.table import Fp8Mode
+from ampkit.precision.table import Fp8Mode, PrecisionSpec
 
 MIN_FEATURES = 16
 SKIP_MODULES = ("lm_head",)
@@ -28,7 +29,7 @@ SKIP_MODULES = ("lm_head",)
 _QUIET_AT_IMPORT = ("torchao", "torch.utils._pytree")
 
 
-def _load_torchao_float8():
+def _load_torchao_float8() -> ModuleType:
     # torchao logs a warning per optional CUDA extension it cannot load at import; on a CPU build
     # that is noise. The loggers are quiet for the import only, then restored to their levels.
     loggers = [logging.getLogger(name) for name in _QUIET_AT_IMPORT]
@@ -76,7 +77,14 @@ class Fp8Options:
 class Fp8Precision(AutocastPrecision):
     """bf16-mixed plus float8 matmuls in the converted Linear layers (fp32 master weights)."""
 
-    def __init__(self, spec, *, device_type: str, scaler=None, fp8: Fp8Options | None = None):
+    def __init__(
+        self,
+        spec: PrecisionSpec,
+        *,
+        device_type: str,
+        scaler: ScalerConfig | None = None,
+        fp8: Fp8Options | None = None,
+    ) -> None:
         super().__init__(spec, device_type=device_type, scaler=scaler)
         self.options = fp8 or Fp8Options()
 

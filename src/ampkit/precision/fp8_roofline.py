@@ -17,6 +17,10 @@ bytes, seconds; peaks in FLOP/s, bandwidth in bytes/s (the GPU table's GB/s x 1e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ampkit.hardware.gpus import GpuSpec
 
 RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 BF16_BYTES, FP8_BYTES = 2, 1
@@ -32,7 +36,7 @@ class Roofline:
     bandwidth: float
 
     @classmethod
-    def from_gpu(cls, gpu) -> Roofline | None:
+    def from_gpu(cls, gpu: GpuSpec) -> Roofline | None:
         """From a `hardware.GpuSpec` (None when the card has no fp8 peak)."""
         bf16, fp8 = gpu.peak_flops("bf16"), gpu.peak_flops("fp8")
         if not bf16 or not fp8:

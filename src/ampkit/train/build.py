@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -39,6 +40,11 @@ from ampkit.train.checkpointer import FileCheckpointer, ShardedCheckpointer, bui
 from ampkit.train.config import TrainConfig, check_train_fits
 from ampkit.train.loggers import check_logger_available
 
+if TYPE_CHECKING:
+    from ampkit.distributed.context import ProcessGroupRun
+    from ampkit.lora.apply import LoraInfo
+    from ampkit.tasks import BatchStream
+
 
 @dataclass
 class RunObjects:
@@ -53,8 +59,8 @@ class RunObjects:
     model: nn.Module
     policy: Precision
     optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    sampler: object
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    sampler: BatchStream
     val_batches: list
     trainer: Trainer
     checkpointer: FileCheckpointer | ShardedCheckpointer
@@ -67,7 +73,7 @@ class RunObjects:
     """This process's place in a data-parallel job (`LocalRun`: a one-process run)."""
 
     @property
-    def lora(self):
+    def lora(self) -> LoraInfo | None:
         """What `--lora` built (`ampkit.lora.apply.LoraInfo`), or None for a run that trains every weight."""
         return self.features.lora if self.features else None
 
@@ -159,7 +165,7 @@ def apply_model_features(
     return model, features.FeatureReport(features=switches, checkpointed_blocks=chosen, compile_s=None)
 
 
-def fp8_options(config: TrainConfig, info: DeviceInfo, task: Task, parallel) -> Fp8Options:
+def fp8_options(config: TrainConfig, info: DeviceInfo, task: Task, parallel: LocalRun) -> Fp8Options:
     """The fp8 recipe, and the roofline filter on a GPU the table knows (each Linear fed batch x
     sequence rows for a language model, batch rows otherwise); FSDP2 all-gathers fp8 weights."""
     gpu = GPUS.get(info.gpu_model) if info.gpu_model else None
@@ -179,7 +185,7 @@ def check_run_settings(config: TrainConfig, *, device: torch.device) -> None:
     check_lora_available(config.lora, device=device, precision=config.precision)  # peft; nf4 on this device
 
 
-def build_run_data(config: TrainConfig, *, task: Task, parallel) -> tuple[object, list]:
+def build_run_data(config: TrainConfig, *, task: Task, parallel: LocalRun) -> tuple[BatchStream, list[Any]]:
     """The task's seeded training stream (dealt to the ranks of a data-parallel job) and held-out batches."""
     sampler = task.train_stream(batch_size=config.batch_size, seed=config.seed)
     val_batches = task.held_out(batch_size=config.batch_size, max_batches=config.eval_batches, seed=config.seed)
@@ -190,7 +196,7 @@ def build_run_data(config: TrainConfig, *, task: Task, parallel) -> tuple[object
         )
     if parallel.distributed:  # rank r takes batches r, r+W, ... of the one seeded stream (global batch: W x)
         sharded = RankShardedSampler(sampler, rank=parallel.rank, world_size=parallel.world_size, count=task.count)
-        parallel.sampler = sharded
+        cast("ProcessGroupRun", parallel).sampler = sharded  # a distributed run's is a ProcessGroupRun
         return sharded, val_batches
     return sampler, val_batches
 

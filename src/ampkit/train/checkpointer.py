@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 from torch import nn
@@ -29,6 +29,56 @@ from ampkit.lora.state import adapter_state_dict, base_identity, load_adapter_st
 from ampkit.tasks import optional
 from ampkit.train import checkpoint as single
 from ampkit.train.checkpoint import CheckpointWriteFailed  # noqa: F401 (raised by the writers; re-exported)
+
+if TYPE_CHECKING:
+    from ampkit.core.parallel import LocalRun
+    from ampkit.lora import LoraSettings
+    from ampkit.precision import Precision
+    from ampkit.tasks import BatchStream, Task
+
+
+class CheckpointConfig(Protocol):
+    """The TrainConfig fields a checkpoint's identity reads; a dataclass (the payload stores all of it).
+    A protocol because `ampkit.train.config` imports the guard, which imports this module."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
+    @property
+    def seq_len(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def task_args(self) -> dict[str, Any]: ...
+    @property
+    def lora(self) -> LoraSettings: ...
+    @property
+    def keep_checkpoints(self) -> int: ...
+
+
+class CheckpointedRun(Protocol):
+    """The parts of a run a checkpoint holds: an `ampkit.train.build.RunObjects` (which imports this
+    module, so it is named by what it has). Read-only here: a checkpointer fills them, never rebinds them."""
+
+    @property
+    def config(self) -> CheckpointConfig: ...
+    @property
+    def task(self) -> Task: ...
+    @property
+    def model(self) -> nn.Module: ...
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+    @property
+    def scheduler(self) -> torch.optim.lr_scheduler.LambdaLR: ...
+    @property
+    def policy(self) -> Precision: ...
+    @property
+    def sampler(self) -> BatchStream: ...
 
 
 @dataclasses.dataclass
@@ -42,7 +92,7 @@ class RunProgress:
     last_loss: float | None = None
 
 
-def run_identity(config) -> dict[str, Any]:
+def run_identity(config: CheckpointConfig) -> dict[str, Any]:
     """What a checkpoint must match to be resumed by this run (checked against its manifest). The
     task and its arguments join only when a task is named, so checkpoints of language-model runs
     written before tasks existed keep resuming."""
@@ -52,7 +102,7 @@ def run_identity(config) -> dict[str, Any]:
     return identity
 
 
-def lora_identity(config, model: nn.Module) -> dict[str, Any]:
+def lora_identity(config: CheckpointConfig, model: nn.Module) -> dict[str, Any]:
     """A LoRA run's settings and its frozen base (description and sha256), checked on every load."""
     return {
         "lora": config.lora.describe(config.precision),
@@ -84,7 +134,7 @@ def local_state_is_finite(model: nn.Module, optimizer: torch.optim.Optimizer) ->
     return True
 
 
-def run_state(objs, progress: RunProgress) -> dict[str, Any]:
+def run_state(objs: CheckpointedRun, progress: RunProgress) -> dict[str, Any]:
     """Everything but weights and optimizer state (a sharded checkpoint keeps this per rank)."""
     return {
         "config": dataclasses.asdict(objs.config),
@@ -100,11 +150,11 @@ def run_state(objs, progress: RunProgress) -> dict[str, Any]:
 class _Checkpointer:
     """What both kinds share: saving only finite state, restoring the non-weight parts."""
 
-    def __init__(self, *, keep: int, identity: dict[str, Any]):
+    def __init__(self, *, keep: int, identity: dict[str, Any]) -> None:
         self.keep, self.identity = keep, identity
         self.adapters_only = "base" in identity  # a LoRA run: the frozen base is named, not saved
 
-    def save(self, objs, run_dir: Path, progress: RunProgress) -> bool:
+    def save(self, objs: CheckpointedRun, run_dir: Path, progress: RunProgress) -> bool:
         """Write a checkpoint of the run at `progress.step`; False (nothing written) when the state
         holds a non-finite value. A failed write raises `CheckpointWriteFailed`."""
         if not self._finite(objs):
@@ -112,7 +162,7 @@ class _Checkpointer:
         self._write(objs, Path(run_dir), progress)  # a failed write: CheckpointWriteFailed, the previous stays
         return True
 
-    def resume(self, objs, run_dir: Path) -> RunProgress:
+    def resume(self, objs: CheckpointedRun, run_dir: Path) -> RunProgress:
         """Load the newest complete checkpoint into every part of the run; returns its counters."""
         ckpt = self._load_latest(objs, Path(run_dir))
         self._restore_training_state(objs, ckpt)
@@ -120,7 +170,7 @@ class _Checkpointer:
         single.restore_rng_state(ckpt["rng"])
         return RunProgress(**ckpt["progress"])
 
-    def rollback(self, objs, run_dir: Path) -> tuple[int, RunProgress]:
+    def rollback(self, objs: CheckpointedRun, run_dir: Path) -> tuple[int, RunProgress]:
         """The NaN guard's restore: weights, optimizer, schedule and loss scaler from the newest
         checkpoint, but not the data position or the RNG (the offending batches are skipped).
         Returns the checkpoint's step and counters."""
@@ -129,17 +179,17 @@ class _Checkpointer:
         objs.optimizer.zero_grad(set_to_none=True)
         return ckpt["step"], RunProgress(**ckpt["progress"])
 
-    def _restore_training_state(self, objs, ckpt: dict[str, Any]) -> None:
+    def _restore_training_state(self, objs: CheckpointedRun, ckpt: dict[str, Any]) -> None:
         objs.scheduler.load_state_dict(ckpt["scheduler"])
         objs.policy.load_state_dict(ckpt["precision"])
 
-    def _finite(self, objs) -> bool:
+    def _finite(self, objs: CheckpointedRun) -> bool:
         raise NotImplementedError
 
-    def _write(self, objs, run_dir: Path, progress: RunProgress) -> None:
+    def _write(self, objs: CheckpointedRun, run_dir: Path, progress: RunProgress) -> None:
         raise NotImplementedError
 
-    def _load_latest(self, objs, run_dir: Path) -> dict[str, Any]:
+    def _load_latest(self, objs: CheckpointedRun, run_dir: Path) -> dict[str, Any]:
         raise NotImplementedError
 
 
@@ -149,10 +199,10 @@ class FileCheckpointer(_Checkpointer):
     def has_checkpoint(self, run_dir: Path) -> bool:
         return bool(single.list_checkpoints(run_dir))
 
-    def _finite(self, objs) -> bool:
+    def _finite(self, objs: CheckpointedRun) -> bool:
         return local_state_is_finite(objs.model, objs.optimizer)
 
-    def _write(self, objs, run_dir: Path, progress: RunProgress) -> None:
+    def _write(self, objs: CheckpointedRun, run_dir: Path, progress: RunProgress) -> None:
         payload = {
             "model": adapter_state_dict(objs.model) if self.adapters_only else objs.model.state_dict(),
             "optimizer": objs.optimizer.state_dict(),
@@ -160,10 +210,10 @@ class FileCheckpointer(_Checkpointer):
         }
         single.save_checkpoint(run_dir, progress.step, payload, keep=self.keep, identity=self.identity)
 
-    def _load_latest(self, objs, run_dir: Path) -> dict[str, Any]:
+    def _load_latest(self, objs: CheckpointedRun, run_dir: Path) -> dict[str, Any]:
         return single.load_latest(run_dir, identity=self.identity)
 
-    def _restore_training_state(self, objs, ckpt: dict[str, Any]) -> None:
+    def _restore_training_state(self, objs: CheckpointedRun, ckpt: dict[str, Any]) -> None:
         try:
             if self.adapters_only:
                 load_adapter_state(objs.model, ckpt["model"])
@@ -182,17 +232,17 @@ class FileCheckpointer(_Checkpointer):
 class ShardedCheckpointer(_Checkpointer):
     """Data-parallel runs: a DCP directory, model and optimizer sharded, the rest per rank."""
 
-    def __init__(self, *, keep: int, identity: dict[str, Any], parallel):
+    def __init__(self, *, keep: int, identity: dict[str, Any], parallel: LocalRun) -> None:
         super().__init__(keep=keep, identity=identity)
         self.parallel = parallel
 
     def has_checkpoint(self, run_dir: Path) -> bool:
         return bool(sharded.list_sharded(run_dir))
 
-    def _finite(self, objs) -> bool:
+    def _finite(self, objs: CheckpointedRun) -> bool:
         return self.parallel.all_true(local_state_is_finite(objs.model, objs.optimizer))  # agreed by every rank
 
-    def _write(self, objs, run_dir: Path, progress: RunProgress) -> None:
+    def _write(self, objs: CheckpointedRun, run_dir: Path, progress: RunProgress) -> None:
         sharded.save_sharded(
             self.parallel,
             model=objs.model,
@@ -204,7 +254,7 @@ class ShardedCheckpointer(_Checkpointer):
             identity=self.identity,
         )
 
-    def _load_latest(self, objs, run_dir: Path) -> dict[str, Any]:
+    def _load_latest(self, objs: CheckpointedRun, run_dir: Path) -> dict[str, Any]:
         """Verifies, loads the model and optimizer shards in place (DCP), returns this rank's state."""
         path = sharded.latest_sharded(run_dir)
         return sharded.load_sharded(
@@ -212,7 +262,9 @@ class ShardedCheckpointer(_Checkpointer):
         )
 
 
-def build_checkpointer(config, parallel, *, model: nn.Module | None = None) -> FileCheckpointer | ShardedCheckpointer:
+def build_checkpointer(
+    config: CheckpointConfig, parallel: LocalRun, *, model: nn.Module | None = None
+) -> FileCheckpointer | ShardedCheckpointer:
     """Single-file for a one-process run, sharded (DCP) for a data-parallel one: decided once. `model`:
     a LoRA run's adapted model, whose frozen base (identity and checksum) joins the identity."""
     identity, keep = run_identity(config), config.keep_checkpoints

@@ -8,7 +8,7 @@ import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ampkit.config import flat_settings, resolve_config
 from ampkit.distributed.settings import check_parallel_settings
@@ -38,6 +38,11 @@ from ampkit.tasks.load import TaskSpec
 from ampkit.train.features import Features
 from ampkit.train.guard import check_guard_settings
 from ampkit.train.loggers import check_log_kind
+
+if TYPE_CHECKING:
+    import torch
+
+    from ampkit.plan.fit_check import FitEstimate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +139,7 @@ class TrainConfig:
             dedup=self.features.dedup,
         )
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "precision", canonical_name(self.precision))
         positive = ("steps", "batch_size", "seq_len", "grad_accum", "eval_batches", "keep_checkpoints")
         for name in positive:
@@ -156,7 +161,7 @@ class TrainConfig:
         check_lora_run(self.lora, precision=self.precision, parallel=self.parallel)
 
 
-def check_train_fits(config: TrainConfig, *, device) -> Any:
+def check_train_fits(config: TrainConfig, *, device: torch.device) -> FitEstimate | None:
     """Refuse (UsageError) a run whose step the planner says cannot fit `device` (a torch.device),
     before anything is built; returns the `ampkit.plan.fit_check.FitEstimate` (None: not checked).
     The step is the run's own: its optimizer and activation checkpointing (`[features]`), its

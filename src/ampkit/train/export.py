@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_transformers():
+def _quiet_transformers() -> Iterator[None]:
     """No "Writing model shards" progress bar on the console."""
     from transformers.utils import logging as hf_logging
 

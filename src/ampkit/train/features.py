@@ -29,7 +29,7 @@ import re
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
@@ -41,6 +41,16 @@ from ampkit.data import BATCHING_STRATEGIES, DEDUP_MODES
 from ampkit.errors import UsageError
 from ampkit.hardware.backend import backend_for
 from ampkit.options import CHECKPOINTING_MODES, OPTIMIZERS
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from ampkit.lora.apply import LoraInfo
+    from ampkit.precision import Precision
+    from ampkit.tasks import Task
+
+ConfigT = TypeVar("ConfigT", bound="DataclassInstance")
+"""A run config with a `features` field (a TrainConfig: `ampkit.train.config` imports this module)."""
 
 CHECKPOINTING_CHOICES = f"{', '.join(CHECKPOINTING_MODES)} or every-N (N >= 1: every N-th block)"
 _EVERY_N = re.compile(r"^every-(\d+)$")
@@ -73,7 +83,7 @@ class Features:
         default="none", metadata={"help": "none or exact (drop duplicate paragraphs before the train/val split)"}
     )
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.batching not in BATCHING_STRATEGIES:
             raise UsageError(f"unknown --batching {self.batching!r}; choose one of: {', '.join(BATCHING_STRATEGIES)}")
         parse_activation_checkpointing(self.activation_checkpointing)
@@ -161,7 +171,7 @@ def compile_model(model: nn.Module, *, dynamic: bool | None) -> nn.Module:
     return model
 
 
-def warm_up_compiled(model: nn.Module, *, task, policy, batch, device: torch.device) -> float:
+def warm_up_compiled(model: nn.Module, *, task: Task, policy: Precision, batch: Any, device: torch.device) -> float:
     """Compile time in seconds: one forward + backward on `batch`, gradients then discarded.
 
     Includes one eager-size step's execution (milliseconds against tens of seconds of compiling).
@@ -250,7 +260,7 @@ def get_feature_sets(names: str = "") -> list[FeatureSet]:
     return chosen
 
 
-def apply_feature_set(config, feature_set: FeatureSet):
+def apply_feature_set(config: ConfigT, feature_set: FeatureSet) -> ConfigT:
     """A copy of `config` (a TrainConfig) with the combination's switches set; validated again."""
     return dataclasses.replace(config, features=feature_set.features)
 
@@ -279,7 +289,7 @@ class FeatureReport:
     """Indices of the blocks whose activations are recomputed in the backward."""
     compile_s: float | None
     """Seconds spent compiling (forward + backward warm-up), reported apart from step time."""
-    lora: Any = None
+    lora: LoraInfo | None = None
     """`--lora`: what was adapted (`ampkit.lora.apply.LoraInfo`; the summary's "lora" section), else None."""
 
     def to_dict(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:

@@ -18,14 +18,50 @@ Responses:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from ampkit.diagnostics.inject import parse_fault_spec
 from ampkit.errors import RunDiverged, TrainingError, UsageError
 
+if TYPE_CHECKING:
+    import torch
 
-def check_guard_settings(config) -> None:
+    from ampkit.core.step import StepResult
+    from ampkit.train.checkpointer import CheckpointedRun, FileCheckpointer, RunProgress, ShardedCheckpointer
+    from ampkit.train.loggers import RecordWriter
+
+
+class GuardSettings(Protocol):
+    """The TrainConfig fields the guard reads (`ampkit.train.config` imports this module, so the config
+    is named by what it has)."""
+
+    @property
+    def guard(self) -> bool: ...
+    @property
+    def guard_max_skips(self) -> int: ...
+    @property
+    def guard_lr_factor(self) -> float: ...
+    @property
+    def guard_max_rollbacks(self) -> int: ...
+    @property
+    def checkpoint_every(self) -> int: ...
+    @property
+    def grad_stats_every(self) -> int: ...
+    @property
+    def inject(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def seq_len(self) -> int: ...
+
+
+def check_guard_settings(config: GuardSettings) -> None:
     """Validate the guard and diagnostics fields of a TrainConfig (UsageError with the fix)."""
     if config.guard_max_skips < 1 or config.guard_max_rollbacks < 1:
         raise UsageError(
@@ -55,17 +91,17 @@ class StopOnDivergence:
 
     enabled = False
 
-    def __init__(self, config):
+    def __init__(self, config: GuardSettings) -> None:
         self.config = config
 
-    def check(self, result, record: dict[str, Any] | None) -> str | None:
+    def check(self, result: StepResult, record: dict[str, Any] | None) -> str | None:
         """A reason the run cannot go on, or None. `record` is the logged metrics (None off log steps)."""
         return _nonfinite_loss(record)
 
     def on_collapse(self, err: Exception) -> str:
         return f"the loss scale collapsed ({err})"
 
-    def recover(self, objs, *, step: int, reason: str, metrics) -> Any:
+    def recover(self, objs: CheckpointedRun, *, step: int, reason: str, metrics: RecordWriter) -> NoReturn:
         """Nothing to roll back to: end the run, naming the step and what to run next."""
         cfg = self.config
         raise RunDiverged(
@@ -74,7 +110,7 @@ class StopOnDivergence:
             f"--seq-len {cfg.seq_len}; or rerun with --guard --checkpoint-every N to roll back past it"
         )
 
-    def ensure_checkpoint(self, write) -> None:
+    def ensure_checkpoint(self, write: Callable[[], object]) -> None:
         """Nothing to prepare."""
 
     def summary(self) -> dict[str, Any]:
@@ -86,13 +122,21 @@ class NanGuard:
 
     enabled = True
 
-    def __init__(self, *, checkpointer, run_dir: Path, max_skips: int, lr_factor: float, max_rollbacks: int):
+    def __init__(
+        self,
+        *,
+        checkpointer: FileCheckpointer | ShardedCheckpointer,
+        run_dir: Path,
+        max_skips: int,
+        lr_factor: float,
+        max_rollbacks: int,
+    ) -> None:
         self.checkpointer, self.run_dir = checkpointer, Path(run_dir)
         self.max_skips, self.lr_factor, self.max_rollbacks = max_skips, lr_factor, max_rollbacks
         self.skips_in_row = 0
         self.events: list[dict[str, Any]] = []
 
-    def check(self, result, record: dict[str, Any] | None) -> str | None:
+    def check(self, result: StepResult, record: dict[str, Any] | None) -> str | None:
         """A reason to roll back, or None. `record` is the logged metrics (None off log steps)."""
         self.skips_in_row = 0 if result.stepped else self.skips_in_row + 1
         if reason := _nonfinite_loss(record):
@@ -106,12 +150,12 @@ class NanGuard:
     def on_collapse(self, err: Exception) -> str:
         return f"loss scale collapse ({err})"
 
-    def ensure_checkpoint(self, write) -> None:
+    def ensure_checkpoint(self, write: Callable[[], object]) -> None:
         """A fresh run has nothing to roll back to: write the initial state first."""
         if not self.checkpointer.has_checkpoint(self.run_dir):
             write()
 
-    def recover(self, objs, *, step: int, reason: str, metrics) -> Any:
+    def recover(self, objs: CheckpointedRun, *, step: int, reason: str, metrics: RecordWriter) -> RunProgress:
         """Restore the newest checkpoint (weights, optimizer, schedule, loss scaler; not the data
         position), cut the learning rate, log the event; returns the checkpoint's progress counters."""
         if len(self.events) >= self.max_rollbacks:
@@ -143,15 +187,18 @@ class NanGuard:
         return {"enabled": True, "rollbacks": len(self.events), "events": self.events}
 
 
-def _set_base_lrs(scheduler, base_lrs: list[float]) -> None:
-    """Set a LambdaLR's peak rates and the optimizer's current rates to match its position."""
+def _set_base_lrs(scheduler: torch.optim.lr_scheduler.LambdaLR, base_lrs: list[float | torch.Tensor]) -> None:
+    """Set a LambdaLR's peak rates and the optimizer's current rates to match its position (torch
+    types a peak rate float or tensor)."""
     scheduler.base_lrs = base_lrs
     for group, base, factor in zip(scheduler.optimizer.param_groups, base_lrs, scheduler.lr_lambdas):
         group["lr"] = base * factor(scheduler.last_epoch)
     scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
 
 
-def build_guard(config, *, checkpointer, run_dir: Path) -> NanGuard | StopOnDivergence:
+def build_guard(
+    config: GuardSettings, *, checkpointer: FileCheckpointer | ShardedCheckpointer, run_dir: Path
+) -> NanGuard | StopOnDivergence:
     """`NanGuard` with `--guard`, else `StopOnDivergence` (chosen once; the loop calls either the same way)."""
     if not config.guard:
         return StopOnDivergence(config)

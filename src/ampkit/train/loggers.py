@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ampkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 LOG_KINDS = ("none", "tensorboard")
 """`--log` choices."""
@@ -46,6 +49,13 @@ class Logger(Protocol):
     def close(self) -> None: ...
 
 
+class RecordWriter(Protocol):
+    """Where a record goes first: metrics.jsonl's `ampkit.runs.MetricsWriter`, or the do-nothing
+    stand-in of a rank that writes no files."""
+
+    def write(self, record: dict[str, Any]) -> None: ...
+
+
 class NullLogger:
     """`--log none`: does nothing."""
 
@@ -58,11 +68,11 @@ class NullLogger:
     def __enter__(self) -> NullLogger:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _summary_writer_class():
+def _summary_writer_class() -> type[SummaryWriter]:
     """torch's SummaryWriter, imported lazily; a missing tensorboard names the extra."""
     try:
         from torch.utils.tensorboard import SummaryWriter
@@ -93,7 +103,7 @@ class TensorBoardLogger:
     earlier events at steps >= purge_step, so a curve never shows both attempts (the JSONL is
     truncated the same way)."""
 
-    def __init__(self, log_dir: str | Path, *, purge_step: int | None = None):
+    def __init__(self, log_dir: str | Path, *, purge_step: int | None = None) -> None:
         self.log_dir = Path(log_dir)
         self.writer = _summary_writer_class()(log_dir=str(self.log_dir), purge_step=purge_step)
 
@@ -111,7 +121,7 @@ class TensorBoardLogger:
     def __enter__(self) -> TensorBoardLogger:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -142,7 +152,7 @@ class LoggedMetrics:
     """metrics.jsonl plus a logger: `write(record)` writes the JSONL line, then logs the record.
     Anything else is the JSONL writer's (so it can stand wherever the writer is passed)."""
 
-    def __init__(self, metrics, logger: Logger):
+    def __init__(self, metrics: RecordWriter, logger: Logger) -> None:
         self.metrics = metrics
         self.logger = logger
 
@@ -150,7 +160,7 @@ class LoggedMetrics:
         self.metrics.write(record)
         self.logger.log(record)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         if name == "metrics":  # not set yet (e.g. during copy): no recursion
             raise AttributeError(name)
         return getattr(self.metrics, name)

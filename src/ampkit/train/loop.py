@@ -15,8 +15,9 @@ import math
 import signal
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from rich.console import Console
@@ -46,6 +47,13 @@ from ampkit.train.checkpointer import CheckpointWriteFailed, RunProgress, run_id
 from ampkit.train.guard import build_guard
 from ampkit.train.loggers import LoggedMetrics, build_logger
 
+if TYPE_CHECKING:
+    from ampkit.core.step import StepResult
+    from ampkit.diagnostics.train_hooks import NoDiagnostics, TrainDiagnostics
+    from ampkit.train.config import TrainConfig
+
+    Diagnostics = TrainDiagnostics | NoDiagnostics
+
 SUMMARY_SCHEMA = "ampkit.train/1"
 SUMMARY_SCHEMA_VERSION = 1
 WARMUP_STEPS_EXCLUDED = 2  # first steps carry allocation and kernel set-up: not timed in the summary
@@ -63,7 +71,7 @@ class RunStatus(enum.Enum):
 class Cadence:
     """Which steps log, evaluate and checkpoint."""
 
-    def __init__(self, config, *, device: torch.device, last_step: int):
+    def __init__(self, config: TrainConfig, *, device: torch.device, last_step: int) -> None:
         self.config, self.last_step = config, last_step
         self.log_every = config.log_every or (10 if backend_for(device).asynchronous else 1)  # a log is a sync
 
@@ -133,7 +141,7 @@ class _NoMetrics:
     def __enter__(self) -> _NoMetrics:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Nothing to close."""
 
 
@@ -248,7 +256,7 @@ class _Run:
             write_json_atomic(self.run_dir / "config.json", dataclasses.asdict(self.config))
 
     @contextlib.contextmanager
-    def _streams(self):
+    def _streams(self) -> Iterator[tuple[LoggedMetrics, Progress]]:
         """The run's contexts: precision flags, metrics (+ logger), progress bar, signal handling."""
         jsonl = MetricsWriter(self.run_dir / METRICS_FILE, append=self.resume) if self.main else _NoMetrics()
         log_kind = self.config.log if self.main else "none"
@@ -258,7 +266,7 @@ class _Run:
             self.stops = stops
             yield LoggedMetrics(jsonl, logger), bar  # every JSONL record also goes to --log's logger
 
-    def _loop(self, metrics, bar: Progress, window: ThroughputWindow, diagnostics) -> None:
+    def _loop(self, metrics: LoggedMetrics, bar: Progress, window: ThroughputWindow, diagnostics: Diagnostics) -> None:
         if not self.resume:
             self.eval_losses.append((0, self._evaluate(metrics, 0)))
         self.guard.ensure_checkpoint(lambda: self.checkpointer.save(self.objs, self.run_dir, self.progress))
@@ -276,7 +284,9 @@ class _Run:
                 self.status, self.signum = RunStatus.STOPPED, signum
                 return
 
-    def _step(self, metrics, bar: Progress, window: ThroughputWindow, diagnostics) -> dict[str, Any] | bool | None:
+    def _step(
+        self, metrics: LoggedMetrics, bar: Progress, window: ThroughputWindow, diagnostics: Diagnostics
+    ) -> dict[str, Any] | bool | None:
         """One optimizer step and its log record (None off log steps); False when the guard rolled back."""
         state = self.progress
         try:
@@ -301,7 +311,7 @@ class _Run:
             return False
         return record
 
-    def _recover(self, step: int, reason: str, metrics, bar: Progress) -> None:
+    def _recover(self, step: int, reason: str, metrics: LoggedMetrics, bar: Progress) -> None:
         """The guard rolls back (counters continue from the checkpoint; skips stay counted), or,
         without `--guard`, ends the run as diverged (`RunDiverged`)."""
         restored = self.guard.recover(self.objs, step=step, reason=reason, metrics=metrics)
@@ -309,7 +319,7 @@ class _Run:
         self.progress = restored
         bar.update(bar.task_ids[0], completed=restored.step, status=f"rolled back: {reason}")
 
-    def _after_step(self, metrics, window: ThroughputWindow) -> None:
+    def _after_step(self, metrics: LoggedMetrics, window: ThroughputWindow) -> None:
         step = self.progress.step
         if self.cadence.evaluates(step):
             self.eval_losses.append((step, self._evaluate(metrics, step)))
@@ -318,7 +328,7 @@ class _Run:
             self._periodic_checkpoint(metrics)
             window.restart()
 
-    def _periodic_checkpoint(self, metrics) -> None:
+    def _periodic_checkpoint(self, metrics: LoggedMetrics) -> None:
         step = self.progress.step
         try:
             if not self.checkpointer.save(self.objs, self.run_dir, self.progress):
@@ -360,7 +370,7 @@ class _Run:
                 signum=self.signum,
             )
 
-    def _evaluate(self, metrics, step: int) -> float:
+    def _evaluate(self, metrics: LoggedMetrics, step: int) -> float:
         loss = self.objs.trainer.evaluate(self.objs.val_batches)
         metrics.write({"event": "eval", "step": step, "eval_loss": loss})
         return loss
@@ -382,7 +392,9 @@ def _parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _log_record(objs, state: RunProgress, result, seconds: float, steps: int, tokens: int) -> dict[str, Any]:
+def _log_record(
+    objs: RunObjects, state: RunProgress, result: StepResult, seconds: float, steps: int, tokens: int
+) -> dict[str, Any]:
     return {
         "event": "train",
         "step": state.step,
@@ -408,7 +420,14 @@ def _status_text(record: dict[str, Any], unit: str) -> str:
 
 
 def build_summary(
-    objs: RunObjects, state: RunProgress, timings, eval_losses, *, wall_s: float, status: str, error: str | None
+    objs: RunObjects,
+    state: RunProgress,
+    timings: list[tuple[float, float]],
+    eval_losses: list[tuple[int, float]],
+    *,
+    wall_s: float,
+    status: str,
+    error: str | None,
 ) -> dict[str, Any]:
     """The run's `summary.json` (schema version SUMMARY_SCHEMA_VERSION; fields documented in docs/)."""
     measured = timings[WARMUP_STEPS_EXCLUDED:] or timings

@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ampkit.report import Report, as_stored, plt
 from ampkit.runs import METRICS_FILE
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 _BLUE, _ORANGE = "#4c72b0", "#dd8452"
 
@@ -79,11 +83,11 @@ def config_rows(config: dict[str, Any], prefix: str = "") -> list[list[str]]:
     return rows
 
 
-def _curve(ax, steps, values, *, label: str, color: str = _BLUE) -> None:
+def _curve(ax: Axes, steps: list[int], values: list[float], *, label: str, color: str = _BLUE) -> None:
     ax.plot(steps, values, color=color, lw=1.2, label=label)
 
 
-def loss_figure(records: list[dict[str, Any]], summary: dict[str, Any]):
+def loss_figure(records: list[dict[str, Any]], summary: dict[str, Any]) -> Figure:
     fig, ax = plt.subplots(figsize=(8, 3.4))
     _curve(ax, *_series(records, "loss"), label="train loss (log steps)")
     evals = [(e["step"], e["eval_loss"]) for e in summary.get("eval_history") or [] if _finite(e.get("eval_loss"))]
@@ -96,7 +100,7 @@ def loss_figure(records: list[dict[str, Any]], summary: dict[str, Any]):
     return fig
 
 
-def throughput_figure(records: list[dict[str, Any]], unit: str):
+def throughput_figure(records: list[dict[str, Any]], unit: str) -> Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.2))
     _curve(left, *_series(records, "tokens_per_s"), label=f"{unit}/s")  # the task's items/s (key name kept)
     left.set_title(f"{unit}/s per log window")
@@ -108,7 +112,7 @@ def throughput_figure(records: list[dict[str, Any]], unit: str):
     return fig
 
 
-def scale_and_norm_figure(records: list[dict[str, Any]]):
+def scale_and_norm_figure(records: list[dict[str, Any]]) -> Figure | None:
     """Loss scale (fp16) and gradient norm (before clipping) per log step; log y where they span decades."""
     scale_steps, scales = _series(records, "loss_scale")
     norm_steps, norms = _series(records, "grad_norm")
