@@ -64,7 +64,7 @@ def test_the_cheapest_fix_is_found_by_tracing(tmp_path):
         precisions="fp32",
         activation_checkpointing="none",
         seq_len=64,
-        micro_batch=8,
+        batch_size=8,
         context_gib=0.0,
     )
     summary = build_plan(config, desc=desc)
