@@ -27,13 +27,14 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# Lint, format, types and the import layers first (seconds), then the suite.
+# Lint, format, types and the import layers first (seconds), then the suite with its 25 slowest tests
+# listed (--durations), so slow ones stay visible in CI's output.
 test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples
 	$(PY) -m ruff format --check src tests benchmarks examples
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=25
 
 demo: $(STAMP)
 	$(VENV)/bin/ampkit bench
