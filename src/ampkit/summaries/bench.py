@@ -4,7 +4,7 @@ field of "ampkit.bench/2"; docs/inference.md and docs/throughput.md the other tw
 
 from __future__ import annotations
 
-from ampkit.summaries.kind import PROVENANCE, Older, SummaryKind
+from ampkit.summaries.kind import CAPABILITIES, PROVENANCE, Older, SummaryKind
 from ampkit.summaries.spec import NUM, OPT_NUM, Absent, ListOf, MapOf, OneOf, Opt
 
 TIMING = {
@@ -127,11 +127,7 @@ FIELDS = {
         "gpu_model": Opt(str),
         "compute_capability": Opt(ListOf(int)),
         "total_memory_bytes": int,
-        "native_bf16": bool,
-        "native_fp16": bool,
-        "has_tf32": bool,
-        "has_fp8": bool,
-        "cpu_flags": ListOf(str),
+        **CAPABILITIES,
         "cpu_threads": int,
     },
     "unit": str,

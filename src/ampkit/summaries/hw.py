@@ -3,8 +3,8 @@ FLOP/s (FLOP/s, not TFLOP/s). docs/train.md names it; `ampkit hw --json` prints 
 
 from __future__ import annotations
 
-from ampkit.summaries.kind import PROVENANCE, SummaryKind
-from ampkit.summaries.spec import OPT_NUM, Absent, ListOf, MapOf, OneOf, Opt
+from ampkit.summaries.kind import CAPABILITIES, PROVENANCE, SummaryKind
+from ampkit.summaries.spec import OPT_NUM, Absent, MapOf, OneOf, Opt
 
 HW = SummaryKind(
     name="hw",
@@ -21,11 +21,7 @@ HW = SummaryKind(
             "kind": str,
             "name": str,
             "total_memory_bytes": int,
-            "native_bf16": bool,
-            "native_fp16": bool,
-            "has_tf32": bool,
-            "has_fp8": bool,
-            "cpu_flags": ListOf(str),
+            **CAPABILITIES,
         },
         "dtypes": MapOf(
             {

@@ -92,6 +92,15 @@ PROVENANCE = {
 }
 """`ampkit.provenance`: where the run came from (every report's header reads it)."""
 
+CAPABILITIES = {
+    "native_bf16": bool,
+    "native_fp16": bool,
+    "has_tf32": bool,
+    "has_fp8": bool,
+    "cpu_flags": ListOf(str),
+}
+"""What a device runs natively, as `hardware.DeviceInfo` states it (bench's device block, hw's and kv's)."""
+
 SETTING = {"precision": str, "optimizer": str, "checkpointing": str}
 """A planned step setting (`plan.setting.StepSetting`: also its batch, sequence and parallel fields)."""
 
