@@ -67,9 +67,8 @@ def state_bytes_per_parameter(model: torch.nn.Module, optimizer: torch.optim.Opt
 def run_arm(model: str, precision: str, optimizer: str, *, steps: int, seed: int, lr: float) -> dict:
     from ampkit.diagnostics.underflow import UpdateUnderflowMeter
     from ampkit.train import TrainConfig, build_run
-    from ampkit.train.features import Features
 
-    config = TrainConfig(
+    config = TrainConfig.of(
         precision=precision,
         model=model,
         steps=steps,
@@ -78,7 +77,7 @@ def run_arm(model: str, precision: str, optimizer: str, *, steps: int, seed: int
         seed=seed,
         eval_batches=8,
         fit_check=False,
-        features=Features(optimizer=optimizer),
+        optimizer=optimizer,
     )
     objs = build_run(config)
     meter = UpdateUnderflowMeter(objs.model, objs.trainer.optimizer).attach()

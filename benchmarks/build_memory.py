@@ -83,7 +83,7 @@ def worker(model: str, precision: str, parallel: str, out: str) -> None:
         torch.nn.Linear(2, 2)
 
     torch.set_num_threads(1)
-    config = TrainConfig(
+    config = TrainConfig.of(
         model=model,
         precision=precision,
         parallel=parallel,

@@ -66,10 +66,10 @@ class _Metrics:
 def _diagnostics(objs, variant: str):
     if variant == "plain":
         return None
-    config = dataclasses.replace(
-        objs.config, grad_stats_every=1 if variant == "grad_stats" else 0, detect_nonfinite=variant == "locator"
+    guard = dataclasses.replace(
+        objs.config.guard, grad_stats_every=1 if variant == "grad_stats" else 0, detect_nonfinite=variant == "locator"
     )
-    return build_train_diagnostics(objs, config)
+    return build_train_diagnostics(objs, guard, micro_batches=objs.config.grad_accum)
 
 
 def run_block(objs, variant: str, steps: int, step0: int, metrics: _Metrics) -> list[float]:
@@ -94,7 +94,7 @@ def run_block(objs, variant: str, steps: int, step0: int, metrics: _Metrics) -> 
 
 def measure(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
-    config = TrainConfig(
+    config = TrainConfig.of(
         model=args.model,
         precision="fp32",
         seq_len=args.seq_len,

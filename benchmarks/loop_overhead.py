@@ -46,7 +46,7 @@ def plain_round(config: TrainConfig) -> float:
             loss = causal_lm_loss(model(batch.input_ids), batch.targets)
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad_norm)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.optimizer.clip_grad_norm)
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
@@ -69,7 +69,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    config = TrainConfig(
+    config = TrainConfig.of(
         model=args.model,
         precision=args.precision,
         seq_len=args.seq_len,

@@ -22,7 +22,7 @@ from common import print_table, write_result
 
 
 def measure(model: str, *, steps: int, seq_len: int, batch_size: int, precision: str) -> dict:
-    config = TrainConfig(
+    config = TrainConfig.of(
         model=model,
         precision=precision,
         steps=steps,

@@ -30,7 +30,7 @@ GROUPS = {  # operator-name fragments -> what they are
 
 
 def _objs(model: str, **overrides):
-    config = TrainConfig(
+    config = TrainConfig.of(
         model=model,
         steps=100,
         seq_len=256,

@@ -54,12 +54,11 @@ MIB = 1024**2  # MiB = 1024**2 bytes
 
 
 def _config(**kw):
-    """A TrainConfig from flat settings: the throughput switches (`batching=...`) go to its [features]."""
-    from ampkit.config import resolve_config
+    """A TrainConfig from flat settings: each goes to its section (`batching=...` to [features])."""
     from ampkit.train import TrainConfig
 
     base = dict(model="tiny", seq_len=SEQ_LEN, batch_size=8, steps=10_000, warmup_steps=0, eval_batches=1, seed=0)
-    return resolve_config(TrainConfig, base=base | kw)
+    return TrainConfig.of(**(base | kw))
 
 
 class _Replay:
@@ -246,13 +245,11 @@ def bench_checkpointing(quick: bool) -> dict:
 def bench_optimizer_states() -> dict:
     from ampkit.core import build_optimizer
     from ampkit.models import build_model, get_preset
-    from ampkit.train.features import Features, FeatureSet, feature_set_unavailable, optimizer_state_bytes
+    from ampkit.train.features import FeatureSet, feature_set_unavailable, optimizer_state_bytes
 
     rows = {}
     for name in ("adamw", "adamw-8bit"):
-        reason = feature_set_unavailable(
-            FeatureSet(name=name, features=Features(optimizer=name)), device=torch.device("cpu")
-        )
+        reason = feature_set_unavailable(FeatureSet(name=name, optimizer=name), device=torch.device("cpu"))
         if reason:
             rows[name] = {"skipped": reason}
             continue

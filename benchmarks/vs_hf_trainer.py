@@ -188,7 +188,7 @@ def ampkit_worker(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     from ampkit.train import TrainConfig, build_run, run_training
 
-    config = TrainConfig(
+    config = TrainConfig.of(
         model=f"hf:{args.model_dir}",
         data=str(args.data),
         precision=args.precision,

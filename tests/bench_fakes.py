@@ -122,7 +122,7 @@ class SimWorker:
 
     def __call__(self, job_path: Path, log_path: Path, *, on_event, timeout_s: float, slot=None):
         job = json.loads(Path(job_path).read_text())
-        name, config = job["precision"], BenchConfig(**job["config"])
+        name, config = job["precision"], BenchConfig.of(**job["config"])
         log_path.write_text("")
         if name in self.failures:
             kind = "oom" if self.failures[name].startswith("out of memory") else "error"
@@ -134,7 +134,7 @@ class SimWorker:
         self.clock.now += self.startup_s
         plan["startup_s"] = self.startup_s
         rows = list(plan["fidelity_rows"])
-        fidelity_s = sum(self.step_s[name] * r / config.batch_size for r in rows)
+        fidelity_s = sum(self.step_s[name] * r / config.data.batch_size for r in rows)
         self.clock.now += fidelity_s
         plan["fidelity_s"] = fidelity_s
         self._write_captures(job, name, rows)
@@ -160,9 +160,9 @@ class SimWorker:
             base.update(flops_per_item=self.flops_per_item, flops_source="analytic")
         if plan["mode"] == "not-timed":
             return base
-        trainer = _Trainer(self.clock, self.step_s[name], config.batch_size, self.cold_factor)
+        trainer = _Trainer(self.clock, self.step_s[name], config.data.batch_size, self.cold_factor)
         trainer.name = name
-        if plan["batch_size"] != config.batch_size:
+        if plan["batch_size"] != config.data.batch_size:
             trainer.sampler = _Stream(plan["batch_size"])
         objs = SimpleNamespace(
             trainer=trainer,

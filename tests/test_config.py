@@ -38,7 +38,29 @@ COMMAND_CONFIGS = {
     "hw": HwConfig,
 }
 SCALER_KEYS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "min_scale")
-FEATURE_KEYS = ("batching", "activation_checkpointing", "optimizer", "compile", "dedup")
+FEATURE_KEYS = ("batching", "activation_checkpointing", "compile", "dedup")
+TRAIN_TOP_LEVEL = ("precision", "device", "steps", "grad_accum", "seed", "fp8_recipe", "fit_check")
+TRAIN_SECTIONS = {
+    "model": ("model", "task", "task_args"),
+    "data": ("data", "seq_len", "batch_size"),
+    "optimizer": ("optimizer", "lr", "min_lr_ratio", "warmup_steps", "weight_decay", "clip_grad_norm"),
+    "scaler": (*SCALER_KEYS, "min_scale_policy", "hysteresis"),
+    "features": FEATURE_KEYS,
+    "lora": ("lora", "lora_alpha", "lora_dropout", "lora_targets", "base_dtype"),
+    "parallel": ("parallel", "reduce_dtype", "nproc_per_node", "nnodes"),
+    "guard": (
+        "guard",
+        "guard_max_skips",
+        "guard_lr_factor",
+        "guard_max_rollbacks",
+        "detect_nonfinite",
+        "grad_stats_every",
+        "inject",
+    ),
+    "eval": ("eval_every", "eval_batches"),
+    "checkpoint": ("checkpoint_every", "keep_checkpoints", "allow_no_checkpoint"),
+    "log": ("log", "log_every"),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +208,30 @@ def test_scaler_and_features_are_sections_of_train_and_doctor():
     assert TrainConfig().scaler == ScalerConfig() and TrainConfig().features == Features()
 
 
+def test_train_is_the_run_itself_then_its_sections():
+    layout = config_layout(TrainConfig)
+    assert tuple(layout.names_in(None)) == TRAIN_TOP_LEVEL
+    assert {name: tuple(layout.names_in(name)) for name in layout.sections} == TRAIN_SECTIONS
+    assert list(layout.sections) == list(TRAIN_SECTIONS)
+
+
+def test_bench_and_doctor_compose_trains_sections_with_their_own_defaults_and_words():
+    from ampkit.sections import DataSection, ModelSection
+
+    assert BenchConfig().model == ModelSection(model="auto") and BenchConfig().data == DataSection(
+        seq_len=0, batch_size=0
+    )
+    assert DoctorConfig().model == TrainConfig().model == ModelSection()
+    assert config_layout(BenchConfig).settings["model"].section == "model"
+    bench = config_layout(BenchConfig).settings
+    assert (
+        bench["model"].help.endswith("('auto' = tiny on CPU, gpt2-124m on CUDA)") and bench["model"].default == "auto"
+    )
+    assert "(0 = auto: 8 on CPU, 16 on CUDA)" in bench["batch_size"].help and bench["batch_size"].default == 0
+    assert config_layout(TrainConfig).settings["seq_len"].help == "tokens per sequence (at most)"
+    assert "data" not in config_layout(DoctorConfig).settings  # doctor has no --data: it composes [model] only
+
+
 def test_shared_flags_read_the_same_in_every_command():
     def help_of(command: str, flag: str) -> str:
         sub = build_parser([command])._subparsers._group_actions[0].choices[command]
@@ -226,7 +272,8 @@ def test_a_toml_written_before_sections_still_loads(tmp_path, run_cli):
     assert code == 0
     config = resolve_config(TrainConfig, toml_path=old)
     assert config.scaler == ScalerConfig(init_scale=1024.0, growth_interval=10, backoff_factor=0.25)
-    assert config.features == Features(batching="pack", activation_checkpointing="full", optimizer="sgd", dedup="exact")
+    assert config.features == Features(batching="pack", activation_checkpointing="full", dedup="exact")
+    assert config.optimizer.optimizer == "sgd"
     assert resolve_config(TrainConfig, toml_path=_toml(tmp_path, printed)) == config
     doctor = resolve_config(DoctorConfig, toml_path=_toml(tmp_path, "init_scale = 4096.0\nmin_scale = 2.0\n"))
     assert doctor.scaler == ScalerConfig(init_scale=4096.0, min_scale=2.0)
@@ -316,14 +363,18 @@ def test_plan_takes_trains_flag_names_and_keeps_its_old_ones():
     assert new == old and new.batch_size == 4
     assert new.optimizer_list() == ["adamw", "sgd"] and new.checkpointing_list() == ["full"]
     train = _parsed("train", "--batch-size", "4", "--optimizer", "sgd", "--activation-checkpointing", "full")
-    assert (train.batch_size, train.features.optimizer, train.features.activation_checkpointing) == (4, "sgd", "full")
+    assert (train.data.batch_size, train.optimizer.optimizer, train.features.activation_checkpointing) == (
+        4,
+        "sgd",
+        "full",
+    )
 
 
 def test_processes_follow_torchrun_and_plan_derives_its_world_size():
     assert _parsed("train", "--parallel", "ddp", "--nproc", "2") == _parsed(
         "train", "--parallel", "ddp", "--nproc-per-node", "2"
     )
-    assert _parsed("train", "--parallel", "ddp", "--nproc-per-node", "2").nproc_per_node == 2
+    assert _parsed("train", "--parallel", "ddp", "--nproc-per-node", "2").parallel.nproc_per_node == 2
     assert _parsed("plan", "--nproc-per-node", "4", "--nnodes", "2").world_size == 8
     assert _parsed("plan", "--world-size", "8").world_size == 8
     assert _parsed("plan", "--world-size", "8", "--nproc-per-node", "4", "--nnodes", "2").world_size == 8
@@ -331,7 +382,7 @@ def test_processes_follow_torchrun_and_plan_derives_its_world_size():
     with pytest.raises(UsageError, match="--world-size 6 disagrees with --nproc-per-node 4 x --nnodes 2 = 8"):
         PlanConfig(world_size=6, nproc_per_node=4, nnodes=2)
     with pytest.raises(UsageError, match="--nnodes must be >= 1"):
-        TrainConfig(nnodes=0)
+        TrainConfig.of(nnodes=0)
 
 
 def test_train_on_several_nodes_is_left_to_torchrun(run_cli, tmp_path):
@@ -372,7 +423,7 @@ OLD_PLAN_JSON = {
 
 def test_a_config_json_and_a_toml_of_todays_flat_keys_still_load(tmp_path):
     train = resolve_config(TrainConfig, base=OLD_TRAIN_JSON)
-    assert (train.nproc_per_node, train.nnodes, train.features.optimizer) == (2, 1, "sgd")
+    assert (train.parallel.nproc_per_node, train.parallel.nnodes, train.optimizer.optimizer) == (2, 1, "sgd")
     plan = resolve_config(PlanConfig, base=OLD_PLAN_JSON)
     assert (plan.batch_size, plan.optimizer, plan.activation_checkpointing, plan.world_size) == (
         4,
@@ -391,4 +442,153 @@ def test_resume_of_a_run_saved_with_nproc(tmp_path):
 
     (tmp_path / "config.json").write_text(json.dumps(OLD_TRAIN_JSON))
     again = resume_config(tmp_path, {"nproc_per_node": 4})  # a resume may change the process count
-    assert again.nproc_per_node == 4 and again.steps == 3
+    assert again.parallel.nproc_per_node == 4 and again.steps == 3
+
+
+# ---------------------------------------------------------------- the run spec: shared sections, moved settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rates:
+    rate: float = field(default=1.0, metadata={"help": "a rate"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class TwoSections:
+    steps: int = field(default=3, metadata={"help": "steps"})
+    knobs: Knobs = field(default_factory=Knobs, metadata={"help": "the knobs"})
+    rates: Rates = field(default_factory=lambda: Rates(rate=2.0), metadata={"notes": {"rate": "per step"}})
+
+
+def test_a_setting_in_another_sections_table_lands_in_its_own(tmp_path):
+    """A setting that moved between sections loads from a file that has it in its old table."""
+    assert flat_settings(TwoSections, {"knobs": {"rate": 4.0, "every": 1}}) == {"rate": 4.0, "every": 1}
+    config = resolve_config(TwoSections, toml_path=_toml(tmp_path, "[knobs]\nrate = 4\n"))
+    assert config.rates == Rates(rate=4.0) and config.knobs == Knobs()
+    with pytest.raises(UsageError, match="unknown setting 'steps' in \\[knobs\\]"):  # a top-level one: not in a table
+        resolve_config(TwoSections, base={"knobs": {"steps": 1}})
+    with pytest.raises(UsageError, match="'rate' is given twice"):
+        resolve_config(TwoSections, base={"knobs": {"rate": 1.0}, "rates": {"rate": 2.0}})
+
+
+def test_a_sections_field_gives_its_settings_the_commands_defaults_and_notes():
+    rate = config_layout(TwoSections).settings["rate"]
+    assert (rate.default, rate.help) == (2.0, "a rate (per step)")
+    assert "--rate RATE a rate (per step) (default: 2.0)" in _help_text(TwoSections)
+
+    @dataclass(frozen=True, kw_only=True)
+    class BadNote:
+        rates: Rates = field(default_factory=Rates, metadata={"notes": {"speed": "?"}})
+
+    with pytest.raises(TypeError, match="notes for settings it lacks: speed"):
+        config_layout(BadNote)
+
+
+def _help_text(cls) -> str:
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, cls)
+    return " ".join(parser.format_help().split())
+
+
+def test_a_config_is_made_and_changed_by_flat_setting_names():
+    from ampkit.config import build_config, replace_settings
+    from ampkit.lora import LoraSettings
+
+    config = TrainConfig.of(steps=3, lr=1e-3, optimizer="sgd", batching="pack", lora=LoraSettings(lora=4))
+    assert (config.steps, config.optimizer.lr, config.optimizer.optimizer) == (3, 1e-3, "sgd")
+    assert config.features == Features(batching="pack") and config.lora.rank == 4
+    assert build_config(TrainConfig, {"features": Features(compile=True)}).features.compile
+    changed = replace_settings(config, {"optimizer": "adamw", "compile": True, "nproc": 0})
+    assert (changed.optimizer.optimizer, changed.optimizer.lr, changed.features) == (
+        "adamw",
+        1e-3,
+        Features(batching="pack", compile=True),
+    )
+    with pytest.raises(UsageError, match="--eval-batches must be >= 1, got 0"):
+        replace_settings(config, {"eval_batches": 0})
+    with pytest.raises(UsageError, match="unknown setting 'lrr'"):
+        TrainConfig.of(lrr=1.0)
+
+
+def test_a_task_and_its_arguments_print_and_load_back_in_the_model_table(tmp_path, run_cli):
+    path = _toml(tmp_path, '[task]\nname = "mlp"\nwidth = 64\nlayers = [1, 2]\n\n[task.extra]\nlabel = "a b"\n')
+    config = resolve_config(TrainConfig, toml_path=path)
+    assert (config.model.task, config.model.task_args) == (
+        "mlp",
+        {"width": 64, "layers": [1, 2], "extra": {"label": "a b"}},
+    )
+    text = config_to_toml(config)
+    assert '\n[model]\nmodel = "tiny"\ntask = "mlp"\n\n[model.task_args]\nwidth = 64\n' in text
+    assert 'extra = {label = "a b"}' in text
+    assert resolve_config(TrainConfig, toml_path=_toml(tmp_path, text, name="again.toml")) == config
+    code, printed, _ = run_cli("train", "--config", str(path), "--print-config")
+    assert code == 0 and printed == text
+
+
+# config.json as ampkit wrote it before the run spec (every setting at top level but [scaler], [features] with the
+# optimizer among its switches, and [lora]): written by that version's TrainConfig
+BEFORE_THE_RUN_SPEC_JSON = {
+    **{"precision": "fp32", "task": "", "task_args": {}, "model": "tiny", "data": "default", "device": "auto"},
+    **{"steps": 4, "batch_size": 2, "seq_len": 32, "grad_accum": 1, "lr": 0.001, "min_lr_ratio": 0.1},
+    **{"warmup_steps": 20, "weight_decay": 0.1, "clip_grad_norm": 1.0, "seed": 0, "eval_every": 2, "eval_batches": 8},
+    **{"checkpoint_every": 2, "allow_no_checkpoint": False, "keep_checkpoints": 2, "log_every": 1},
+    "scaler": {
+        **{"init_scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000},
+        **{"min_scale": 1.0, "min_scale_policy": "stop", "hysteresis": 1},
+    },
+    "features": {
+        **{"batching": "pack", "activation_checkpointing": "none", "optimizer": "sgd", "compile": False},
+        "dedup": "none",
+    },
+    "lora": {"lora": None, "lora_alpha": 0.0, "lora_dropout": 0.0, "lora_targets": "", "base_dtype": "auto"},
+    **{"guard": True, "guard_max_skips": 10, "guard_lr_factor": 0.5, "guard_max_rollbacks": 3},
+    **{"detect_nonfinite": False, "grad_stats_every": 0, "inject": "", "fp8_recipe": "tensorwise", "log": "none"},
+    **{"parallel": "none", "reduce_dtype": "fp32", "nproc_per_node": 0, "nnodes": 1, "fit_check": True},
+}
+
+
+def test_a_config_json_written_before_the_run_spec_loads_into_its_sections():
+    config = resolve_config(TrainConfig, base=BEFORE_THE_RUN_SPEC_JSON)
+    expected = TrainConfig.of(
+        steps=4, batch_size=2, seq_len=32, lr=1e-3, eval_every=2, checkpoint_every=2, log_every=1, guard=True
+    )
+    assert config == replace_settings_of(expected, optimizer="sgd", batching="pack")
+    assert config.optimizer.optimizer == "sgd" and config.checkpoint.checkpoint_every == 2 and config.guard.guard
+    assert flat_settings(TrainConfig, config_to_dict(config)) == flat_settings(TrainConfig, BEFORE_THE_RUN_SPEC_JSON)
+
+
+def replace_settings_of(config, **settings):
+    from ampkit.config import replace_settings
+
+    return replace_settings(config, settings)
+
+
+def _before_the_run_spec(saved: dict) -> dict:
+    """A config.json of today's shape written back as ampkit wrote it before the run spec."""
+    out: dict = {}
+    for key, value in saved.items():
+        if key in ("scaler", "features", "lora"):
+            out[key] = dict(value)
+        else:
+            out |= value if key in TRAIN_SECTIONS else {key: value}
+    out["features"]["optimizer"] = out.pop("optimizer")
+    return out
+
+
+def test_resume_and_report_of_a_run_directory_written_before_the_run_spec(tmp_path, run_cli):
+    out = tmp_path / "run"
+    argv = [*TINY_ARGS, "--optimizer", "sgd", "--batching", "pack", "--checkpoint-every", "2", "--steps", "4"]
+    assert run_cli("train", *argv, "--stop-after", "2", "--out", str(out))[0] == 0
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["optimizer"]["optimizer"] == "sgd" and saved["data"]["seq_len"] == 32 and "seq_len" not in saved
+    old = _before_the_run_spec(saved)
+    assert set(old) == set(BEFORE_THE_RUN_SPEC_JSON) and old["features"]["optimizer"] == "sgd"
+    (out / "config.json").write_text(json.dumps(old, indent=2))
+    code, _, err = run_cli("train", "--resume", str(out), "--optimizer", "adamw")
+    assert code == 2 and "--optimizer cannot change when resuming" in err, err
+    code, stdout, err = run_cli("train", "--resume", str(out), "--eval-every", "1", "--json")  # resumable: fine
+    assert code == 0, err
+    summary = json.loads(stdout)
+    assert summary["steps"] == 4 and summary["config"]["optimizer"]["optimizer"] == "sgd"
+    assert summary["config"]["eval"]["eval_every"] == 1 and summary["throughput"]["optimizer"] == "sgd"
+    assert run_cli("report", str(out))[0] == 0

@@ -15,6 +15,12 @@ section is a `[scaler]` table in TOML, a nested dict in `dataclasses.asdict` and
 written before a setting moved into a section (`init_scale = 4096.0` at top level) are still
 accepted: a section's setting given at top level is mapped into its section.
 
+A setting that moves from one section to another (`optimizer`, from `[features]` to `[optimizer]`)
+still loads from a file that has it in its old table: a section's table may carry a setting of another
+section, which lands in its own (names are unique across a config). A command gives a shared section
+its own defaults (the section field's `default_factory`) and its own words for a setting (the field's
+`metadata={"notes": {"model": "'auto' = ..."}}`, appended to the setting's help).
+
 Aliases: a setting renamed keeps its old name as an alias (`metadata={"aliases": ("micro_batch",)}`):
 the old flag (`--micro-batch`) and the old key of a TOML file or a saved config.json (`micro_batch =
 8`) set the new setting; the config, `--print-config` and new files carry the new name only.
@@ -26,6 +32,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import sys
 import types
 import typing
@@ -126,7 +133,8 @@ def _make_layout(cls: Any) -> Layout:
             aliases = tuple(f.metadata.get("aliases", ()))
             settings[f.name] = Setting(f.name, _base_type(hints[f.name]), None, help_text, _default_of(f), aliases)
             continue
-        for sub in _section_settings(sections[f.name][0], f.name, _default_of(f)):
+        notes = dict(f.metadata.get("notes", {}))
+        for sub in _section_settings(sections[f.name][0], f.name, _default_of(f), notes):
             if (sub.name in top and sub.name != f.name) or sub.name in settings:  # its head: `[lora] lora`
                 other = "the top level" if sub.name in top else f"[{settings[sub.name].section}]"
                 raise TypeError(
@@ -147,8 +155,20 @@ def _aliases(cls: Any, settings: dict[str, Setting], sections: dict[str, Any]) -
     return out
 
 
-def _section_settings(section_cls, section: str, defaults: Any) -> Iterator[Setting]:
+def with_note(text: str, note: str) -> str:
+    """`text (note)`; a text that already ends in parentheses takes the note inside them."""
+    if not note:
+        return text
+    return f"{text[:-1]}; {note})" if text.endswith(")") else f"{text} ({note})"
+
+
+def _section_settings(section_cls, section: str, defaults: Any, notes: dict[str, str]) -> Iterator[Setting]:
+    """The section's settings, their defaults the section field's (a command's own), their help with the
+    command's note (the section field's `metadata={"notes": {setting: note}}`) appended."""
     hints = typing.get_type_hints(section_cls)
+    unknown = set(notes) - {f.name for f in dataclasses.fields(section_cls)}
+    if unknown:
+        raise TypeError(f"section [{section}]: notes for settings it lacks: {', '.join(sorted(unknown))}")
     for f in dataclasses.fields(section_cls):
         if not f.init:
             continue
@@ -158,7 +178,8 @@ def _section_settings(section_cls, section: str, defaults: Any) -> Iterator[Sett
                 f"section [{section}] ({section_cls.__name__}) holds section '{f.name}'; nest one level only"
             )
         default = getattr(defaults, f.name) if defaults is not None else _default_of(f)
-        yield Setting(f.name, tp, section, f.metadata.get("help", ""), default, tuple(f.metadata.get("aliases", ())))
+        help_text = with_note(f.metadata.get("help", ""), notes.get(f.name, ""))
+        yield Setting(f.name, tp, section, help_text, default, tuple(f.metadata.get("aliases", ())))
 
 
 def _add_flag(parser, setting: Setting) -> None:
@@ -232,12 +253,10 @@ def _entries(layout: Layout, data: dict[str, Any], source: str) -> Iterator[tupl
     """(setting name, value, where it was found) for each setting in `data`, sections flattened."""
     for given, value in data.items():
         key = layout.canonical(given)  # an older name: its setting
+        if key in layout.sections and isinstance(value, layout.sections[key][0]):
+            value = config_to_dict(value)  # a section given whole (the Python API, tests): its table
         if isinstance(value, dict) and _is_choice_with_args(layout, key):
-            # `[task] name = "mlp", width = 64`: the choice and its keyword arguments in one table
-            rest = {k: v for k, v in value.items() if k != "name"}
-            if "name" in value:
-                yield key, value["name"], f"[{key}] of {source}"
-            yield f"{key}_args", rest, f"[{key}] of {source}"
+            yield from _choice_with_args(key, value, f"[{key}] of {source}")
             continue
         if key in layout.sections and not isinstance(value, dict) and key in layout.settings:
             yield key, value, source  # a section's head setting at top level: `lora = 8` for `[lora] lora = 8`
@@ -245,16 +264,36 @@ def _entries(layout: Layout, data: dict[str, Any], source: str) -> Iterator[tupl
         if key in layout.sections:
             if not isinstance(value, dict):
                 raise UsageError(f"setting '{key}' in {source} must be a [{key}] table of settings, got {value!r}")
-            for sub_given, sub_value in value.items():
-                sub = layout.canonical(sub_given)
-                if sub not in layout.settings or layout.settings[sub].section != key:
-                    known = ", ".join(layout.names_in(key))
-                    raise UsageError(f"unknown setting '{sub_given}' in [{key}] of {source}; known settings: {known}")
-                yield sub, sub_value, f"[{key}] of {source}"
+            yield from _section_entries(layout, key, value, source)
         elif key in layout.settings:  # a section's setting at top level: a file written before the section
             yield key, value, source
         else:
             raise UsageError(f"unknown setting '{given}' in {source}; known settings: {_known(layout)}")
+
+
+def _section_entries(
+    layout: Layout, section: str, table: dict[str, Any], source: str
+) -> Iterator[tuple[str, Any, str]]:
+    """The settings of a `[section]` table. A setting of another section is taken too, into its own: a
+    file written before the setting moved (`[features] optimizer` before `[optimizer]`); names are unique
+    across a config, so it can mean nothing else."""
+    where = f"[{section}] of {source}"
+    for given, value in table.items():
+        key = layout.canonical(given)
+        if isinstance(value, dict) and _is_choice_with_args(layout, key):
+            yield from _choice_with_args(key, value, where)
+        elif key in layout.settings and layout.settings[key].section is not None:
+            yield key, value, where
+        else:
+            known = ", ".join(layout.names_in(section))
+            raise UsageError(f"unknown setting '{given}' in {where}; known settings: {known}")
+
+
+def _choice_with_args(key: str, table: dict[str, Any], where: str) -> Iterator[tuple[str, Any, str]]:
+    """`[task] name = "mlp", width = 64`: the choice and its keyword arguments in one table."""
+    if "name" in table:
+        yield key, table["name"], where
+    yield f"{key}_args", {k: v for k, v in table.items() if k != "name"}, where
 
 
 def _is_choice_with_args(layout: Layout, key: str) -> bool:
@@ -316,6 +355,20 @@ def resolve_config(
     return _build(cls, layout, values)
 
 
+def build_config(cls: type[T], settings: dict[str, Any], *, source: str = "the keyword arguments") -> T:
+    """`cls` from `settings` by their flat names (`lr`, `init_scale`; a section may also be given whole,
+    as an object or a table), each into its section: the Python API's and the tests' way to make a config."""
+    return resolve_config(cls, base=settings, base_source=source)
+
+
+def replace_settings(config: T, settings: dict[str, Any], *, source: str = "the changed settings") -> T:
+    """A copy of `config` with `settings` (flat names, as `build_config` takes them) changed, each in its
+    section, and checked again."""
+    cls = type(config)
+    values = flat_settings(cls, config_to_dict(config)) | flat_settings(cls, settings, source=source)
+    return _build(cls, config_layout(cls), values)
+
+
 def given_flags(cls, args: argparse.Namespace) -> dict[str, Any]:
     """The settings (sections' included, by their flat names) the user set on the command line."""
     names = config_layout(cls).settings
@@ -326,16 +379,29 @@ def config_to_dict(config) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value if v is not None) + "]"
+    if isinstance(value, dict):  # deeper than a table's own tables: an inline table
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None) + "}"
+    return json.dumps(str(value))  # JSON string escapes are valid TOML basic strings
+
+
 def _toml_line(key: str, value: Any) -> str:
     if value is None:
         return f"# {key} = (unset)"
-    if isinstance(value, bool):
-        return f"{key} = {'true' if value else 'false'}"
-    if isinstance(value, (int, float)):
-        return f"{key} = {value!r}"
-    if isinstance(value, list):
-        return f"{key} = {json.dumps(value)}"  # a JSON array of numbers/strings is a TOML array
-    return f"{key} = {json.dumps(str(value))}"  # JSON string escapes are valid TOML basic strings
+    return f"{_toml_key(key)} = {_toml_value(value)}"
 
 
 def config_to_toml(config) -> str:
@@ -347,13 +413,20 @@ def config_to_toml(config) -> str:
 
 def dict_to_toml(data: dict[str, Any], *, heading: str) -> str:
     """A config's dict (`dataclasses.asdict`, or as summary.json stores it) as TOML: a `# heading`
-    line, the top-level settings, one `key = value` per line, then a `[table]` per nested dict."""
+    line, the top-level settings, one `key = value` per line, then a `[table]` per nested dict, and a
+    `[table.name]` per dict inside it (`[model.task_args]`: a task's keyword arguments)."""
     lines = [f"# {heading}"]
-    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
-    lines += [_toml_line(k, v) for k, v in data.items() if k not in tables]
-    for name, table in tables.items():  # TOML: every table after the top-level keys
-        lines += ["", f"[{name}]", *(_toml_line(k, v) for k, v in table.items())]
+    lines += _toml_table(data, [])
     return "\n".join(lines) + "\n"
+
+
+def _toml_table(table: dict[str, Any], path: list[str]) -> list[str]:
+    """`table`'s own keys, then each nested dict as a table of its own (TOML: tables after the keys)."""
+    nested = {k: v for k, v in table.items() if isinstance(v, dict)} if len(path) < 2 else {}
+    lines = [_toml_line(k, v) for k, v in table.items() if k not in nested]
+    for name, sub in nested.items():
+        lines += ["", "[" + ".".join(_toml_key(p) for p in [*path, name]) + "]", *_toml_table(sub, [*path, name])]
+    return lines
 
 
 def add_command_flags(

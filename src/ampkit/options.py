@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import field
 
+from ampkit.config import with_note
+
 PARALLEL_MODES = ("none", "ddp", "fsdp")
 """`--parallel`'s choices (`ampkit.distributed.settings` checks them)."""
 OPTIMIZERS = ("adamw", "adamw-8bit", "adamw-sr", "adamw-kahan", "sgd")
@@ -30,9 +32,7 @@ def choices_text(choices: tuple[str, ...] | list[str]) -> str:
 
 def _help(text: str, note: str) -> dict[str, str]:
     """`text (note)`; a text that already ends in parentheses takes the note inside them."""
-    if not note:
-        return {"help": text}
-    return {"help": f"{text[:-1]}; {note})" if text.endswith(")") else f"{text} ({note})"}
+    return {"help": with_note(text, note)}
 
 
 PRESET_NAMES = "tiny, small, gpt2-124m, 1b, 7b, 13b, 70b"

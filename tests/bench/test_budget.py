@@ -71,7 +71,7 @@ def _ref(step_s: float) -> ReferenceWarm:
 
 
 def test_an_emulated_precision_too_slow_for_the_budget_is_not_timed_unless_named():
-    config = BenchConfig(budget_s=5.0, batch_size=8)
+    config = BenchConfig.of(budget_s=5.0, batch_size=8)
     kwargs = {"matmul_ratio": 0.05, "emulated": True, "dtype": "bf16", "max_measure_s": 5.0}
     skipped = plan_precision("bf16-mixed", config, _ref(3.0), forced=False, **kwargs)
     assert skipped.mode == "not-timed" and not skipped.timed and skipped.fidelity_rows == 1

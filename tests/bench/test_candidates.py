@@ -27,9 +27,9 @@ def test_unknown_parts_are_refused_in_one_line(text, word):
 
 
 def test_the_worker_trains_the_candidate_with_its_optimizer():
-    config = BenchConfig(precisions="fp32,bf16-true,bf16-true+adamw-sr", model="tiny", batch_size=2, seq_len=32)
+    config = BenchConfig.of(precisions="fp32,bf16-true,bf16-true+adamw-sr", model="tiny", batch_size=2, seq_len=32)
     assert parse_precisions(config.precisions) == ["fp32", "bf16-true", "bf16-true+adamw-sr"]
     sr = train_config_for(config, "bf16-true+adamw-sr")
     plain = train_config_for(config, "bf16-true")
-    assert (sr.precision, sr.features.optimizer) == ("bf16-true", "adamw-sr")
-    assert (plain.precision, plain.features.optimizer) == ("bf16-true", "adamw")
+    assert (sr.precision, sr.optimizer.optimizer) == ("bf16-true", "adamw-sr")
+    assert (plain.precision, plain.optimizer.optimizer) == ("bf16-true", "adamw")

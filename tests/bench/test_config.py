@@ -9,6 +9,7 @@ import torch
 
 from ampkit.bench.config import BenchConfig, default_precisions, parse_precisions, resolve_for_device
 from ampkit.bench.memory_check import check_bench_fits
+from ampkit.config import replace_settings
 from ampkit.errors import UsageError
 from ampkit.hardware import parse_cpuinfo
 from ampkit.hardware.device import describe_cpu
@@ -66,7 +67,7 @@ def test_steps_pins_the_measured_range():
 def test_cpu_defaults_keep_emulated_precisions_and_warn():
     resolved, names, warnings = resolve_for_device(BenchConfig(), AVX2_CPU)
     assert names == ["fp32", "bf16-mixed", "fp16-mixed"]
-    assert (resolved.model, resolved.seq_len, resolved.batch_size) == ("tiny", 256, 8)
+    assert (resolved.model.model, resolved.data.seq_len, resolved.data.batch_size) == ("tiny", 256, 8)
     assert len(warnings) == 2 and all("emulated" in w for w in warnings)
 
 
@@ -80,15 +81,15 @@ def test_cuda_defaults_follow_the_card():
     ampere = default_precisions(cuda_info((8, 0)))
     assert ampere[:4] == ["fp32", "tf32", "fp16-mixed", "bf16-mixed"] and "fp8" not in ampere
     resolved, _, _ = resolve_for_device(BenchConfig(), cuda_info((9, 0)))
-    assert resolved.model == "gpt2-124m" and resolved.seq_len == 512
+    assert resolved.model.model == "gpt2-124m" and resolved.data.seq_len == 512
 
 
 def test_memory_check_refuses_a_model_too_big_with_the_planner_estimate(monkeypatch):
     monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: 8 * 1024**3)  # an 8 GiB host
-    config = BenchConfig(model="7b", seq_len=256, batch_size=8)
+    config = BenchConfig.of(model="7b", seq_len=256, batch_size=8)
     with pytest.raises(UsageError, match=r"bench --model 7b --precision fp32 .* cannot fit: .* 8.00 GiB"):
         check_bench_fits(config, ["fp32", "bf16-mixed"], device=torch.device("cpu"))
-    tiny = dataclasses.replace(config, model="tiny")
+    tiny = replace_settings(config, {"model": "tiny"})
     estimates = check_bench_fits(tiny, ["fp32", "bf16-mixed"], device=torch.device("cpu"))  # fits: no error
     assert len(estimates) == 2 and all(e.fits and e.max_micro_batch > 8 for e in estimates)
     assert check_bench_fits(dataclasses.replace(config, fit_check=False), ["fp32"], device=torch.device("cpu")) == []
@@ -96,7 +97,7 @@ def test_memory_check_refuses_a_model_too_big_with_the_planner_estimate(monkeypa
 
 def test_memory_check_skips_a_host_that_does_not_report_its_memory(monkeypatch):
     monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: None)
-    config = BenchConfig(model="7b", seq_len=256, batch_size=8)
+    config = BenchConfig.of(model="7b", seq_len=256, batch_size=8)
     assert check_bench_fits(config, ["fp32"], device=torch.device("cpu")) == []
 
 
@@ -109,7 +110,7 @@ def test_a_lora_bench_is_fit_checked_with_the_lora_ledger(monkeypatch):
     free = synthetic_device("a100").total_memory_bytes
     monkeypatch.setattr("ampkit.plan.fit_check.free_device_memory", lambda device: (free, f"free on {device}"))
     cuda = torch.device("cuda", 0)
-    full = BenchConfig(model="7b", seq_len=512, batch_size=8)
+    full = BenchConfig.of(model="7b", seq_len=512, batch_size=8)
     with pytest.raises(UsageError, match="cannot fit"):
         check_bench_fits(full, ["fp32", "bf16-mixed"], device=cuda)
     lora = dataclasses.replace(full, lora=LoraSettings(lora=8))

@@ -46,7 +46,7 @@ def test_the_first_mixed_precision_is_torchs_autocast_default(device):
 @pytest.mark.parametrize("device", ["mi300x", "xpu-max", "mps"])
 def test_accelerators_bench_the_gpu_shape(device):
     resolved, names, warnings = resolve_for_device(BenchConfig(), synthetic_device(device))
-    assert (resolved.model, resolved.seq_len, resolved.batch_size) == ("gpt2-124m", 512, 16)
+    assert (resolved.model.model, resolved.data.seq_len, resolved.data.batch_size) == ("gpt2-124m", 512, 16)
     assert names[0] == "fp32" and warnings == []
 
 

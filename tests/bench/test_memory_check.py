@@ -25,7 +25,7 @@ def _measured_step_peak(config: BenchConfig, precision: str) -> tuple[int, int, 
 
 @pytest.mark.parametrize("model, seq_len, batch_size", [("tiny", 256, 8), ("small", 128, 4)])
 def test_predicted_step_peak_is_within_10_percent_of_the_measured_one(model, seq_len, batch_size):
-    config = BenchConfig(model=model, seq_len=seq_len, batch_size=batch_size)
+    config = BenchConfig.of(model=model, seq_len=seq_len, batch_size=batch_size)
     measured, slots, task = _measured_step_peak(config, "fp32")
     predicted = predict_step_peak(config, task, "fp32", batch_size=batch_size, seq_len=slots // batch_size)
     assert predicted["source"] == "analytic" and predicted["note"] is None
@@ -33,7 +33,7 @@ def test_predicted_step_peak_is_within_10_percent_of_the_measured_one(model, seq
 
 
 def test_a_tasks_step_is_predicted_by_tracing_it():
-    config = BenchConfig(task="mlp", batch_size=64, seq_len=256)
+    config = BenchConfig.of(task="mlp", batch_size=64, seq_len=256)
     measured, _, task = _measured_step_peak(config, "fp32")
     predicted = predict_step_peak(config, task, "fp32", batch_size=64)
     assert predicted["source"] == "traced" and predicted["bytes"] > 0
@@ -47,7 +47,7 @@ def test_an_unpredictable_step_says_why_instead_of_failing():
         def train_stream(self, *, batch_size, seed):
             raise RuntimeError("no data here")
 
-    found = predict_step_peak(BenchConfig(task="x"), Broken(), "fp32", batch_size=2)
+    found = predict_step_peak(BenchConfig.of(task="x"), Broken(), "fp32", batch_size=2)
     assert found == {"bytes": None, "source": None, "note": "not predicted: no data here"}
 
 
@@ -55,9 +55,9 @@ def test_the_largest_batch_that_fits_grows_with_the_capacity(monkeypatch):
     import ampkit.bench.memory_check as memory_check
     import ampkit.plan.fit_check as fit_check
 
-    lm = BenchConfig(model="tiny", seq_len=256, batch_size=8)
+    lm = BenchConfig.of(model="tiny", seq_len=256, batch_size=8)
     task = build_task(lm.task_spec())
-    mlp_config = BenchConfig(task="mlp", batch_size=32, seq_len=256)
+    mlp_config = BenchConfig.of(task="mlp", batch_size=32, seq_len=256)
     mlp = build_task(mlp_config.task_spec())
     sizes = {}
     for gib in (2, 8):
@@ -83,8 +83,8 @@ def test_a_lora_bench_names_the_largest_lora_batch(monkeypatch):
 
     for module in (memory_check, fit_check):
         monkeypatch.setattr(module, "_capacity", lambda device: (80 * 10**9, "free (test)"))
-    full = BenchConfig(model="7b", seq_len=512, batch_size=8)
-    lora = BenchConfig(model="7b", seq_len=512, batch_size=8, lora=LoraSettings(lora=8))
+    full = BenchConfig.of(model="7b", seq_len=512, batch_size=8)
+    lora = BenchConfig.of(model="7b", seq_len=512, batch_size=8, lora=LoraSettings(lora=8))
     cuda = torch.device("cuda", 0)
     assert largest_batch(full, build_task(full.task_spec()), "bf16-mixed", device=cuda)["batch_size"] == 0
     assert largest_batch(lora, build_task(lora.task_spec()), "bf16-mixed", device=cuda)["batch_size"] >= 8

@@ -80,7 +80,9 @@ def test_breakdown_shares_sum_to_one_and_other_takes_the_rest():
 )
 def test_a_real_profiled_step_sums_to_100_percent(task, precision):
     objs = build_run(
-        TrainConfig(task=task, model="tiny", precision=precision, steps=10, seq_len=64, batch_size=4, fit_check=False)
+        TrainConfig.of(
+            task=task, model="tiny", precision=precision, steps=10, seq_len=64, batch_size=4, fit_check=False
+        )
     )
     with objs.policy.run_context():
         objs.trainer.train_step()

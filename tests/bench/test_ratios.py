@@ -56,7 +56,7 @@ def _result(name: str, step_s: list[float], *, profile: dict | None = None, slot
 
 
 def _summary(tmp_path, *results: dict) -> dict:
-    config = BenchConfig(precisions=",".join(r["precision"] for r in results), batch_size=8)
+    config = BenchConfig.of(precisions=",".join(r["precision"] for r in results), batch_size=8)
     task = {"name": "tiny", "unit": "tokens", "seq_len": 128, "parameters": 890_000}
     summary = build_summary(
         config=config,

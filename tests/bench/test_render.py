@@ -180,10 +180,10 @@ def test_the_train_command_for_a_task_and_a_python_task_object():
     entry = {"name": "bf16-mixed", "timing": {"items_per_s": 9000.0}, "budget": {"batch_size": 8}}
     fit = {"batch_size": 6_683_610, "source": "traced", "capacity_bytes": 2**34, "capacity_label": "available"}
     task = {"name": "mlp", "unit": "samples", "train_samples": 2048}
-    made = train_command(BenchConfig(task="mlp", batch_size=8), task, entry, fit)
+    made = train_command(BenchConfig.of(task="mlp", batch_size=8), task, entry, fit)
     assert made["command"] == "ampkit train --task mlp --precision bf16-mixed --batch-size 2048"
     assert made["batch_note"] == "capped at its 2,048 training samples (the planner fits 6,683,610)"
-    api = train_command(BenchConfig(batch_size=8), {"name": "mine", "unit": "samples"}, entry, {"batch_size": None})
+    api = train_command(BenchConfig.of(batch_size=8), {"name": "mine", "unit": "samples"}, entry, {"batch_size": None})
     assert api["command"] == "ampkit.train.run(task, precision='bf16-mixed', batch_size=8)"
     assert api["batch_source"] is None and api["batch_note"] == "the planner found no batch that fits"
 
@@ -196,11 +196,11 @@ def test_the_train_command_of_a_lora_bench_is_a_lora_run():
     entry = {"name": "bf16-mixed", "timing": {"items_per_s": 900.0}, "budget": {"batch_size": 8}}
     fit = {"batch_size": 20, "source": "analytic", "capacity_bytes": 80 * 10**9, "capacity_label": "free"}
     lora = LoraSettings(lora=8, lora_targets="q_proj,v_proj", base_dtype="nf4")
-    config = BenchConfig(model="7b", seq_len=512, batch_size=8, lora=lora)
+    config = BenchConfig.of(model="7b", seq_len=512, batch_size=8, lora=lora)
     made = train_command(config, {"name": "lm", "unit": "tokens", "seq_len": 512}, entry, fit)
     assert made["command"] == (
         "ampkit train --model 7b --seq-len 512 --precision bf16-mixed --batch-size 20 "
         "--lora 8 --lora-targets q_proj,v_proj --base-dtype nf4"
     )
-    api = train_command(BenchConfig(batch_size=8, lora=LoraSettings(lora=4)), {"name": "mine"}, entry, fit)
+    api = train_command(BenchConfig.of(batch_size=8, lora=LoraSettings(lora=4)), {"name": "mine"}, entry, fit)
     assert api["command"] == "ampkit.train.run(task, precision='bf16-mixed', batch_size=20, lora=4)"

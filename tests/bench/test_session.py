@@ -20,7 +20,7 @@ class Progress:
 
 
 def _session(console, **config) -> tuple[BenchSession, list]:
-    cfg = BenchConfig(model="tiny", seq_len=32, batch_size=8, precisions="fp32,bf16-mixed,fp16-mixed", **config)
+    cfg = BenchConfig.of(model="tiny", seq_len=32, batch_size=8, precisions="fp32,bf16-mixed,fp16-mixed", **config)
     plan = BenchPlan(
         config=cfg, info=AVX2_CPU, precisions=["fp32", "bf16-mixed", "fp16-mixed"], warnings=[], task={"unit": "tokens"}
     )

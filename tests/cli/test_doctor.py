@@ -54,5 +54,5 @@ def test_defaults_follow_the_device_and_given_settings_stay():
 
 def test_where_emulated_fp32s_smoke_test_runs_only_to_convict_a_failure(monkeypatch):
     monkeypatch.setattr(doctor_mod, "describe_device", lambda device: AVX2_CPU)
-    result = doctor_mod.run_doctor(DoctorConfig(task="mlp", steps=1, fidelity=False))  # a quick smoke test
+    result = doctor_mod.run_doctor(DoctorConfig.of(task="mlp", steps=1, fidelity=False))  # a quick smoke test
     assert list(result.smoke) == ["fp16-mixed"] and result.smoke["fp16-mixed"].passed

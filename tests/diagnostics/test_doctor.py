@@ -17,7 +17,7 @@ QUICK = dict(steps=4, batch_size=2, seq_len=32, smoke=False, fidelity=False)
 
 @pytest.fixture(scope="module")
 def unsafe_fp16():
-    return run_doctor(DoctorConfig(precision="fp16-mixed", unsafe_op="blocks.1.mlp", **QUICK))
+    return run_doctor(DoctorConfig.of(precision="fp16-mixed", unsafe_op="blocks.1.mlp", **QUICK))
 
 
 def test_unsafe_op_goes_nan_under_fp16_and_doctor_names_it(unsafe_fp16):
@@ -45,7 +45,7 @@ def test_doctor_advises_the_fp32_fix_for_that_module(unsafe_fp16):
 
 def test_applying_the_advised_fix_makes_the_same_run_finite():
     fixed = run_doctor(
-        DoctorConfig(
+        DoctorConfig.of(
             precision="fp16-mixed", unsafe_op="blocks.1.mlp", keep_fp32="blocks.1.mlp", **(QUICK | {"steps": 8})
         )
     )
@@ -60,7 +60,7 @@ def test_applying_the_advised_fix_makes_the_same_run_finite():
 def test_model_hook_and_fp32_reference():
     """A user's own model change through the Python API; fp32 runs it cleanly ("not precision" stays quiet)."""
     result = run_doctor(
-        DoctorConfig(precision="fp32", **QUICK), model_hook=lambda m: insert_unsafe_op(m, "blocks.2.mlp")
+        DoctorConfig.of(precision="fp32", **QUICK), model_hook=lambda m: insert_unsafe_op(m, "blocks.2.mlp")
     )
     assert result.summary["locator"]["first_nonfinite"] is None
     assert result.summary["scale"]["active"] is False
@@ -69,7 +69,7 @@ def test_model_hook_and_fp32_reference():
 
 def test_injected_fault_is_named_and_smoke_fails_with_diagnosis():
     result = run_doctor(
-        DoctorConfig(
+        DoctorConfig.of(
             precision="fp32",
             inject="blocks.0.attn.v_proj:backward:nan@2",
             **(QUICK | {"smoke": True, "smoke_steps": 20}),
@@ -137,7 +137,7 @@ def test_a_value_near_fp16_max_is_a_note_unless_the_verdict_found_problems():
     """The verdict's table never holds a near-max observation beside "No numeric problems": a note."""
     from ampkit.diagnostics.doctor_report import build_report, key_findings, notes
 
-    summary = run_doctor(DoctorConfig(precision="fp16-mixed", **QUICK)).summary
+    summary = run_doctor(DoctorConfig.of(precision="fp16-mixed", **QUICK)).summary
     assert summary["status"] == "healthy"
     near = {"module": "embed", "phase": "backward", "site": "param_grad", "values": "|x| up to 5.4e+04"}
     summary["locator"]["first_near_fp16_max"] = near

@@ -43,7 +43,7 @@ def _record_reduce_scatter(seen: list[str]):
 
 
 def probe_fsdp_bf16(reduce_dtype: str) -> dict:
-    objs = build_run(TrainConfig(precision="bf16-mixed", parallel="fsdp", reduce_dtype=reduce_dtype, **TINY))
+    objs = build_run(TrainConfig.of(precision="bf16-mixed", parallel="fsdp", reduce_dtype=reduce_dtype, **TINY))
     forward_weights: set[str] = set()
     for module in objs.model.modules():
         if isinstance(module, torch.nn.Linear):
@@ -79,7 +79,7 @@ def probe_fsdp_bf16(reduce_dtype: str) -> dict:
 
 def probe_fp16_scaler() -> dict:
     objs = build_run(
-        TrainConfig(precision="fp16-mixed", parallel="fsdp", scaler=ScalerConfig(init_scale=1024.0), **TINY)
+        TrainConfig.of(precision="fp16-mixed", parallel="fsdp", scaler=ScalerConfig(init_scale=1024.0), **TINY)
     )
     policy, rank = objs.policy, dist.get_rank()
     real_unscale = policy.unscale_gradients
@@ -98,7 +98,7 @@ def probe_fp16_scaler() -> dict:
 
 
 def probe_ddp_no_sync() -> dict:
-    objs = build_run(TrainConfig(precision="fp32", parallel="ddp", grad_accum=1, **TINY))
+    objs = build_run(TrainConfig.of(precision="fp32", parallel="ddp", grad_accum=1, **TINY))
     calls: list[int] = []
 
     def counting(state, bucket):
@@ -117,7 +117,7 @@ def probe_ddp_no_sync() -> dict:
 
 
 def probe_ddp_bf16_reduce() -> dict:
-    objs = build_run(TrainConfig(precision="fp32", parallel="ddp", reduce_dtype="bf16", **TINY))
+    objs = build_run(TrainConfig.of(precision="fp32", parallel="ddp", reduce_dtype="bf16", **TINY))
     seen: list[str] = []
     real = dist.all_reduce
 
@@ -154,7 +154,7 @@ def _compare_shards(sharded: torch.nn.Module, reference: torch.nn.Module) -> dic
 def probe_fsdp_init() -> dict:
     report = {}
     for precision in ("fp32", "bf16-true"):
-        objs = build_run(TrainConfig(precision=precision, parallel="fsdp", **TINY))
+        objs = build_run(TrainConfig.of(precision=precision, parallel="fsdp", **TINY))
         reference = objs.task.build_model(device=objs.device, seed=objs.config.seed)
         report[precision] = _compare_shards(objs.model, reference)
     # Odd vocabulary and d_ff: FSDP2 pads the last rank's shard; each rank still writes exactly its rows.

@@ -34,12 +34,17 @@ from ampkit.train import TrainConfig
 )
 def test_settings_refused_with_the_fix(settings, fragment):
     with pytest.raises(UsageError, match=fragment):
-        TrainConfig(**settings)
+        TrainConfig.of(**settings)
 
 
 def test_defaults_are_single_process_and_fp32_reduction():
-    config = TrainConfig()
-    assert (config.parallel, config.reduce_dtype, config.nproc_per_node, config.nnodes) == ("none", "fp32", 0, 1)
+    parallel = TrainConfig().parallel
+    assert (parallel.parallel, parallel.reduce_dtype, parallel.nproc_per_node, parallel.nnodes) == (
+        "none",
+        "fp32",
+        0,
+        1,
+    )
 
 
 def test_launch_env_reads_torchrun_identity():

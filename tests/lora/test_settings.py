@@ -83,5 +83,5 @@ def test_runs_lora_cannot_carry_are_refused():
     with pytest.raises(UsageError, match="fp8 swaps the Linear layers"):
         check_lora_run(LoraSettings(lora=8), precision="fp8-emulated")
     with pytest.raises(UsageError, match="drop --parallel ddp"):
-        TrainConfig(lora=LoraSettings(lora=8), parallel="ddp")
+        TrainConfig.of(lora=LoraSettings(lora=8), parallel="ddp")
     check_lora_run(LoraSettings(), precision="fp8-emulated")  # no LoRA: nothing to refuse

@@ -94,7 +94,7 @@ def test_fp8_conversion_on_the_meta_device_keeps_the_fp32_init():
     from ampkit.precision.fp8 import converted_layers
 
     reference = build_model(TINY, seed=3)
-    config = TrainConfig(model="tiny", precision="fp8-emulated", seq_len=32, seed=3)
+    config = TrainConfig.of(model="tiny", precision="fp8-emulated", seq_len=32, seed=3)
     policy = build_precision("fp8-emulated", device_type="cpu")
     model, _ = build_run_model(
         build_task(config.task_spec()), config, policy=policy, device=torch.device("cpu"), parallel=LocalRun()
@@ -151,7 +151,7 @@ def _allocator_peak(fn) -> tuple[int, object]:
 @pytest.mark.parametrize("precision", ["bf16-true", "fp16-true"])
 def test_true_precision_builds_without_an_fp32_copy(precision):
     cfg = get_preset("small")  # ~25M parameters: fp32 would be ~100 MB, bf16 ~50 MB
-    config = TrainConfig(model="small", precision=precision, seq_len=32)
+    config = TrainConfig.of(model="small", precision=precision, seq_len=32)
     policy = build_precision(precision, device_type="cpu")
     peak, (model, _) = _allocator_peak(
         lambda: build_run_model(

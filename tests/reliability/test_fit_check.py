@@ -18,7 +18,6 @@ from ampkit.errors import UsageError
 from ampkit.plan.fit_check import check_fit, host_available_bytes
 from ampkit.train import TrainConfig
 from ampkit.train.config import RESUMABLE_OVERRIDES, check_train_fits
-from ampkit.train.features import Features
 from helpers import ampkit_process
 
 REFUSED_WITHIN_S = 3.0
@@ -64,13 +63,13 @@ def test_the_largest_batch_named_fits_and_one_more_does_not(monkeypatch):
     monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: 2 * 1024**3)
     cpu = torch.device("cpu")
     with pytest.raises(UsageError, match=r"--batch-size (\d+)") as refused:
-        check_train_fits(TrainConfig(model="tiny", batch_size=100000), device=cpu)
+        check_train_fits(TrainConfig.of(model="tiny", batch_size=100000), device=cpu)
     largest = int(re.search(r"fits is --batch-size (\d+)", str(refused.value)).group(1))
-    assert check_train_fits(TrainConfig(model="tiny", batch_size=largest), device=cpu).fits
+    assert check_train_fits(TrainConfig.of(model="tiny", batch_size=largest), device=cpu).fits
     over = largest * 2 + 10
     with pytest.raises(UsageError, match="cannot fit"):
-        check_train_fits(TrainConfig(model="tiny", batch_size=over), device=cpu)
-    assert check_train_fits(TrainConfig(model="tiny", batch_size=over, fit_check=False), device=cpu) is None
+        check_train_fits(TrainConfig.of(model="tiny", batch_size=over), device=cpu)
+    assert check_train_fits(TrainConfig.of(model="tiny", batch_size=over, fit_check=False), device=cpu) is None
 
 
 def _needed_bytes(**step) -> int:
@@ -98,8 +97,8 @@ def test_train_is_fit_checked_with_its_own_optimizer_and_checkpointing(monkeypat
     monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: (plain + slim) // 2)
     cpu, run = torch.device("cpu"), {"model": "small", "batch_size": 2, "seq_len": 256, "device": "cpu"}
     with pytest.raises(UsageError, match="cannot fit"):
-        check_train_fits(TrainConfig(**run), device=cpu)
-    assert check_train_fits(TrainConfig(**run, features=Features(**lean)), device=cpu).fits
+        check_train_fits(TrainConfig.of(**run), device=cpu)
+    assert check_train_fits(TrainConfig.of(**run, **lean), device=cpu).fits
 
 
 def test_no_fit_check_is_a_flag_and_a_resumable_override(run_cli):
@@ -115,7 +114,7 @@ from ampkit.train import TrainConfig
 from ampkit.train.config import check_train_fits
 import torch
 model, batch, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-config = TrainConfig(model=model, batch_size=batch, steps=3, eval_batches=1, device="cpu")
+config = TrainConfig.of(model=model, batch_size=batch, steps=3, eval_batches=1, device="cpu")
 estimate = check_train_fits(config, device=torch.device("cpu"))
 from ampkit.cli import main
 args = ["train", "--model", model, "--batch-size", str(batch), "--steps", "3", "--eval-batches", "1"]

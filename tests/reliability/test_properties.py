@@ -32,6 +32,9 @@ KEYS = [
     "init_scale",  # a [scaler] setting at top level, as files written before sections have it
     "scaler",
     "features",
+    "optimizer",  # [optimizer]'s head, or its table (the optimizer was a [features] switch before)
+    "data",
+    "task",  # a [task] table: the task's name and arguments
     "nonsense_key",
 ]
 SCALARS = st.one_of(
@@ -41,7 +44,10 @@ SCALARS = st.one_of(
     st.text(max_size=12),
     st.none(),
 )
-SECTION_KEYS = ["init_scale", "growth_interval", "backoff_factor", "batching", "compile", "steps", "nonsense_key"]
+SECTION_KEYS = [
+    *("init_scale", "growth_interval", "backoff_factor", "batching", "compile", "steps", "optimizer", "lr", "name"),
+    "nonsense_key",
+]
 VALUES = st.one_of(SCALARS, st.dictionaries(st.sampled_from(SECTION_KEYS), SCALARS, max_size=3))
 
 
@@ -58,7 +64,7 @@ def test_config_accepts_or_refuses_cleanly(values):
     except UsageError as err:
         assert str(err) and "\n" not in str(err)
         return
-    assert config.steps >= 1 and config.seq_len >= 1 and config.lr > 0
+    assert config.steps >= 1 and config.data.seq_len >= 1 and config.optimizer.lr > 0
 
 
 @SETTINGS

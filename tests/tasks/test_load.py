@@ -95,7 +95,7 @@ def test_language_model_flags_are_refused_with_another_task():
     with pytest.raises(UsageError, match="--model, --batching configure the language-model task"):
         from ampkit.train import Features
 
-        build_task(TrainConfig(task="mlp", model="small", features=Features(batching="pack")).task_spec())
+        build_task(TrainConfig.of(task="mlp", model="small", features=Features(batching="pack")).task_spec())
     assert isinstance(build_task(TrainConfig().task_spec()), LanguageModelTask)
 
 
@@ -105,12 +105,12 @@ def test_a_config_files_task_table_names_the_task_and_its_arguments(tmp_path, ta
     toml = tmp_path / "run.toml"
     toml.write_text(f'steps = 3\n\n[task]\nname = "{task_file}:make_task"\nwidth = 6\n')
     config = resolve_config(TrainConfig, toml_path=toml)
-    assert config.task == f"{task_file}:make_task" and config.task_args == {"width": 6}
+    assert config.model.task == f"{task_file}:make_task" and config.model.task_args == {"width": 6}
     assert build_task(config.task_spec()).name == "toy6"
     again = tmp_path / "again.toml"
     again.write_text(config_to_toml(config))  # --print-config output is accepted back
     assert resolve_config(TrainConfig, toml_path=again) == config
-    assert json.loads(json.dumps(config.task_args)) == {"width": 6}
+    assert json.loads(json.dumps(config.model.task_args)) == {"width": 6}
 
 
 def test_each_command_hands_its_own_task_spec():
@@ -123,10 +123,10 @@ def test_each_command_hands_its_own_task_spec():
     from ampkit.diagnostics.config import DoctorConfig
     from ampkit.tasks.load import TaskSpec
 
-    train = TrainConfig(task="mlp", task_args={"hidden": 8}, features=Features(batching="pack", dedup="exact"))
+    train = TrainConfig.of(task="mlp", task_args={"hidden": 8}, features=Features(batching="pack", dedup="exact"))
     assert train.task_spec() == TaskSpec(
         task="mlp", task_args={"hidden": 8}, model="tiny", data="default", seq_len=256, batching="pack", dedup="exact"
     )
-    assert BenchConfig(model="small", seq_len=64).task_spec() == TaskSpec(model="small", seq_len=64)
+    assert BenchConfig.of(model="small", seq_len=64).task_spec() == TaskSpec(model="small", seq_len=64)
     assert DoctorConfig(smoke_seq_len=8).task_spec() == TaskSpec(model="tiny", seq_len=64, smoke_seq_len=8)
     assert "getattr(" not in inspect.getsource(load_mod.build_task) + inspect.getsource(load_mod._refuse_lm_options)

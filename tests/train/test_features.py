@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from ampkit.config import config_to_dict, flat_settings
 from ampkit.core import build_optimizer
 from ampkit.data import IGNORE_INDEX, best_fit_row, collate_pack
 from ampkit.errors import UsageError
@@ -133,9 +134,7 @@ def test_adamw_8bit_without_bitsandbytes_names_the_extra(monkeypatch, tmp_path, 
         "train", *TINY_ARGS, "--steps", "1", "--optimizer", "adamw-8bit", "--out", str(tmp_path / "r")
     )
     assert code == 2 and "ampkit[8bit]" in err and "Traceback" not in err
-    assert features.feature_set_unavailable(
-        FeatureSet(name="x", features=Features(optimizer="adamw-8bit")), device=torch.device("cpu")
-    )
+    assert features.feature_set_unavailable(FeatureSet(name="x", optimizer="adamw-8bit"), device=torch.device("cpu"))
 
 
 # ---------------------------------------------------------------- compile (wiring; a real compile takes minutes here)
@@ -144,7 +143,7 @@ def test_adamw_8bit_without_bitsandbytes_names_the_extra(monkeypatch, tmp_path, 
 def test_compile_is_applied_in_place_and_its_warm_up_timed_apart(monkeypatch):
     calls = []
     monkeypatch.setattr(LlamaLM, "compile", lambda self, **kw: calls.append(kw), raising=False)
-    config = TrainConfig(
+    config = TrainConfig.of(
         model="tiny", seq_len=32, batch_size=2, steps=1, features=Features(batching="pack", compile=True)
     )
     objs = build_run(config)
@@ -166,16 +165,17 @@ def test_compile_is_applied_in_place_and_its_warm_up_timed_apart(monkeypatch):
 )
 def test_unknown_switch_values_are_usage_errors(field, value):
     with pytest.raises(UsageError, match=value):
-        TrainConfig(features=Features(**{field: value}))
+        TrainConfig.of(**{field: value})  # optimizer: [optimizer]'s head, the rest [features]'s switches
 
 
 def test_every_sweep_entry_makes_a_valid_config():
-    base = TrainConfig(model="tiny", seq_len=32)
+    base = TrainConfig.of(model="tiny", seq_len=32)
     assert SWEEP[0].name == "baseline" and len({fs.name for fs in SWEEP}) == len(SWEEP)
     for fs in SWEEP:
         config = apply_feature_set(base, fs)
-        assert all(getattr(config.features, k) == v for k, v in fs.settings().items())
-        assert config.seq_len == 32
+        settings = flat_settings(TrainConfig, config_to_dict(config))
+        assert all(settings[k] == v for k, v in fs.settings().items()) and config.optimizer.optimizer == fs.optimizer
+        assert config.data.seq_len == 32
     assert [fs.name for fs in get_feature_sets("pack, bucket")] == ["pack", "bucket"]
     with pytest.raises(UsageError, match="unknown feature set 'turbo'"):
         get_feature_sets("turbo")
@@ -189,7 +189,7 @@ def test_pack_with_a_model_without_masks_is_refused_on_the_command_line(monkeypa
 
 def test_run_objects_report_dedup_and_optimizer_state():
     objs = build_run(
-        TrainConfig(
+        TrainConfig.of(
             model="tiny",
             seq_len=32,
             batch_size=2,
@@ -230,7 +230,7 @@ class _RepackedPad:
 
 def _config(batching: str, batch_size: int, seed: int = 0) -> TrainConfig:
     # constant LR (no warmup, no decay) so runs of different step counts see the same schedule
-    return TrainConfig(
+    return TrainConfig.of(
         model="tiny",
         seq_len=64,
         batch_size=batch_size,

@@ -186,7 +186,7 @@ def test_grad_stats_and_nonfinite_detection_in_train(tmp_path, run_cli):
     assert len(stats[0]["tensors"]) == len(
         list(
             torch.nn.Module.parameters(
-                build_run(TrainConfig(model="tiny", seq_len=32, batch_size=2, eval_batches=1)).model
+                build_run(TrainConfig.of(model="tiny", seq_len=32, batch_size=2, eval_batches=1)).model
             )
         )
     )
@@ -196,8 +196,8 @@ def test_grad_stats_and_nonfinite_detection_in_train(tmp_path, run_cli):
 
 
 def test_diagnostics_off_places_no_hooks():
-    objs = build_run(TrainConfig(model="tiny", seq_len=32, batch_size=2, eval_batches=1))
-    diagnostics = build_train_diagnostics(objs, objs.config)
+    objs = build_run(TrainConfig.of(model="tiny", seq_len=32, batch_size=2, eval_batches=1))
+    diagnostics = build_train_diagnostics(objs, objs.config.guard, micro_batches=objs.config.grad_accum)
     assert isinstance(diagnostics, NoDiagnostics) and diagnostics.summary() == {}
     assert all(not (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks) for m in objs.model.modules())
     assert all(not p._post_accumulate_grad_hooks for p in objs.model.parameters())

@@ -19,7 +19,7 @@ from ampkit.train.loop import Cadence, RunStatus, ThroughputWindow, type_for
 
 
 def test_cadence_logs_evaluates_and_checkpoints_on_their_steps():
-    config = TrainConfig(steps=10, log_every=3, eval_every=4, checkpoint_every=5)
+    config = TrainConfig.of(steps=10, log_every=3, eval_every=4, checkpoint_every=5)
     cadence = Cadence(config, device=torch.device("cpu"), last_step=7)
     assert [s for s in range(1, 11) if cadence.logs(s)] == [3, 6, 7, 9]  # the last step of the invocation logs
     assert [s for s in range(1, 11) if cadence.evaluates(s)] == [4, 8]  # step 10 is the end: evaluated anyway
@@ -46,7 +46,8 @@ def test_each_outcome_has_its_exception_and_status_text():
 
 
 def test_without_guard_a_non_finite_loss_ends_the_run_naming_the_next_command():
-    guard = build_guard(TrainConfig(batch_size=3, seq_len=16), checkpointer=None, run_dir=".")
+    config = TrainConfig.of(batch_size=3, seq_len=16)
+    guard = build_guard(config.guard, doctor_args=config.doctor_args(), checkpointer=None, run_dir=".")
     assert isinstance(guard, StopOnDivergence)
     result = SimpleNamespace(stepped=True)
     assert guard.check(result, {"loss": 2.0, "grad_norm": 1.0}) is None
@@ -57,7 +58,8 @@ def test_without_guard_a_non_finite_loss_ends_the_run_naming_the_next_command():
 
 
 def test_with_guard_skips_in_a_row_and_applied_nan_gradients_trigger_a_rollback():
-    guard = build_guard(TrainConfig(guard=True, checkpoint_every=2, guard_max_skips=2), checkpointer=None, run_dir=".")
+    config = TrainConfig.of(guard=True, checkpoint_every=2, guard_max_skips=2)
+    guard = build_guard(config.guard, doctor_args=config.doctor_args(), checkpointer=None, run_dir=".")
     assert isinstance(guard, NanGuard)
     skipped = SimpleNamespace(stepped=False)
     assert guard.check(skipped, None) is None
@@ -69,7 +71,7 @@ def test_with_guard_skips_in_a_row_and_applied_nan_gradients_trigger_a_rollback(
 def test_resume_config_refuses_a_change_that_would_not_match_the_checkpoint(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"steps": 10, "lr": 0.001, "scaler": {"init_scale": 1024.0}}))
     resumed = resume_config(tmp_path, {"steps": 20, "compile": False})  # steps and compile may change
-    assert resumed.steps == 20 and resumed.lr == 0.001 and resumed.scaler.init_scale == 1024.0
+    assert resumed.steps == 20 and resumed.optimizer.lr == 0.001 and resumed.scaler.init_scale == 1024.0
     with pytest.raises(UsageError, match="--lr cannot change when resuming"):
         resume_config(tmp_path, {"lr": 0.1})
     with pytest.raises(UsageError, match="missing does not exist"):
@@ -87,4 +89,4 @@ def test_a_task_without_held_out_data_is_refused_before_training():
         train=(torch.randn(8, 2), torch.zeros(8, dtype=torch.long)),
     )
     with pytest.raises(UsageError, match="task no-held-out: held_out\\(\\) gave no batch"):
-        build_run_data(TrainConfig(batch_size=4), task=task, parallel=SimpleNamespace(distributed=False))
+        build_run_data(TrainConfig.of(batch_size=4), task=task, parallel=SimpleNamespace(distributed=False))

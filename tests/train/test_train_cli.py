@@ -47,7 +47,8 @@ def test_toml_config_with_flag_override(tmp_path, run_cli):
     code, stdout, _ = run_cli("train", "--config", str(cfg), "--steps", "2", "--out", str(tmp_path / "r"), "--json")
     assert code == 0
     summary = json.loads(stdout)
-    assert summary["steps"] == 2 and summary["config"]["batch_size"] == 2 and summary["config"]["lr"] == 0.001
+    config = summary["config"]
+    assert summary["steps"] == 2 and config["data"]["batch_size"] == 2 and config["optimizer"]["lr"] == 0.001
 
 
 def _bad_inputs(tmp_path):

@@ -184,7 +184,7 @@ def reference_plan(name: str, config: BenchConfig, account: BudgetAccount) -> Pr
     return PrecisionPlan(
         name=name,
         mode=mode,
-        batch_size=config.batch_size,
+        batch_size=config.data.batch_size,
         fidelity_rows=FULL_FIDELITY_ROWS,
         max_measure_s=account.reference_allowance(),
     )

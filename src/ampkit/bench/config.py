@@ -1,7 +1,9 @@
 """`ampkit bench`'s typed config. Every field is also a flag (`--budget-s`) and a TOML key (`budget_s`).
 
 "auto" values (model "auto", seq_len/batch_size 0, precisions "") depend on the device and are
-filled in by `resolve_for_device` once the device is known, before any worker starts.
+filled in by `resolve_for_device` once the device is known, before any worker starts. What to train
+and on what are train's own sections (`ampkit.sections.ModelSection`, `DataSection`: `[model]`,
+`[data]`) with bench's defaults; a bench worker hands them to the `TrainConfig` it runs.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 from ampkit import options
 from ampkit.bench.candidates import canonical_candidate, split_candidate
 from ampkit.bench.inference import InferenceSettings
+from ampkit.config import build_config
 from ampkit.errors import UsageError
 from ampkit.lora import LoraSettings, check_lora_run, lora_field
 from ampkit.precision import SPECS, check_supported, precision_names_help
+from ampkit.sections import DataSection, ModelSection, section
 from ampkit.tasks.load import TaskSpec
 
 if TYPE_CHECKING:
@@ -49,13 +53,7 @@ class BenchConfig:
             "('' = every one this device supports); fp32 is always added"
         },
     )
-    task: str = options.task_field()
-    task_args: dict = options.task_args_field()
-    model: str = options.model_field("auto", note="'auto' = tiny on CPU, gpt2-124m on CUDA")
-    data: str = options.data_field()
     device: str = options.device_field()
-    seq_len: int = options.seq_len_field(0, note="0 = auto: 256 on CPU, 512 on CUDA")
-    batch_size: int = options.batch_size_field(0, note="0 = auto: 8 on CPU, 16 on CUDA")
     budget_s: float = field(
         default=12.0,
         metadata={
@@ -95,6 +93,19 @@ class BenchConfig:
     serving: InferenceSettings = field(
         default_factory=InferenceSettings, metadata={"help": "bench --inference: prefill, decode and the KV cache"}
     )
+    model: ModelSection = section(
+        ModelSection,
+        "what every precision trains: the task or the language model",
+        model="auto",
+        notes={"model": "'auto' = tiny on CPU, gpt2-124m on CUDA"},
+    )
+    data: DataSection = section(
+        DataSection,
+        "the language model's data and the batch shape",
+        seq_len=0,
+        batch_size=0,
+        notes={"seq_len": "0 = auto: 256 on CPU, 512 on CUDA", "batch_size": "0 = auto: 8 on CPU, 16 on CUDA"},
+    )
     lora: LoraSettings = lora_field()  # --lora RANK: every precision on the LoRA workload (adapters' gradients)
 
     def __post_init__(self) -> None:
@@ -105,7 +116,7 @@ class BenchConfig:
         for name in ("min_steps", "max_steps"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in ("steps", "warmup_steps", "seq_len", "batch_size"):
+        for name in ("steps", "warmup_steps"):  # [data]'s seq_len and batch_size: >= 0 in their section
             if getattr(self, name) < 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.min_steps > self.max_steps:
@@ -118,10 +129,17 @@ class BenchConfig:
             raise UsageError(f"--tie-tolerance must be in [0, 1), got {self.tie_tolerance}")
         parse_precisions(self.precisions)  # unknown names are refused now, before any device work
 
+    @classmethod
+    def of(cls, **settings: Any) -> BenchConfig:
+        """A config from settings by their flat names (`BenchConfig.of(model="tiny", seq_len=32)`; a section
+        may be given whole): the Python API's and the tests' way (`ampkit.config.build_config`)."""
+        return build_config(cls, settings)
+
     def task_spec(self) -> TaskSpec:
         """What building the bench's task needs (`ampkit.tasks.load.build_task`)."""
+        model, data = self.model, self.data
         return TaskSpec(
-            task=self.task, task_args=dict(self.task_args), model=self.model, data=self.data, seq_len=self.seq_len
+            task=model.task, task_args=dict(model.task_args), model=model.model, data=data.data, seq_len=data.seq_len
         )
 
     @property
@@ -180,12 +198,13 @@ def resolve_for_device(config: BenchConfig, info: DeviceInfo) -> tuple[BenchConf
     warnings: list[str] = []
     for name in names:
         warnings.extend(check_supported(split_candidate(name)[0], info))
-    model = str(defaults["model"]) if config.model == "auto" and not config.task else config.model  # a task: its own
-    resolved = dataclasses.replace(
-        config,
-        precisions=",".join(names),
-        model=model,
-        seq_len=config.seq_len or int(defaults["seq_len"]),
-        batch_size=config.batch_size or int(defaults["batch_size"]),
+    model, data = config.model, config.data
+    if model.model == "auto" and not model.task:  # a task: its own model
+        model = dataclasses.replace(model, model=str(defaults["model"]))
+    data = dataclasses.replace(
+        data,
+        seq_len=data.seq_len or int(defaults["seq_len"]),
+        batch_size=data.batch_size or int(defaults["batch_size"]),
     )
+    resolved = dataclasses.replace(config, precisions=",".join(names), model=model, data=data)
     return resolved, names, warnings

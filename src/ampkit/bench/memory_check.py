@@ -52,13 +52,13 @@ def check_bench_fits(config: BenchConfig, precisions: list[str], *, device: torc
     for name in precisions:  # what each worker trains (`bench.worker`): AdamW or the candidate's optimizer
         precision, optimizer = split_candidate(name)
         estimate = check_fit(
-            model=config.model,
+            model=config.model.model,
             precision=precision,
-            batch_size=config.batch_size,
-            seq_len=config.seq_len,
+            batch_size=config.data.batch_size,
+            seq_len=config.data.seq_len,
             device=device,
             optimizer=optimizer or "adamw",
-            vocab_size=vocab_size_for(config.model),
+            vocab_size=vocab_size_for(config.model.model),
             command="bench",
             lora=config.lora,  # a LoRA bench: the LoRA ledger (frozen base, adapters' states only)
         )
@@ -82,14 +82,14 @@ def predict_step_peak(
     reserve: what the allocator holds), or bytes None with why it is not predicted."""
     try:
         if isinstance(task, LanguageModelTask):
-            desc = _describe(config.model, vocab_size_for(config.model))
+            desc = _describe(config.model.model, vocab_size_for(config.model.model))
             if desc is None:
                 return {
                     "bytes": None,
                     "source": None,
                     "note": "not predicted: the planner does not describe this model",
                 }
-            setting = _setting(precision, batch_size, seq_len or config.seq_len)
+            setting = _setting(precision, batch_size, seq_len or config.data.seq_len)
             ledger = analytic_ledger(desc, setting, reserve=NO_RESERVE)
             return {"bytes": ledger.tensor_peak, "source": "analytic", "note": None}
         ledger = _task_ledger(task, precision, batch_size, config.seed, reserve=NO_RESERVE)
@@ -117,11 +117,13 @@ def largest_batch(config: BenchConfig, task: Task, precision: str, *, device: to
     capacity, label = found
     try:
         if isinstance(task, LanguageModelTask):
-            desc = _describe(config.model, vocab_size_for(config.model))
+            desc = _describe(config.model.model, vocab_size_for(config.model.model))
             if desc is None:
                 raise UsageError("the planner does not describe this model")
             lora = _lora_fit(desc, config.lora, precision)
-            estimate = estimate_fit(desc, _setting(precision, config.batch_size, config.seq_len), device, lora=lora)
+            estimate = estimate_fit(
+                desc, _setting(precision, config.data.batch_size, config.data.seq_len), device, lora=lora
+            )
             best = estimate.max_micro_batch if estimate is not None else None
             source = "analytic"
         else:
@@ -154,7 +156,7 @@ def _largest_task_batch(
         reserve = Reserve(context_bytes=CUDA_WORKSPACE_BYTES, fragmentation=FRAGMENTATION)
     else:
         reserve = Reserve(context_bytes=CPU_FIXED_BYTES, fragmentation=CPU_DYNAMIC_FACTOR - 1)
-    b = config.batch_size
+    b = config.data.batch_size
     at_b = _task_ledger(task, precision, b, config.seed, reserve=reserve).total
     at_2b = _task_ledger(task, precision, 2 * b, config.seed, reserve=reserve).total
     return _largest_batch(b, at_b, at_2b, capacity)

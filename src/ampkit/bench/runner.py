@@ -83,9 +83,10 @@ def plan_bench(config: BenchConfig, *, task_object: Task | None = None) -> Bench
     the task is built here once (a missing task file, a bad model or --seq-len is one line, exit 2)."""
     info = describe_device(pick_device(config.device))
     resolved, names, warnings = resolve_for_device(config, info)
-    if resolved.data != "default" and not Path(resolved.data).exists():
+    corpus = resolved.data.data
+    if corpus != "default" and not Path(corpus).exists():
         raise UsageError(
-            f"--data {resolved.data} does not exist; pass a .txt/.md/.jsonl file or a folder, "
+            f"--data {corpus} does not exist; pass a .txt/.md/.jsonl file or a folder, "
             "or leave --data out for the embedded corpus"
         )
     for name in names:  # peft present; nf4 runs on this device at each precision's compute dtype

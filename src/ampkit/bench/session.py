@@ -119,7 +119,7 @@ class BenchSession:
 
     def _plan(self, name: str, *, max_measure_s: float) -> PrecisionPlan:
         ref = self.ref_warm or ReferenceWarm(
-            step_s=0.0, batch_size=self.config.batch_size, matmul_share=None, startup_s=0.0, fidelity_s=0.0
+            step_s=0.0, batch_size=self.config.data.batch_size, matmul_share=None, startup_s=0.0, fidelity_s=0.0
         )
         return plan_precision(
             name,

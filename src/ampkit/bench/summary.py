@@ -396,16 +396,17 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
     """The recommendation made actionable: `ampkit train` with this precision and the largest micro-batch
     the planner fits on this device, and the throughput measured here."""
     found = fit.get("batch_size")
-    batch = found if found else config.batch_size
+    batch = found if found else config.data.batch_size
     rows = task.get("train_samples")  # a batch beyond the training set only repeats it
     capped = bool(found and isinstance(rows, int) and 0 < rows < found)
     batch = rows if capped else batch
     name, optimizer = split_candidate(entry["name"])
-    if config.task:
-        head = f"ampkit train --task {config.task}"
+    model, data = config.model, config.data
+    if model.task:
+        head = f"ampkit train --task {model.task}"
     elif task.get("seq_len") is not None:  # the language model
-        data = f" --data {config.data}" if config.data != "default" else ""
-        head = f"ampkit train --model {config.model}{data} --seq-len {config.seq_len}"
+        corpus = f" --data {data.data}" if data.data != "default" else ""
+        head = f"ampkit train --model {model.model}{corpus} --seq-len {data.seq_len}"
     else:  # a task object of the Python API
         head = None
     lora = _lora_settings(config.lora)  # a LoRA bench recommends a LoRA run, with its settings
@@ -473,7 +474,7 @@ def build_summary(
         "unit": task["unit"],
         "task": task,
         "model": _model_block(task, flops),
-        "data": {"corpus": task.get("corpus"), "seq_len": task.get("seq_len"), "batch_size": config.batch_size},
+        "data": {"corpus": task.get("corpus"), "seq_len": task.get("seq_len"), "batch_size": config.data.batch_size},
         "reference": REFERENCE,
         "warnings": warnings,
         "loss_common_step": common_step,

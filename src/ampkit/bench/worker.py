@@ -19,7 +19,6 @@ Progress goes to stdout as JSON lines (the parent draws the bars); the result go
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -39,15 +38,15 @@ from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import capture_fidelity, fidelity_file, fixed_batch
 from ampkit.bench.profile import profile_step
 from ampkit.bench.timing import make_step_timer, synchronize
-from ampkit.config import resolve_config
+from ampkit.config import replace_settings, resolve_config
 from ampkit.core.signals import STOP_SIGNALS
 from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.runs import atomic_write, write_json_atomic
+from ampkit.sections import EvalSection, OptimizerSection
 from ampkit.tasks import optional
 from ampkit.tasks.flops import flops_per_item
 from ampkit.train import TrainConfig, build_run
-from ampkit.train.features import Features
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -78,26 +77,21 @@ class ProgressEmitter:
 
 def train_config_for(config: BenchConfig, name: str) -> TrainConfig:
     """The training run a bench worker performs: the same for every candidate but its precision (and
-    the optimizer a candidate such as 'bf16-true+adamw-sr' names; AdamW otherwise)."""
+    the optimizer a candidate such as 'bf16-true+adamw-sr' names; AdamW otherwise). Bench's `[model]`,
+    `[data]` and `[lora]` sections are train's own, handed over whole."""
     precision, optimizer = split_candidate(name)
     _, max_steps = config.measured_steps_range
     return TrainConfig(
         precision=precision,
-        task=config.task,
-        task_args=config.task_args,
         model=config.model,
         data=config.data,
         device=config.device,
         steps=config.warmup_steps + max_steps,  # the LR schedule spans the longest possible run
-        batch_size=config.batch_size,
-        seq_len=config.seq_len,
-        lr=config.lr,
-        warmup_steps=LR_WARMUP_STEPS,
+        optimizer=OptimizerSection(optimizer=optimizer or "adamw", lr=config.lr, warmup_steps=LR_WARMUP_STEPS),
         seed=config.seed,
-        eval_batches=1,
+        eval=EvalSection(eval_batches=1),
         fit_check=False,  # the parent checked every precision before any worker started
         lora=config.lora,  # --lora: the base stored as this precision implies, fp32 adapters
-        features=Features(optimizer=optimizer) if optimizer else Features(),
     )
 
 
@@ -289,7 +283,7 @@ def default_plan(config: BenchConfig) -> dict[str, Any]:
     """A job without a budget plan (`bench --sweep`): the bench's batch, min steps kept within 2x the budget."""
     return {
         "mode": "exact-steps" if config.steps else "full",
-        "batch_size": config.batch_size,
+        "batch_size": config.data.batch_size,
         "fidelity_rows": [FULL_FIDELITY_ROWS],
         "max_measure_s": 2 * config.budget_s,
         "reason": None,
@@ -317,12 +311,12 @@ def build_for(job: dict[str, Any], config: BenchConfig, plan: dict[str, Any]) ->
     precision); a plan's smaller batch replaces the training stream only."""
     train_config = train_config_for(config, job["precision"])
     if job.get("features"):  # `bench --sweep`: one combination of throughput switches, the candidate's optimizer
-        switches = dict(job["features"])
+        switches = dict(job["features"])  # flat names: [features]'s and [optimizer]'s optimizer
         if split_candidate(job["precision"])[1]:  # a candidate's own optimizer wins over the sweep's
-            switches["optimizer"] = train_config.features.optimizer
-        train_config = dataclasses.replace(train_config, features=Features(**switches))
+            switches["optimizer"] = train_config.optimizer.optimizer
+        train_config = replace_settings(train_config, switches, source="the sweep's switches")
     objs = build_run(train_config, task=load_pickled_task(job.get("task_pickle"), job.get("main_path")))
-    if plan["batch_size"] != config.batch_size:
+    if plan["batch_size"] != config.data.batch_size:
         objs.trainer.sampler = objs.task.train_stream(batch_size=plan["batch_size"], seed=config.seed)
     return objs
 
@@ -343,7 +337,7 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
         plan["fidelity_s"] = captured["fidelity_s"]
         if job.get("reference", True):  # FLOPs per item: the reference's count serves every precision
             facts = flops_per_item(
-                objs.task, objs.model, captured["batch"], batch_size=config.batch_size, policy=objs.policy
+                objs.task, objs.model, captured["batch"], batch_size=config.data.batch_size, policy=objs.policy
             ).to_dict()
         if plan["mode"] != "not-timed":
             facts.update(measure_steps(objs, config, emit, plan))

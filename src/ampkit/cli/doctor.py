@@ -56,12 +56,12 @@ def _check_fits(config: DoctorConfig, *, device) -> None:
     the device, before any model is built; `--no-fit-check` skips it."""
     if config.fit_check:
         check_fit(
-            model=config.model,
+            model=config.model.model,
             precision=config.precision,
             batch_size=config.batch_size,
             seq_len=config.seq_len,
             device=device,
-            vocab_size=vocab_size_for(config.model),
+            vocab_size=vocab_size_for(config.model.model),
             command="doctor",
             lora=config.lora,
         )
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     config = resolve_config(DoctorConfig, args, toml_path=args.config)
     device = pick_device(config.device)
     resolved, _ = doctor_defaults(config, describe_device(device))  # "0 = auto" filled in (run_doctor does too)
-    if is_language_model(config.task):  # the planner's ledger plans language models
+    if is_language_model(config.model.task):  # the planner's ledger plans language models
         _check_fits(resolved, device=device)  # before any model is built
     console = Console(stderr=True)
     run_dir = create_run_dir(args.out, "doctor")

@@ -80,12 +80,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.stop_after < 0:
         raise UsageError(f"--stop-after must be >= 0, got {args.stop_after}")
-    if config.nproc_per_node and launch_env() is None:  # --nproc-per-node N: this process becomes torchrun's launcher
-        if config.nnodes > 1:
+    parallel = config.parallel
+    if parallel.nproc_per_node and launch_env() is None:  # --nproc-per-node N: this process becomes torchrun's launcher
+        if parallel.nnodes > 1:
             raise UsageError(
-                f"--nnodes {config.nnodes}: ampkit starts processes on this node only; start each node with "
-                f"torchrun --nnodes {config.nnodes} --nproc-per-node {config.nproc_per_node} --rdzv-endpoint HOST:PORT "
-                "-m ampkit train ... (docs/distributed.md)"
+                f"--nnodes {parallel.nnodes}: ampkit starts processes on this node only; start each node with "
+                f"torchrun --nnodes {parallel.nnodes} --nproc-per-node {parallel.nproc_per_node} "
+                "--rdzv-endpoint HOST:PORT -m ampkit train ... (docs/distributed.md)"
             )
         options = {
             "config": args.config,
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
             "json": args.json,
         }
         return relaunch(
-            nproc=config.nproc_per_node, module_argv=["train", *worker_argv(args, TrainConfig, options=options)]
+            nproc=parallel.nproc_per_node, module_argv=["train", *worker_argv(args, TrainConfig, options=options)]
         )
     objs = build_run(config)  # device check first (and joining the torchrun job), then data and model
     clean = False

@@ -1,5 +1,6 @@
 """`ampkit doctor`'s typed config: every setting is a flag (`--smoke-steps`) and a TOML key (`smoke_steps`);
-the `[scaler]` and `[lora]` sections' settings are flags of their own names. `doctor_defaults` fills
+the `[model]` (`ampkit.sections.ModelSection`, train's and bench's too), `[scaler]` and `[lora]` sections'
+settings are flags of their own names. `doctor_defaults` fills
 the "0 = auto" settings for the device (shorter where the precision is emulated)."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ampkit.config import build_config
 from ampkit.diagnostics.inject import FaultSpec, parse_fault_spec
 from ampkit.errors import UsageError
 from ampkit.lora import LoraSettings, check_lora_run, lora_field
@@ -18,13 +20,11 @@ from ampkit.options import (
     fit_check_field,
     inject_field,
     lr_field,
-    model_field,
     seed_field,
     seq_len_field,
-    task_args_field,
-    task_field,
 )
 from ampkit.precision import ScalerConfig, canonical_name, check_supported, precision_names_help
+from ampkit.sections import ModelSection, section
 from ampkit.tasks.load import TaskSpec
 
 # The "0 = auto" settings. An emulated dtype (fp16 or bf16 on an AVX2-only CPU) runs its matmuls 10-50x
@@ -44,9 +44,6 @@ class DoctorConfig:
     precision: str = field(
         default="fp16-mixed", metadata={"help": f"precision to diagnose: {precision_names_help()} (or an alias)"}
     )
-    task: str = task_field()
-    task_args: dict = task_args_field()
-    model: str = model_field("tiny")
     device: str = device_field()
     steps: int = field(
         default=0,
@@ -87,7 +84,14 @@ class DoctorConfig:
     fidelity: bool = field(default=True, metadata={"help": "compare each block's output with fp32"})
     ring_size: int = field(default=32, metadata={"help": "locator: frames kept before the first non-finite"})
     fit_check: bool = fit_check_field()
+    model: ModelSection = section(ModelSection, "what to diagnose: the task or the language model")
     lora: LoraSettings = lora_field()
+
+    @classmethod
+    def of(cls, **settings: Any) -> DoctorConfig:
+        """A config from settings by their flat names (`DoctorConfig.of(model="tiny", steps=3)`; a section
+        may be given whole): the Python API's and the tests' way (`ampkit.config.build_config`)."""
+        return build_config(cls, settings)
 
     def __post_init__(self):
         object.__setattr__(self, "precision", canonical_name(self.precision))
@@ -104,9 +108,9 @@ class DoctorConfig:
     def task_spec(self) -> TaskSpec:
         """What building the diagnosed task needs (`ampkit.tasks.load.build_task`; doctor has no --data)."""
         return TaskSpec(
-            task=self.task,
-            task_args=dict(self.task_args),
-            model=self.model,
+            task=self.model.task,
+            task_args=dict(self.model.task_args),
+            model=self.model.model,
             seq_len=self.seq_len,
             smoke_seq_len=self.smoke_seq_len,
         )

@@ -313,7 +313,7 @@ def run_doctor(
     """The whole diagnosis. `model_hook(model)` may modify (or replace) each freshly built model,
     e.g. to insert a custom op; `progress` receives one line per part; `warn` each warning, before
     the run (an emulated precision: slow, and the shorter defaults chosen); `task`: a task object
-    (the Python API), by default the one `config.task` names.
+    (the Python API), by default the one `config.model.task` names.
 
     SIGINT/SIGTERM end it at the next step: the parts finished make the summary (`"status":
     "interrupted"`, `"interrupted"`: the signal, the part it stopped, the parts finished; no advice),

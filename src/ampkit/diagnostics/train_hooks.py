@@ -12,12 +12,15 @@ All three are hooks on the model; the loop calls `begin_step(step)` before a ste
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ampkit.diagnostics.gradstats import GradientStatistics
 from ampkit.diagnostics.inject import FaultInjector
 from ampkit.diagnostics.locator import NonFiniteLocator
 from ampkit.diagnostics.underflow import UpdateUnderflowMeter
+
+if TYPE_CHECKING:
+    from ampkit.sections import GuardSection
 
 
 class NoDiagnostics:
@@ -39,26 +42,25 @@ class NoDiagnostics:
 class TrainDiagnostics:
     """The enabled diagnostics of one run (any of locator, gradient statistics, fault injector)."""
 
-    def __init__(self, model, policy, config, optimizer=None):
-        """Attach to `model` what the run's `config` (a TrainConfig) turns on; `optimizer` lets the
-        update-underflow meter see what each step changed."""
-        self.locator = NonFiniteLocator(model).attach() if config.detect_nonfinite else None
+    def __init__(self, model, policy, settings: GuardSection, *, micro_batches: int, optimizer=None):
+        """Attach to `model` what the run's `[guard]` section turns on; `micro_batches`: per optimizer
+        step; `optimizer` lets the update-underflow meter see what each step changed."""
+        every = settings.grad_stats_every
+        self.locator = NonFiniteLocator(model).attach() if settings.detect_nonfinite else None
         self.stats = (
-            GradientStatistics(
-                model, every=config.grad_stats_every, micro_batches=config.grad_accum, scale_fn=policy.loss_scale
-            ).attach()
-            if config.grad_stats_every
+            GradientStatistics(model, every=every, micro_batches=micro_batches, scale_fn=policy.loss_scale).attach()
+            if every
             else None
         )
         self.updates = (
-            UpdateUnderflowMeter(model, optimizer, every=config.grad_stats_every, scale_fn=policy.loss_scale).attach()
-            if config.grad_stats_every and optimizer is not None
+            UpdateUnderflowMeter(model, optimizer, every=every, scale_fn=policy.loss_scale).attach()
+            if every and optimizer is not None
             else None
         )
         self._frozen_reported: set[str] = set()
         # The injector counts training forward passes itself (data position), so a guard rollback
         # does not replay the fault: it behaves like a bad batch that the rollback skips.
-        self.injector = FaultInjector(model, config.inject).attach() if config.inject else None
+        self.injector = FaultInjector(model, settings.inject).attach() if settings.inject else None
         self._reported = False
 
     def begin_step(self, step: int) -> None:
@@ -107,8 +109,8 @@ class TrainDiagnostics:
         return out
 
 
-def build_train_diagnostics(objs, config) -> TrainDiagnostics | NoDiagnostics:
-    """The diagnostics `config` asks for, attached to `objs.model`; `NoDiagnostics` when none."""
-    if not (config.detect_nonfinite or config.grad_stats_every or config.inject):
+def build_train_diagnostics(objs, settings: GuardSection, *, micro_batches: int) -> TrainDiagnostics | NoDiagnostics:
+    """The diagnostics the `[guard]` section asks for, attached to `objs.model`; `NoDiagnostics` when none."""
+    if not settings.diagnostics:
         return NoDiagnostics()
-    return TrainDiagnostics(objs.model, objs.policy, config, optimizer=objs.optimizer)
+    return TrainDiagnostics(objs.model, objs.policy, settings, micro_batches=micro_batches, optimizer=objs.optimizer)

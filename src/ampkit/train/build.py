@@ -139,13 +139,15 @@ def build_run_model(
     fsdp = parallel.mode == "fsdp"
 
     def wrap(model: nn.Module) -> nn.Module:
-        return wrap_model(model, run=parallel, spec=policy.spec, reduce_dtype=config.reduce_dtype, blocks=blocks)
+        return wrap_model(
+            model, run=parallel, spec=policy.spec, reduce_dtype=config.parallel.reduce_dtype, blocks=blocks
+        )
 
     if fsdp:
         model = wrap(model)
     model = materialize(model, device=device, seed=config.seed)
     if config.features.compile:
-        example = optional.example_batch(task, batch_size=config.batch_size, seed=config.seed)
+        example = optional.example_batch(task, batch_size=config.data.batch_size, seed=config.seed)
         report.compile_s = features.warm_up_compiled(model, task=task, policy=policy, batch=example, device=device)
     if not fsdp:
         model = wrap(model)
@@ -162,7 +164,9 @@ def apply_model_features(
     chosen = features.apply_activation_checkpointing(model, spec=switches.activation_checkpointing, blocks=blocks)
     if switches.compile:
         features.compile_model(model, dynamic=None if switches.batching == "pack" else True)
-    return model, features.FeatureReport(features=switches, checkpointed_blocks=chosen, compile_s=None)
+    return model, features.FeatureReport(
+        features=switches, optimizer=config.optimizer.optimizer, checkpointed_blocks=chosen, compile_s=None
+    )
 
 
 def fp8_options(config: TrainConfig, info: DeviceInfo, task: Task, parallel: LocalRun) -> Fp8Options:
@@ -170,7 +174,7 @@ def fp8_options(config: TrainConfig, info: DeviceInfo, task: Task, parallel: Loc
     sequence rows for a language model, batch rows otherwise); FSDP2 all-gathers fp8 weights."""
     gpu = GPUS.get(info.gpu_model) if info.gpu_model else None
     roofline = Roofline.from_gpu(gpu) if gpu is not None and info.has_fp8 else None
-    tokens = config.batch_size * (config.seq_len if isinstance(task, LanguageModelTask) else 1)
+    tokens = config.data.batch_size * (config.data.seq_len if isinstance(task, LanguageModelTask) else 1)
     return Fp8Options(
         recipe=config.fp8_recipe, tokens=tokens, roofline=roofline, fsdp_all_gather=parallel.mode == "fsdp"
     )
@@ -180,15 +184,16 @@ def check_run_settings(config: TrainConfig, *, device: torch.device) -> None:
     """What can be refused before any data or model work (UsageError with the fix)."""
     if config.features.compile:
         features.check_compile_available(device)
-    check_optimizer_available(config.features.optimizer)  # a missing library names its extra
-    check_logger_available(config.log)
+    check_optimizer_available(config.optimizer.optimizer)  # a missing library names its extra
+    check_logger_available(config.log.log)
     check_lora_available(config.lora, device=device, precision=config.precision)  # peft; nf4 on this device
 
 
 def build_run_data(config: TrainConfig, *, task: Task, parallel: LocalRun) -> tuple[BatchStream, list[Any]]:
     """The task's seeded training stream (dealt to the ranks of a data-parallel job) and held-out batches."""
-    sampler = task.train_stream(batch_size=config.batch_size, seed=config.seed)
-    val_batches = task.held_out(batch_size=config.batch_size, max_batches=config.eval_batches, seed=config.seed)
+    batch_size = config.data.batch_size
+    sampler = task.train_stream(batch_size=batch_size, seed=config.seed)
+    val_batches = task.held_out(batch_size=batch_size, max_batches=config.eval.eval_batches, seed=config.seed)
     if not val_batches:
         raise UsageError(
             f"task {task.name}: held_out() gave no batch; ampkit train evaluates on a held-out split: give the "
@@ -203,12 +208,14 @@ def build_run_data(config: TrainConfig, *, task: Task, parallel: LocalRun) -> tu
 
 def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
     """Every object of a training run, in data-flow order. `task`: a task object (the Python API);
-    by default the one `config.task` names."""
-    if task is None and is_language_model(config.task):  # the planner's ledger plans language models
+    by default the one `config.model.task` names."""
+    if task is None and is_language_model(config.model.task):  # the planner's ledger plans language models
         check_train_fits(config, device=pick_device(config.device))  # before anything is built
     device, info, warnings = check_device(config)
     # Joins the torchrun job before any data or model work; a rank's device is cuda:LOCAL_RANK.
-    parallel, device = init_run(parallel=config.parallel, device=device, reduce_dtype=config.reduce_dtype)
+    parallel, device = init_run(
+        parallel=config.parallel.parallel, device=device, reduce_dtype=config.parallel.reduce_dtype
+    )
     task = task if task is not None else build_task(config.task_spec())
     check_run_settings(config, device=device)
     sampler, val_batches = build_run_data(config, task=task, parallel=parallel)
@@ -221,18 +228,19 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
     if not isinstance(task, LanguageModelTask):  # a user's task: its first batch must make sense before training
         check_first_batch(task, model, val_batches[0], device=device, policy=policy)
         reshard(model)  # FSDP2: back to sharded parameters before the optimizer takes them
+    opt = config.optimizer
     trainer = build_trainer(
         model,
         policy,
         sampler,
         device=device,
-        optimizer=config.features.optimizer,
-        lr=config.lr,
-        weight_decay=config.weight_decay,
-        warmup_steps=config.warmup_steps,
+        optimizer=opt.optimizer,
+        lr=opt.lr,
+        weight_decay=opt.weight_decay,
+        warmup_steps=opt.warmup_steps,
         total_steps=config.steps,
-        min_lr_ratio=config.min_lr_ratio,
-        clip_grad_norm=config.clip_grad_norm,
+        min_lr_ratio=opt.min_lr_ratio,
+        clip_grad_norm=opt.clip_grad_norm,
         grad_accum=config.grad_accum,
         parallel=parallel,
         loss_fn=task.loss,
@@ -251,7 +259,7 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
         sampler=sampler,
         val_batches=val_batches,
         trainer=trainer,
-        dedup=optional.dedup_stats(task, batch_size=config.batch_size, seed=config.seed),
+        dedup=optional.dedup_stats(task, batch_size=config.data.batch_size, seed=config.seed),
         features=feature_report,
         parallel=parallel,
         checkpointer=build_checkpointer(config, parallel, model=model if feature_report.lora else None),

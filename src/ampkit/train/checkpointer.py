@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ampkit.core.parallel import LocalRun
     from ampkit.lora import LoraSettings
     from ampkit.precision import Precision
+    from ampkit.sections import CheckpointSection, DataSection, ModelSection
     from ampkit.tasks import BatchStream, Task
 
 
@@ -44,21 +45,17 @@ class CheckpointConfig(Protocol):
     __dataclass_fields__: ClassVar[dict[str, Any]]
 
     @property
-    def model(self) -> str: ...
-    @property
     def precision(self) -> str: ...
-    @property
-    def seq_len(self) -> int: ...
     @property
     def seed(self) -> int: ...
     @property
-    def task(self) -> str: ...
+    def model(self) -> ModelSection: ...
     @property
-    def task_args(self) -> dict[str, Any]: ...
+    def data(self) -> DataSection: ...
     @property
     def lora(self) -> LoraSettings: ...
     @property
-    def keep_checkpoints(self) -> int: ...
+    def checkpoint(self) -> CheckpointSection: ...
 
 
 class CheckpointedRun(Protocol):
@@ -96,9 +93,15 @@ def run_identity(config: CheckpointConfig) -> dict[str, Any]:
     """What a checkpoint must match to be resumed by this run (checked against its manifest). The
     task and its arguments join only when a task is named, so checkpoints of language-model runs
     written before tasks existed keep resuming."""
-    identity = {"model": config.model, "precision": config.precision, "seq_len": config.seq_len, "seed": config.seed}
-    if config.task:
-        identity |= {"task": config.task, "task_args": dict(sorted(config.task_args.items()))}
+    model = config.model
+    identity = {
+        "model": model.model,
+        "precision": config.precision,
+        "seq_len": config.data.seq_len,
+        "seed": config.seed,
+    }
+    if model.task:
+        identity |= {"task": model.task, "task_args": dict(sorted(model.task_args.items()))}
     return identity
 
 
@@ -107,7 +110,9 @@ def lora_identity(config: CheckpointConfig, model: nn.Module) -> dict[str, Any]:
     return {
         "lora": config.lora.describe(config.precision),
         "base": base_identity(
-            model, model_spec=config.task or config.model, base_dtype=config.lora.resolved_base_dtype(config.precision)
+            model,
+            model_spec=config.model.task or config.model.model,
+            base_dtype=config.lora.resolved_base_dtype(config.precision),
         ),
     }
 
@@ -267,7 +272,7 @@ def build_checkpointer(
 ) -> FileCheckpointer | ShardedCheckpointer:
     """Single-file for a one-process run, sharded (DCP) for a data-parallel one: decided once. `model`:
     a LoRA run's adapted model, whose frozen base (identity and checksum) joins the identity."""
-    identity, keep = run_identity(config), config.keep_checkpoints
+    identity, keep = run_identity(config), config.checkpoint.keep_checkpoints
     if model is not None:
         identity |= lora_identity(config, model)
     if parallel.distributed:

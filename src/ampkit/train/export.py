@@ -89,7 +89,7 @@ def _export_root(model: nn.Module) -> tuple[nn.Module, str]:
 
 
 def base_description(config: TrainConfig) -> dict[str, Any]:
-    spec = config.task or config.model
+    spec = config.model.task or config.model.model
     return {
         "model": spec,
         "seed": config.seed,
@@ -105,8 +105,9 @@ def write_adapter(model: nn.Module, info: LoraInfo, config: TrainConfig, target:
     load_peft()
     root, prefix = _export_root(model)
     lora_config = peft_config(config.lora, [p.removeprefix(prefix) for p in info.targets.paths])
+    spec = config.model.task or config.model.model
     lora_config.base_model_name_or_path = (
-        str(hf_model_dir(config.model).resolve()) if isinstance(model, HFCausalLM) else (config.task or config.model)
+        str(hf_model_dir(config.model.model).resolve()) if isinstance(model, HFCausalLM) else spec
     )
     lora_config.save_pretrained(str(target))
     marker = f".{ADAPTER_NAME}."
@@ -147,7 +148,7 @@ def write_merged(model: nn.Module, config: TrainConfig, target: Path) -> None:
     merge_adapters(model)
     root, _ = _export_root(model)
     if isinstance(model, HFCausalLM):
-        source = hf_model_dir(config.model)
+        source = hf_model_dir(config.model.model)
         hf: Any = root  # transformers' PreTrainedModel
         hf.config.use_cache = True  # HFCausalLM turned the cache off for training; an inference load wants it
         with _quiet_transformers():

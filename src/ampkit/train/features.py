@@ -1,4 +1,5 @@
-"""The throughput switches of `ampkit train` and `ampkit bench --sweep`, applied to a built model.
+"""The throughput switches of `ampkit train` and `ampkit bench --sweep` (`ampkit.sections.Features`, the
+`[features]` section, and the optimizer of `[optimizer]`), applied to a built model.
 
 Order of application (`build_run_model` follows it; each step assumes the previous one is done):
     precision policy's `convert_module` -> activation checkpointing -> compile -> (sharding,
@@ -25,72 +26,29 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ampkit.config import replace_settings
 from ampkit.core.optim import check_optimizer_available
 from ampkit.core.step import policy_loss
-from ampkit.data import BATCHING_STRATEGIES, DEDUP_MODES
 from ampkit.errors import UsageError
 from ampkit.hardware.backend import backend_for
-from ampkit.options import CHECKPOINTING_MODES, OPTIMIZERS
+from ampkit.sections import Features, parse_activation_checkpointing
 
 if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
     from ampkit.lora.apply import LoraInfo
     from ampkit.precision import Precision
     from ampkit.tasks import Task
+    from ampkit.train.config import TrainConfig
 
-ConfigT = TypeVar("ConfigT", bound="DataclassInstance")
-"""A run config with a `features` field (a TrainConfig: `ampkit.train.config` imports this module)."""
-
-CHECKPOINTING_CHOICES = f"{', '.join(CHECKPOINTING_MODES)} or every-N (N >= 1: every N-th block)"
-_EVERY_N = re.compile(r"^every-(\d+)$")
 _CHECKPOINTED = "_ampkit_checkpointed"  # flag on a block whose forward is already wrapped
-
-
-# ---------------------------------------------------------------- the switches
-
-
-@dataclass(frozen=True, kw_only=True)
-class Features:
-    """The throughput switches of a run: `TrainConfig.features`, the `[features]` table of a config
-    file, flags of their own names (`--batching`, `--compile` ...). Unknown names are one-line
-    UsageErrors at construction."""
-
-    batching: str = field(
-        default="pad",
-        metadata={"help": "pad, bucket (similar lengths together) or pack (full rows, documents isolated)"},
-    )
-    activation_checkpointing: str = field(
-        default="none", metadata={"help": "recompute block activations in backward: none, full or every-N"}
-    )
-    optimizer: str = field(
-        default="adamw", metadata={"help": f"{', '.join(OPTIMIZERS)} (adamw-sr and adamw-kahan: for bf16-true)"}
-    )
-    compile: bool = field(
-        default=False, metadata={"help": "torch.compile the model (compile time reported apart from step time)"}
-    )
-    dedup: str = field(
-        default="none", metadata={"help": "none or exact (drop duplicate paragraphs before the train/val split)"}
-    )
-
-    def __post_init__(self) -> None:
-        if self.batching not in BATCHING_STRATEGIES:
-            raise UsageError(f"unknown --batching {self.batching!r}; choose one of: {', '.join(BATCHING_STRATEGIES)}")
-        parse_activation_checkpointing(self.activation_checkpointing)
-        if self.optimizer not in OPTIMIZERS:
-            raise UsageError(f"unknown --optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
-        if self.dedup not in DEDUP_MODES:
-            raise UsageError(f"unknown --dedup {self.dedup!r}; choose one of: {', '.join(DEDUP_MODES)}")
 
 
 def check_batching_supported(model: nn.Module, batching: str) -> None:
@@ -103,18 +61,6 @@ def check_batching_supported(model: nn.Module, batching: str) -> None:
 
 
 # ---------------------------------------------------------------- activation checkpointing
-
-
-def parse_activation_checkpointing(spec: str) -> int:
-    """ "none" -> 0, "full" -> 1, "every-N" -> N: every N-th block (blocks N-1, 2N-1, ...) is checkpointed."""
-    if spec == "none":
-        return 0
-    if spec == "full":
-        return 1
-    match = _EVERY_N.match(spec)
-    if match and int(match.group(1)) >= 1:
-        return int(match.group(1))
-    raise UsageError(f"unknown --activation-checkpointing {spec!r}; use {CHECKPOINTING_CHOICES}")
 
 
 def apply_activation_checkpointing(model: nn.Module, *, spec: str, blocks: list[nn.Module] | None = None) -> list[int]:
@@ -228,10 +174,20 @@ class FeatureSet:
     name: str
     """Label in the sweep's table, e.g. "pack+compile"."""
     features: Features = field(default_factory=Features)
+    optimizer: str = "adamw"
+    """`[optimizer] optimizer`: the 8-bit optimizer's states are a throughput switch too."""
 
     def settings(self) -> dict[str, Any]:
-        """The switches this combination sets, by name (the sweep's rows and worker jobs show them)."""
-        return dataclasses.asdict(self.features)
+        """The switches this combination sets, by their flat names (the sweep's rows and worker jobs)."""
+        return switches_with_optimizer(self.features, self.optimizer)
+
+
+def switches_with_optimizer(features: Features, optimizer: str) -> dict[str, Any]:
+    """`[features]`'s switches with `[optimizer] optimizer` among them, in the order summaries have
+    always listed them (the optimizer was a switch of `[features]` before it had a section)."""
+    switches = dataclasses.asdict(features)
+    first = {k: switches.pop(k) for k in ("batching", "activation_checkpointing")}
+    return {**first, "optimizer": optimizer, **switches}
 
 
 SWEEP: tuple[FeatureSet, ...] = (
@@ -239,7 +195,7 @@ SWEEP: tuple[FeatureSet, ...] = (
     FeatureSet(name="bucket", features=Features(batching="bucket")),
     FeatureSet(name="pack", features=Features(batching="pack")),
     FeatureSet(name="pack+checkpointing", features=Features(batching="pack", activation_checkpointing="full")),
-    FeatureSet(name="pack+adamw-8bit", features=Features(batching="pack", optimizer="adamw-8bit")),
+    FeatureSet(name="pack+adamw-8bit", features=Features(batching="pack"), optimizer="adamw-8bit"),
     FeatureSet(name="pack+compile", features=Features(batching="pack", compile=True)),
     FeatureSet(name="pack+dedup", features=Features(batching="pack", dedup="exact")),
 )
@@ -260,15 +216,15 @@ def get_feature_sets(names: str = "") -> list[FeatureSet]:
     return chosen
 
 
-def apply_feature_set(config: ConfigT, feature_set: FeatureSet) -> ConfigT:
-    """A copy of `config` (a TrainConfig) with the combination's switches set; validated again."""
-    return dataclasses.replace(config, features=feature_set.features)
+def apply_feature_set(config: TrainConfig, feature_set: FeatureSet) -> TrainConfig:
+    """A copy of `config` with the combination's switches set; validated again."""
+    return replace_settings(config, feature_set.settings(), source="the feature set")
 
 
 def feature_set_unavailable(feature_set: FeatureSet, *, device: torch.device) -> str | None:
     """Why this combination cannot run here (the fix included), or None when it can."""
     try:
-        check_optimizer_available(feature_set.features.optimizer)
+        check_optimizer_available(feature_set.optimizer)
         if feature_set.features.compile:
             check_compile_available(device)
     except UsageError as err:
@@ -285,6 +241,8 @@ class FeatureReport:
 
     features: Features
     """The switches the run was configured with."""
+    optimizer: str
+    """`[optimizer] optimizer`: the summary reports it with the switches (its states' bytes beside it)."""
     checkpointed_blocks: list[int]
     """Indices of the blocks whose activations are recomputed in the backward."""
     compile_s: float | None
@@ -296,7 +254,8 @@ class FeatureReport:
         """JSON-ready: the switches (dedup apart: `RunObjects.features_summary` reports it with what it
         removed), checkpointed blocks, compile time; with `optimizer`, its state bytes as they are now
         (0 before the first step)."""
-        out = {k: v for k, v in dataclasses.asdict(self.features).items() if k != "dedup"}
+        switches = switches_with_optimizer(self.features, self.optimizer)
+        out = {k: v for k, v in switches.items() if k != "dedup"}
         out |= {"checkpointed_blocks": self.checkpointed_blocks, "compile_s": self.compile_s}
         if optimizer is not None:
             out["optimizer_state_bytes"] = optimizer_state_bytes(optimizer)

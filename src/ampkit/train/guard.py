@@ -20,10 +20,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ampkit.diagnostics.inject import parse_fault_spec
 from ampkit.errors import RunDiverged, TrainingError, UsageError
+from ampkit.sections import GuardSection
 
 if TYPE_CHECKING:
     import torch
@@ -33,51 +34,15 @@ if TYPE_CHECKING:
     from ampkit.train.loggers import RecordWriter
 
 
-class GuardSettings(Protocol):
-    """The TrainConfig fields the guard reads (`ampkit.train.config` imports this module, so the config
-    is named by what it has)."""
-
-    @property
-    def guard(self) -> bool: ...
-    @property
-    def guard_max_skips(self) -> int: ...
-    @property
-    def guard_lr_factor(self) -> float: ...
-    @property
-    def guard_max_rollbacks(self) -> int: ...
-    @property
-    def checkpoint_every(self) -> int: ...
-    @property
-    def grad_stats_every(self) -> int: ...
-    @property
-    def inject(self) -> str: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def precision(self) -> str: ...
-    @property
-    def batch_size(self) -> int: ...
-    @property
-    def seq_len(self) -> int: ...
-
-
-def check_guard_settings(config: GuardSettings) -> None:
-    """Validate the guard and diagnostics fields of a TrainConfig (UsageError with the fix)."""
-    if config.guard_max_skips < 1 or config.guard_max_rollbacks < 1:
-        raise UsageError(
-            f"--guard-max-skips and --guard-max-rollbacks must be >= 1, got {config.guard_max_skips}, "
-            f"{config.guard_max_rollbacks}"
-        )
-    if not 0 < config.guard_lr_factor <= 1:
-        raise UsageError(f"--guard-lr-factor must be in (0, 1], got {config.guard_lr_factor}")
-    if config.guard and not config.checkpoint_every:
+def check_guard_settings(guard: GuardSection, *, checkpoint_every: int) -> None:
+    """What the `[guard]` section cannot check alone (UsageError with the fix): the rollback needs the
+    run's periodic checkpoints (`[checkpoint] checkpoint_every`); an injected fault's syntax."""
+    if guard.guard and not checkpoint_every:
         raise UsageError(
             "--guard rolls back to the last checkpoint: pass --checkpoint-every N (e.g. 50) so there is a recent one"
         )
-    if config.grad_stats_every < 0:
-        raise UsageError(f"--grad-stats-every must be >= 0, got {config.grad_stats_every}")
-    if config.inject:
-        parse_fault_spec(config.inject)
+    if guard.inject:
+        parse_fault_spec(guard.inject)
 
 
 def _nonfinite_loss(record: dict[str, Any] | None) -> str | None:
@@ -91,8 +56,8 @@ class StopOnDivergence:
 
     enabled = False
 
-    def __init__(self, config: GuardSettings) -> None:
-        self.config = config
+    def __init__(self, doctor_args: str) -> None:
+        self.doctor_args = doctor_args
 
     def check(self, result: StepResult, record: dict[str, Any] | None) -> str | None:
         """A reason the run cannot go on, or None. `record` is the logged metrics (None off log steps)."""
@@ -103,11 +68,9 @@ class StopOnDivergence:
 
     def recover(self, objs: CheckpointedRun, *, step: int, reason: str, metrics: RecordWriter) -> NoReturn:
         """Nothing to roll back to: end the run, naming the step and what to run next."""
-        cfg = self.config
         raise RunDiverged(
             f"{reason} at step {step}; no checkpoint of this state was written. Find the layer with: "
-            f"ampkit doctor --model {cfg.model} --precision {cfg.precision} --batch-size {cfg.batch_size} "
-            f"--seq-len {cfg.seq_len}; or rerun with --guard --checkpoint-every N to roll back past it"
+            f"ampkit doctor {self.doctor_args}; or rerun with --guard --checkpoint-every N to roll back past it"
         )
 
     def ensure_checkpoint(self, write: Callable[[], object]) -> None:
@@ -197,15 +160,20 @@ def _set_base_lrs(scheduler: torch.optim.lr_scheduler.LambdaLR, base_lrs: list[f
 
 
 def build_guard(
-    config: GuardSettings, *, checkpointer: FileCheckpointer | ShardedCheckpointer, run_dir: Path
+    guard: GuardSection,
+    *,
+    doctor_args: str,
+    checkpointer: FileCheckpointer | ShardedCheckpointer,
+    run_dir: Path,
 ) -> NanGuard | StopOnDivergence:
-    """`NanGuard` with `--guard`, else `StopOnDivergence` (chosen once; the loop calls either the same way)."""
-    if not config.guard:
-        return StopOnDivergence(config)
+    """`NanGuard` with `--guard`, else `StopOnDivergence` (chosen once; the loop calls either the same way).
+    `doctor_args`: the `ampkit doctor` flags that diagnose the run's step (`TrainConfig.doctor_args`)."""
+    if not guard.guard:
+        return StopOnDivergence(doctor_args)
     return NanGuard(
         checkpointer=checkpointer,
         run_dir=run_dir,
-        max_skips=config.guard_max_skips,
-        lr_factor=config.guard_lr_factor,
-        max_rollbacks=config.guard_max_rollbacks,
+        max_skips=guard.guard_max_skips,
+        lr_factor=guard.guard_lr_factor,
+        max_rollbacks=guard.guard_max_rollbacks,
     )

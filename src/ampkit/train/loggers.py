@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ampkit.errors import UsageError
+from ampkit.sections import check_log_kind
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-LOG_KINDS = ("none", "tensorboard")
-"""`--log` choices."""
 TENSORBOARD_DIR = "tensorboard"
 """Event files go to RUN_DIR/tensorboard: `tensorboard --logdir runs` shows every run."""
 
@@ -123,12 +122,6 @@ class TensorBoardLogger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def check_log_kind(kind: str) -> None:
-    """One-line UsageError for an unknown `--log` (called from `TrainConfig.__post_init__`)."""
-    if kind not in LOG_KINDS:
-        raise UsageError(f"unknown --log {kind!r}; choose one of: {', '.join(LOG_KINDS)}")
 
 
 def check_logger_available(kind: str) -> None:

@@ -73,17 +73,17 @@ class Cadence:
 
     def __init__(self, config: TrainConfig, *, device: torch.device, last_step: int) -> None:
         self.config, self.last_step = config, last_step
-        self.log_every = config.log_every or (10 if backend_for(device).asynchronous else 1)  # a log is a sync
+        self.log_every = config.log.log_every or (10 if backend_for(device).asynchronous else 1)  # a log is a sync
 
     def logs(self, step: int) -> bool:
         return step % self.log_every == 0 or step == self.last_step
 
     def evaluates(self, step: int) -> bool:
-        every = self.config.eval_every
+        every = self.config.eval.eval_every
         return bool(every) and step % every == 0 and step < self.config.steps  # the end always evaluates
 
     def checkpoints(self, step: int) -> bool:
-        every = self.config.checkpoint_every
+        every = self.config.checkpoint.checkpoint_every
         return bool(every) and step % every == 0
 
 
@@ -198,7 +198,9 @@ class _Run:
         self.progress = self.checkpointer.resume(objs, run_dir) if resume else RunProgress()
         last = min(self.config.steps, self.progress.step + stop_after) if stop_after else self.config.steps
         self.cadence = Cadence(self.config, device=objs.device, last_step=last)
-        self.guard = build_guard(self.config, checkpointer=self.checkpointer, run_dir=run_dir)  # chosen once
+        self.guard = build_guard(  # chosen once
+            self.config.guard, doctor_args=self.config.doctor_args(), checkpointer=self.checkpointer, run_dir=run_dir
+        )
         self.eval_losses: list[tuple[int, float]] = []
         self.status = RunStatus.COMPLETED
         self.error: str | None = None
@@ -206,7 +208,8 @@ class _Run:
 
     def execute(self) -> dict[str, Any]:
         self._prepare_run_dir()
-        diagnostics = build_train_diagnostics(self.objs, self.config)  # no hooks at all when every one is off
+        # no hooks at all when every one is off
+        diagnostics = build_train_diagnostics(self.objs, self.config.guard, micro_batches=self.config.grad_accum)
         reset_peak_memory(self.objs.device)
         started = time.perf_counter()
         window = ThroughputWindow(self.objs.device)
@@ -259,7 +262,7 @@ class _Run:
     def _streams(self) -> Iterator[tuple[LoggedMetrics, Progress]]:
         """The run's contexts: precision flags, metrics (+ logger), progress bar, signal handling."""
         jsonl = MetricsWriter(self.run_dir / METRICS_FILE, append=self.resume) if self.main else _NoMetrics()
-        log_kind = self.config.log if self.main else "none"
+        log_kind = self.config.log.log if self.main else "none"
         logger = build_logger(log_kind, run_dir=self.run_dir, resume_step=self.progress.step if self.resume else None)
         bar = _progress_bar(self.console, self.config.steps, self.progress.step, enabled=self.show_progress)
         with self.objs.policy.run_context(), jsonl, logger, bar, StopRequests() as stops:
@@ -336,7 +339,7 @@ class _Run:
                     {"event": "checkpoint_skipped", "step": step, "reason": "non-finite weights or optimizer state"}
                 )
         except CheckpointWriteFailed as err:
-            if not self.config.allow_no_checkpoint:
+            if not self.config.checkpoint.allow_no_checkpoint:
                 raise
             metrics.write({"event": "checkpoint_failed", "step": step, "reason": str(err)})
             if self.main:
