@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ampkit.bench.config import BenchConfig
+from ampkit.config import config_layout
 from ampkit.diagnostics.config import DoctorConfig
 from ampkit.options import OPTIMIZERS, choices_text, lr_field, task_field
 from ampkit.train.config import TrainConfig
@@ -14,9 +15,14 @@ def _help(cls, name: str) -> str:
     return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
 
 
+def _setting_help(cls, name: str) -> str:
+    """A setting's help, a section's included (with the command's note)."""
+    return config_layout(cls).settings[name].help
+
+
 def test_a_shared_option_reads_the_same_in_every_command():
-    for name in ("task", "seed", "device"):  # bench's seed adds a note: the shared text comes first
-        texts = [_help(cls, name) for cls in (TrainConfig, BenchConfig, DoctorConfig)]
+    for name in ("task", "model", "seed", "device"):  # bench's seed adds a note: the shared text comes first
+        texts = [_setting_help(cls, name) for cls in (TrainConfig, BenchConfig, DoctorConfig)]
         assert all(text.startswith(texts[0]) for text in texts), (name, texts)
 
 

@@ -20,7 +20,7 @@ from ampkit.config import with_note
 PARALLEL_MODES = ("none", "ddp", "fsdp")
 """`--parallel`'s choices (`ampkit.distributed.settings` checks them)."""
 OPTIMIZERS = ("adamw", "adamw-8bit", "adamw-sr", "adamw-kahan", "sgd")
-"""What `ampkit train --optimizer` builds (`ampkit.train.features`); `ampkit plan` adds sgd-momentum."""
+"""What `ampkit train --optimizer` builds (`ampkit.sections.OptimizerSection`); `ampkit plan` adds sgd-momentum."""
 CHECKPOINTING_MODES = ("none", "full")
 """Activation checkpointing modes every command knows; `ampkit train` also takes every-N."""
 

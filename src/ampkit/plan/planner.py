@@ -45,17 +45,18 @@ def settings_of(config: PlanConfig) -> list[StepSetting]:
     return [_setting(config, precision=p, optimizer=o, checkpointing=c) for p, o, c in combos]
 
 
-_FROM_CONFIG = ("seq_len", "grad_accum", "world_size", "parallel")
-"""The StepSetting fields every planned step takes from the PlanConfig as they are (and its
-micro-batch from --batch-size)."""
-
-
 def _setting(config: PlanConfig, *, precision: str, optimizer: str, checkpointing: str) -> StepSetting:
     """A step with `config`'s batch, sequence and parallelism."""
-    shared: dict[str, Any] = {name: getattr(config, name) for name in _FROM_CONFIG}
-    shared["micro_batch"] = config.batch_size
-    shared["seq_len"] = config.seq_len or DEFAULT_SEQ_LEN  # 0: not resolved for a model (a task's plan)
-    return StepSetting(precision=precision, optimizer=optimizer, checkpointing=checkpointing, **shared)
+    return StepSetting(
+        precision=precision,
+        optimizer=optimizer,
+        checkpointing=checkpointing,
+        micro_batch=config.batch_size,
+        seq_len=config.seq_len or DEFAULT_SEQ_LEN,  # 0: not resolved for a model (a task's plan)
+        grad_accum=config.grad_accum,
+        world_size=config.world_size,
+        parallel=config.parallel,
+    )
 
 
 def agreement(analytic: Ledger, traced: Ledger) -> dict[str, Any]:
