@@ -42,7 +42,7 @@ def test_train_a_task_object_then_resume_it(tmp_path):
     assert first["status"] == "completed" and first["steps"] == 6 and first["unit"] == "samples"
     assert json.loads((out / "summary.json").read_text())["steps"] == 6
     again = ampkit.train.run(task, resume=out, steps=8)
-    assert again["steps"] == 8 and again["config"]["task"] == "python:mlp"
+    assert again["steps"] == 8 and again["config"]["model"]["task"] == "python:mlp"
 
 
 def test_bench_pickles_a_task_object_for_its_workers(tmp_path):

@@ -414,7 +414,8 @@ def config_to_toml(config) -> str:
 def dict_to_toml(data: dict[str, Any], *, heading: str) -> str:
     """A config's dict (`dataclasses.asdict`, or as summary.json stores it) as TOML: a `# heading`
     line, the top-level settings, one `key = value` per line, then a `[table]` per nested dict, and a
-    `[table.name]` per dict inside it (`[model.task_args]`: a task's keyword arguments)."""
+    `[table.name]` per dict inside it (`[model.task_args]`: a task's keyword arguments; `task_args = {}`
+    when there are none)."""
     lines = [f"# {heading}"]
     lines += _toml_table(data, [])
     return "\n".join(lines) + "\n"
@@ -422,7 +423,7 @@ def dict_to_toml(data: dict[str, Any], *, heading: str) -> str:
 
 def _toml_table(table: dict[str, Any], path: list[str]) -> list[str]:
     """`table`'s own keys, then each nested dict as a table of its own (TOML: tables after the keys)."""
-    nested = {k: v for k, v in table.items() if isinstance(v, dict)} if len(path) < 2 else {}
+    nested = {k: v for k, v in table.items() if isinstance(v, dict) and v} if len(path) < 2 else {}  # {}: inline
     lines = [_toml_line(k, v) for k, v in table.items() if k not in nested]
     for name, sub in nested.items():
         lines += ["", "[" + ".".join(_toml_key(p) for p in [*path, name]) + "]", *_toml_table(sub, [*path, name])]
