@@ -130,3 +130,14 @@ def test_each_command_hands_its_own_task_spec():
     assert BenchConfig.of(model="small", seq_len=64).task_spec() == TaskSpec(model="small", seq_len=64)
     assert DoctorConfig(smoke_seq_len=8).task_spec() == TaskSpec(model="tiny", seq_len=64, smoke_seq_len=8)
     assert "getattr(" not in inspect.getsource(load_mod.build_task) + inspect.getsource(load_mod._refuse_lm_options)
+
+
+def test_a_python_calls_keyword_settings_win_over_its_config_file(tmp_path):
+    from ampkit.tasks.load import keyword_config
+    from ampkit.train.config import TrainConfig
+
+    path = tmp_path / "run.toml"
+    path.write_text("steps = 7\n[optimizer]\nlr = 0.5\n[data]\nseq_len = 48\n", encoding="utf-8")
+    config = keyword_config(TrainConfig, "mlp", path, {"lr": 0.01, "seq_len": 16})
+    assert config.optimizer.lr == 0.01 and config.data.seq_len == 16  # the keywords over the file
+    assert config.steps == 7 and config.model.task == "mlp"  # the file's other settings kept

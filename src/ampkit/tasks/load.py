@@ -184,7 +184,9 @@ def split_task(task: Any) -> tuple[str, Any]:
 def keyword_config(cls: type, task_spec: str, config: str | Path | None, settings: dict[str, Any]) -> Any:
     """A command's config from a Python API call: its keyword `settings` (the config's field names) over the
     TOML file `config`, with the task spec; a mistake is the `UsageError` the command prints."""
-    from ampkit.config import resolve_config
+    from ampkit.config import build_config, flat_settings, load_toml
 
     base = {"task": task_spec, **settings} if task_spec else settings
-    return resolve_config(cls, toml_path=config, base=base, base_source="the keyword arguments")
+    values = flat_settings(cls, load_toml(config), source=str(config)) if config is not None else {}
+    values |= flat_settings(cls, base, source="the keyword arguments")  # the call's own settings win
+    return build_config(cls, values)
