@@ -68,7 +68,7 @@ class Gemm:
         )
 
 
-def _shape_of(name: str, shapes: list[list[int]]) -> Shape | None:
+def _shape_of(name: str, shapes: list[Any]) -> Shape | None:
     first = GEMM_OPS[name]
     if len(shapes) < first + 2:
         return None
@@ -99,7 +99,7 @@ def step_gemms(events: Iterable[FunctionEvent], *, device_time: bool = False) ->
     for event in events:
         if event.name not in GEMM_OPS or not event.input_shapes:
             continue
-        shape = _shape_of(event.name, event.input_shapes)
+        shape = _shape_of(event.name, list(event.input_shapes))
         if shape is None or min(shape) < 1:
             continue
         layout = _transposed(event.name, getattr(event, "structured_input_strides", None))
@@ -111,7 +111,9 @@ def step_gemms(events: Iterable[FunctionEvent], *, device_time: bool = False) ->
     return sorted(gemms, key=lambda g: -g.ms)
 
 
-def _operand(rows: int, cols: int, batch: int, *, transposed: bool, dtype: torch.dtype, device: torch.device):
+def _operand(
+    rows: int, cols: int, batch: int, *, transposed: bool, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     gen = torch.Generator().manual_seed(rows * 31 + cols)
     if transposed:  # the same values' layout as a `.t()` view: (batch, cols, rows) transposed
         return torch.randn(batch, cols, rows, generator=gen).to(device=device, dtype=dtype).transpose(1, 2)
@@ -125,13 +127,13 @@ def time_gemm(gemm: Gemm, dtype: torch.dtype, device: torch.device) -> float:
     b = _operand(k, n, batch, transposed=gemm.transposed[1], dtype=dtype, device=device)
     if batch == 1:  # the step's mm/addmm: the 2-D kernels, not bmm's
         a, b = a[0], b[0]
-    gemm = torch.mm if batch == 1 else torch.bmm
+    multiply = torch.mm if batch == 1 else torch.bmm
     sync = backend_for(device).synchronize  # sync points on an accelerator: around the timed call only
     with torch.no_grad():
-        gemm(a, b)
+        multiply(a, b)
         sync()
         start = time.perf_counter()
-        gemm(a, b)
+        multiply(a, b)
         sync()
         return time.perf_counter() - start
 
