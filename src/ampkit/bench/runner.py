@@ -488,6 +488,7 @@ class BenchProgress:
         "fidelity": "fidelity capture",
         "warmup": "warmup (untimed)",
         "profile": "profiling one step",
+        "probe": "timing its GEMMs in the other dtypes",
     }
 
     def __init__(self, console: Console, plan: BenchPlan, *, enabled: bool) -> None:

@@ -195,6 +195,8 @@ def warm_up(objs: RunObjects, config: BenchConfig, plan: dict[str, Any], emit: P
         results.append(result)
     plan["warmup_s"] = time.perf_counter() - began  # the steps only: the probe below is fp32's alone
     probe_began = time.perf_counter()
+    if plan.get("probe_keys"):
+        emit.emit("phase", phase="probe")
     ratios = probe_ratios(gemms, plan.get("probe_keys") or [], device, max_s=PROBE_SHARE * config.budget_s)
     plan["probe_s"] = time.perf_counter() - probe_began
     return {
