@@ -45,11 +45,22 @@ def test_the_probe_stops_at_its_cap_and_skips_what_it_cannot_time():
         Gemm(shape=(1, 64, 64, 64), transposed=(False, False), count=4, ms=3.0),
         Gemm(shape=(1, 32, 64, 64), transposed=(False, True), count=2, ms=1.0),
     ]
-    capped = gemm_ratio(gemms, "bf16", CPU, max_s=0.0)  # the cap is spent after the first shape
-    assert capped is not None and capped["shapes"] == 1 and capped["covered"] == 0.75 and capped["ratio"] > 0
-    both = gemm_ratio(gemms, "fp16", CPU, max_s=60.0)
-    assert both is not None and both["shapes"] == 2 and both["covered"] == 1.0
+    both = gemm_ratio(gemms, "fp16", CPU, max_s=60.0)  # 75% of the GEMM time is not yet `COVER` (90%)
+    assert both is not None and both["shapes"] == 2 and both["covered"] == 1.0 and both["ratio"] > 0
+    dominant = [gemms[0], Gemm(shape=(1, 8, 8, 8), transposed=(False, False), count=1, ms=0.1)]
+    covered = gemm_ratio(dominant, "bf16", CPU, max_s=60.0)  # 97% after the first shape: enough
+    assert covered is not None and covered["shapes"] == 1 and covered["covered"] == 3.0 / 3.1
+    assert gemm_ratio(gemms, "bf16", CPU, max_s=0.0) is None  # no time at all: not one shape, the peaks
     assert gemm_ratio([], "bf16", CPU, max_s=1.0) is None  # a step without GEMMs (convolutions): the peaks
     assert gemm_ratio(gemms, "fp8", CPU, max_s=1.0) is None  # not a probed dtype: the peaks
-    ratios = probe_ratios(gemms, ["bf16", "fp8", "bf16"], CPU, max_s=0.0)
+    ratios = probe_ratios(gemms, {"bf16": None, "fp8": None}, CPU, max_s=60.0)
     assert list(ratios) == ["bf16"] and ratios["bf16"]["ratio"] > 0
+
+
+def test_a_shape_predicted_past_the_cap_is_never_started():
+    """The peaks' ratio predicts a call from its fp32 call: an emulated GEMM that would take minutes is skipped."""
+    gemms = [Gemm(shape=(1, 64, 64, 64), transposed=(False, False), count=4, ms=3.0)]
+    assert gemm_ratio(gemms, "fp16", CPU, max_s=5.0, bound=1e-9) is None  # predicted ~years: not one affordable
+    assert probe_ratios(gemms, {"fp16": 1e-9}, CPU, max_s=5.0) == {}  # the budget plans with the peaks then
+    found = gemm_ratio(gemms, "fp16", CPU, max_s=5.0, bound=0.05)
+    assert found is not None and found["shapes"] == 1

@@ -62,6 +62,7 @@ def test_plans_and_the_expected_total_come_before_fp32_measures():
     assert "bf16-mixed not timed: emulated, bf16 matmuls run at 0.05x" in printed
     plans = {name: plan for name, plan in calls if hasattr(plan, "mode")}
     assert plans["bf16-mixed"].mode == "not-timed" and plans["fp16-mixed"].mode == "not-timed"
+    assert plans["fp32"].probe == {"bf16": 0.05, "fp16": 0.2}  # fp32's worker times its GEMMs in both, bounded
     assert session.account.timed == 1 and session.progress.ends
     block = session.budget_block(results, wall_s=60.0)
     assert block["measured_s"] == 18.0 and block["fidelity_s"] == 1.5 and block["startup_s"] == 60.0 - 19.5

@@ -32,7 +32,7 @@ Pure functions on plain numbers: the logic is tested on synthetic timings. Units
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -185,6 +185,9 @@ class PrecisionPlan:
     """seconds the measured window may stretch to so that --min-steps fit (the bench's total allows it)"""
     estimated_step_s: float | None = None
     estimated_total_s: float | None = None
+    probe: dict[str, float | None] = field(default_factory=dict)
+    """fp32's only: the dtype keys its worker times its GEMMs in (`bench.gemm_probe`), each with the
+    device's large-matmul ratio, which bounds what a shape may cost before it is timed"""
 
     @property
     def timed(self) -> bool:

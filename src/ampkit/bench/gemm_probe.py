@@ -22,7 +22,7 @@ Units: seconds; shapes as (batch, m, k, n).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 GEMM_OPS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 1}
 """profiled op -> index of its first matrix operand in the op's inputs (addmm/baddbmm: after the bias)"""
 COVER = 0.9  # the probe stops once the shapes it timed hold this share of fp32's GEMM time
+WARM_CALL_S = 0.05  # a dtype's call predicted slower than this is timed at its first call (no untimed one)
 PROBED_KEYS = ("bf16", "fp16")  # the dtypes a probe times; tf32, fp8: the device's peaks only
 
 
@@ -120,8 +121,9 @@ def _operand(
     return torch.randn(batch, rows, cols, generator=gen).to(device=device, dtype=dtype)
 
 
-def time_gemm(gemm: Gemm, dtype: torch.dtype, device: torch.device) -> float:
-    """Seconds of one of `gemm` in `dtype`, after one untimed call (allocation, kernel choice)."""
+def time_gemm(gemm: Gemm, dtype: torch.dtype, device: torch.device, *, warm: bool = True) -> float:
+    """Seconds of one of `gemm` in `dtype`, after one untimed call (allocation, kernel choice) unless
+    not `warm` (a slow one: its first call is timed, one-time costs and all)."""
     batch, m, k, n = gemm.shape
     a = _operand(m, k, batch, transposed=gemm.transposed[0], dtype=dtype, device=device)
     b = _operand(k, n, batch, transposed=gemm.transposed[1], dtype=dtype, device=device)
@@ -130,17 +132,23 @@ def time_gemm(gemm: Gemm, dtype: torch.dtype, device: torch.device) -> float:
     multiply = torch.mm if batch == 1 else torch.bmm
     sync = backend_for(device).synchronize  # sync points on an accelerator: around the timed call only
     with torch.no_grad():
-        multiply(a, b)
-        sync()
+        if warm:
+            multiply(a, b)
+            sync()
         start = time.perf_counter()
         multiply(a, b)
         sync()
         return time.perf_counter() - start
 
 
-def gemm_ratio(gemms: list[Gemm], key: str, device: torch.device, *, max_s: float) -> dict[str, Any] | None:
+def gemm_ratio(
+    gemms: list[Gemm], key: str, device: torch.device, *, max_s: float, bound: float | None = None
+) -> dict[str, Any] | None:
     """{"ratio": fp32's GEMM seconds over `key`'s on the step's shapes, "shapes", "covered", "seconds"}
-    (None: no GEMM in the step, or a dtype the probe does not time)."""
+    (None: no GEMM in the step, a dtype the probe does not time, or not one shape affordable in `max_s`).
+    `bound`: the device's large-matmul ratio for `key`, by which a shape's call is predicted from its
+    fp32 call before it runs (pessimistic for an emulated dtype: a small GEMM suffers less), so that a
+    large model's emulated GEMM (minutes at ~1 GFLOP/s) is never started past the cap."""
     if not gemms or key not in PROBED_KEYS:
         return None
     total_ms = sum(g.ms for g in gemms) or 1.0
@@ -148,12 +156,19 @@ def gemm_ratio(gemms: list[Gemm], key: str, device: torch.device, *, max_s: floa
     fp32_s = mine_s = covered_ms = 0.0
     timed = 0
     for gemm in gemms:
-        fp32_s += gemm.count * time_gemm(gemm, torch.float32, device)
-        mine_s += gemm.count * time_gemm(gemm, MATMUL_DTYPES[key], device)
+        one_fp32 = time_gemm(gemm, torch.float32, device)
+        predicted = one_fp32 / bound if bound else one_fp32
+        warm = predicted < WARM_CALL_S
+        if time.perf_counter() - started + predicted * (2 if warm else 1) > max_s:
+            break
+        fp32_s += gemm.count * one_fp32
+        mine_s += gemm.count * time_gemm(gemm, MATMUL_DTYPES[key], device, warm=warm)
         covered_ms += gemm.ms
         timed += 1
         if covered_ms >= COVER * total_ms or time.perf_counter() - started >= max_s:
             break
+    if not timed:
+        return None
     return {
         "ratio": fp32_s / mine_s if mine_s > 0 else None,
         "shapes": timed,
@@ -162,11 +177,14 @@ def gemm_ratio(gemms: list[Gemm], key: str, device: torch.device, *, max_s: floa
     }
 
 
-def probe_ratios(gemms: list[Gemm], keys: Iterable[str], device: torch.device, *, max_s: float) -> dict[str, Any]:
-    """{dtype key: `gemm_ratio`'s answer} for each key the probe times (each key gets `max_s`)."""
+def probe_ratios(
+    gemms: list[Gemm], bounds: Mapping[str, float | None], device: torch.device, *, max_s: float
+) -> dict[str, Any]:
+    """{dtype key: `gemm_ratio`'s answer} for each key of `bounds` ({key: the peaks' ratio or None})
+    the probe times; each key gets `max_s`."""
     out = {}
-    for key in dict.fromkeys(keys):
-        found = gemm_ratio(gemms, key, device, max_s=max_s)
+    for key, bound in bounds.items():
+        found = gemm_ratio(gemms, key, device, max_s=max_s, bound=bound)
         if found is not None and found["ratio"]:
             out[key] = found
     return out

@@ -535,7 +535,7 @@ def budget_lines(summary: dict) -> list[str]:
     b = summary.get("budget")
     lines = []
     if b and b.get("bound_s") is not None:
-        expected = f"expected ~{b['expected_s']:.0f} s, " if b.get("expected_s") else ""
+        expected = f"expected ~{b['expected_s']:.0f} s with the reports drawn, " if b.get("expected_s") else ""
         lines.append(
             f"Budget: {b['budget_s']:g} s of measured steps x {b['timed_precisions']} timed precisions; {expected}"
             f"took {b['wall_s']:.0f} s to the summary (measured steps {b['measured_s']:.0f} s, fidelity "

@@ -262,8 +262,7 @@ def measure_precision(
         for key, suffix in (("job", "job.json"), ("result", "result.json"), ("log", "log"), ("fidelity", "fidelity.pt"))
     }
     reference = candidate_spec(name).is_reference
-    probe = [candidate_spec(other).matmul_key for other in plan.precisions if other != name] if reference else []
-    worker_plan = _worker_plan(job_plan, reference=reference, probe_keys=probe) if job_plan is not None else None
+    worker_plan = _worker_plan(job_plan, reference=reference) if job_plan is not None else None
     write_json_atomic(
         paths["job"],
         {
@@ -302,10 +301,10 @@ def measure_precision(
     return result
 
 
-def _worker_plan(job_plan: PrecisionPlan, *, reference: bool, probe_keys: list[str]) -> dict[str, Any]:
+def _worker_plan(job_plan: PrecisionPlan, *, reference: bool) -> dict[str, Any]:
     rows = [job_plan.fidelity_rows] + ([1] if reference and job_plan.fidelity_rows != 1 else [])
     return {
-        "probe_keys": list(dict.fromkeys(key for key in probe_keys if key != "fp32")),
+        "probe": dict(job_plan.probe),
         "mode": job_plan.mode,
         "batch_size": job_plan.batch_size,
         "fidelity_rows": rows,

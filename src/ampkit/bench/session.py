@@ -95,7 +95,7 @@ class BenchSession:
         ref, *others = self.plan.precisions
         if self.stopped():
             return []
-        ref_plan = reference_plan(ref, self.config, self.account)
+        ref_plan = dataclasses.replace(reference_plan(ref, self.config, self.account), probe=self._probe_keys())
         self.plans[ref] = ref_plan
         result = self.measure(ref, ref_plan, self._on_reference_event)
         results = [result]
@@ -116,6 +116,11 @@ class BenchSession:
             self.account.spend(sum(result.get("step_s") or []))
             self._refresh_time_left(others[others.index(name) + 1 :])
         return results
+
+    def _probe_keys(self) -> dict[str, float | None]:
+        """The other precisions' compute dtypes (fp32's worker times its GEMMs in them), each with the peaks' ratio."""
+        keys = {candidate_spec(name).matmul_key: name for name in self.plan.precisions[1:]}
+        return {key: matmul_ratio(name, self.peaks) for key, name in keys.items() if key != "fp32"}
 
     def _plan_now(self, name: str, others: list[str]) -> PrecisionPlan:
         """The plan made at fp32's warmup, with what the account leaves now for its measured window."""

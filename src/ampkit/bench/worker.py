@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 LR_WARMUP_STEPS = 10  # the LR schedule's warmup; the same in every precision (not the timing warmup)
 PROGRESS_EVERY_S = 0.25  # at most ~4 progress lines a second on stdout
-PROBE_SHARE = 0.05  # fp32's GEMM probe may take this share of the budget per dtype (`bench.gemm_probe`)
+PROBE_SHARE = 0.1  # fp32's GEMM probe may take this share of the budget per dtype (`bench.gemm_probe`)
 
 
 class ProgressEmitter:
@@ -168,7 +168,7 @@ def warm_up(objs: RunObjects, config: BenchConfig, plan: dict[str, Any], emit: P
     affords (`budget.warmup_plan`). A step beyond the budget reduces the batch (not under --steps): the
     cold first one only when over twice the budget (it pays one-time costs), else a steady one, after
     which one more untimed step measures the reduced batch's step time. fp32's worker then times the
-    profiled step's GEMMs in the other precisions' dtypes (`plan["probe_keys"]`, `bench.gemm_probe`)."""
+    profiled step's GEMMs in the other precisions' dtypes (`plan["probe"]`, `bench.gemm_probe`)."""
     trainer, device = objs.trainer, objs.device
     may_reduce = plan["mode"] != "exact-steps" and plan.get("may_reduce", True)
     emit.emit("phase", phase="warmup")
@@ -195,9 +195,9 @@ def warm_up(objs: RunObjects, config: BenchConfig, plan: dict[str, Any], emit: P
         results.append(result)
     plan["warmup_s"] = time.perf_counter() - began  # the steps only: the probe below is fp32's alone
     probe_began = time.perf_counter()
-    if plan.get("probe_keys"):
+    if plan.get("probe"):
         emit.emit("phase", phase="probe")
-    ratios = probe_ratios(gemms, plan.get("probe_keys") or [], device, max_s=PROBE_SHARE * config.budget_s)
+    ratios = probe_ratios(gemms, plan.get("probe") or {}, device, max_s=PROBE_SHARE * config.budget_s)
     plan["probe_s"] = time.perf_counter() - probe_began
     return {
         "results": results,
