@@ -136,7 +136,7 @@ class SimWorker:
         for module in modules:
             monkeypatch.setattr(module, "time", self.clock)
 
-    def _profile_step(self, trainer, *, device):
+    def _profile_step(self, trainer, *, device, record_shapes=False):
         result = trainer.train_step()
         self.clock.now += 0.1 * trainer.step_s * trainer.sampler.batch_size / trainer.base  # the profiler's overhead
         share = MATMUL_SHARE if trainer.name == "fp32" else 0.4

@@ -64,3 +64,20 @@ def test_a_shape_predicted_past_the_cap_is_never_started():
     assert probe_ratios(gemms, {"fp16": 1e-9}, CPU, max_s=5.0) == {}  # the budget plans with the peaks then
     found = gemm_ratio(gemms, "fp16", CPU, max_s=5.0, bound=0.05)
     assert found is not None and found["shapes"] == 1
+
+
+def test_fp32s_profiled_step_hands_its_gemms_to_the_probe():
+    from ampkit.bench.profile import profile_step
+    from ampkit.train import TrainConfig, build_run
+
+    objs = build_run(TrainConfig(model="tiny", steps=4, seq_len=32, batch_size=2, fit_check=False))
+    objs.trainer.train_step()
+    _, plain, _ = profile_step(objs.trainer, device=objs.device)
+    assert "gemms" not in plain  # the other workers' profiles: no shapes recorded
+    _, report, _ = profile_step(objs.trainer, device=objs.device, record_shapes=True)
+    gemms = [Gemm.from_list(row) for row in report["gemms"]]
+    assert gemms and all(g.count >= 1 for g in gemms)
+    assert any(g.shape[1] == 2 * 32 for g in gemms)  # batch x sequence rows: the linears' forward GEMMs
+    assert any(g.transposed[1] for g in gemms)  # a Linear's weight enters its forward GEMM transposed
+    found = probe_ratios(gemms, {"bf16": None}, CPU, max_s=5.0)
+    assert found["bf16"]["shapes"] >= 1 and found["bf16"]["ratio"] > 0

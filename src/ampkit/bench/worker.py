@@ -184,7 +184,7 @@ def warm_up(objs: RunObjects, config: BenchConfig, plan: dict[str, Any], emit: P
         times.append(seconds)
     emit.emit("phase", phase="profile")
     profiled_batch = plan["batch_size"]
-    profiled, profile, step_peak = profile_step(trainer, device=device)
+    profiled, profile, step_peak = profile_step(trainer, device=device, record_shapes=bool(plan.get("probe")))
     gemms = [Gemm.from_list(row) for row in profile.pop("gemms", [])]
     results.append(profiled)
     profiled_slots = profiled.n_slots
