@@ -27,19 +27,25 @@ PEAKS = {  # measured matmul FLOP/s of the two kinds of CPU (AVX2: emulated bf16
     "amx": {"fp32": 3.4e11, "bf16": 1.26e12, "fp16": 3.3e11},
 }
 MATMUL_SHARE = 0.6  # of an fp32 step
+MODEL_RATIOS = {  # the model's own GEMMs in each dtype, as fp32's worker times them (`bench.gemm_probe`):
+    # small matmuls, far less affected by emulation (and less sped up natively) than the peaks' large one
+    "avx2": {"bf16": 0.3, "fp16": 0.35},
+    "amx": {"bf16": 1.8, "fp16": 1.5},
+}
 
 
 def peaks_of(kind: str) -> dict:
     return {k: {"peak_flops": v, "source": "measured-matmul", "dtype": k} for k, v in PEAKS[kind].items()}
 
 
-def step_times(kind: str, fp32_step_s: float) -> dict[str, float]:
+def step_times(kind: str, fp32_step_s: float, *, model: bool = False) -> dict[str, float]:
     """Per-precision step seconds: the fp32 step's matmul share slowed or sped by the dtype's matmul
-    ratio, plus the rest of it (emulated elementwise work in low precision makes it slower still)."""
+    ratio (the peaks', or with `model` the model's own GEMMs', `MODEL_RATIOS`), plus the rest of it
+    (emulated elementwise work in low precision makes it slower still)."""
     peaks = PEAKS[kind]
     out = {"fp32": fp32_step_s}
     for name, key in (("bf16-mixed", "bf16"), ("fp16-mixed", "fp16"), ("bf16-true", "bf16"), ("fp16-true", "fp16")):
-        ratio = peaks[key] / peaks["fp32"]
+        ratio = MODEL_RATIOS[kind][key] if model else peaks[key] / peaks["fp32"]
         rest = (1 - MATMUL_SHARE) * (1.5 if ratio < 1 else 1.0)
         out[name] = fp32_step_s * (rest + MATMUL_SHARE / ratio)
     return out
@@ -90,10 +96,21 @@ class _Trainer:
 class SimWorker:
     """A `runner.run_worker` stand-in. `step_s`: precision -> seconds per step at the bench's batch.
     Installs the fake clock and profiler into the worker module (`monkeypatch`); `spent` records each
-    worker's simulated seconds: start-up, fidelity and its steps."""
+    worker's simulated seconds: start-up, fidelity and its steps. `probe`: the GEMM probe's ratios per
+    dtype key that fp32's worker reports (`MODEL_RATIOS[kind]`), each costing `probe_s`; None: no probe
+    (the profile has no GEMM shapes), the budget plans with the peaks."""
 
     def __init__(
-        self, monkeypatch, step_s: dict[str, float], *, startup_s=3.0, cos_noise=None, failures=None, cold_factor=1.6
+        self,
+        monkeypatch,
+        step_s: dict[str, float],
+        *,
+        startup_s=3.0,
+        cos_noise=None,
+        failures=None,
+        cold_factor=1.6,
+        probe: dict[str, float] | None = None,
+        probe_s: float = 0.2,
     ):
         self.step_s, self.startup_s, self.cos_noise = step_s, startup_s, cos_noise or {}
         self.cold_factor = cold_factor
@@ -104,8 +121,22 @@ class SimWorker:
         monkeypatch.setattr(worker_mod, "time", self.clock)
         monkeypatch.setattr(timing_mod, "time", self.clock)
         monkeypatch.setattr(worker_mod, "profile_step", self._profile_step)
+        self.probe, self.probe_s = probe, probe_s
+        monkeypatch.setattr(worker_mod, "probe_ratios", self._probe_ratios)
 
-    def _profile_step(self, trainer, *, device):
+    def _probe_ratios(self, gemms, keys, device, *, max_s):
+        if self.probe is None:
+            return {}
+        keys = [key for key in dict.fromkeys(keys) if key in self.probe]
+        self.clock.now += self.probe_s * len(keys)
+        return {key: {"ratio": self.probe[key], "shapes": 9, "covered": 1.0, "seconds": self.probe_s} for key in keys}
+
+    def install_clock(self, monkeypatch, *modules) -> None:
+        """The parent's modules read the fake clock too: the bench's wall time is the workers' simulated seconds."""
+        for module in modules:
+            monkeypatch.setattr(module, "time", self.clock)
+
+    def _profile_step(self, trainer, *, device, record_shapes=False):
         result = trainer.train_step()
         self.clock.now += 0.1 * trainer.step_s * trainer.sampler.batch_size / trainer.base  # the profiler's overhead
         share = MATMUL_SHARE if trainer.name == "fp32" else 0.4

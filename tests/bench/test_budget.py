@@ -10,12 +10,17 @@ import json
 import pytest
 
 import ampkit.bench.runner as runner
+import ampkit.bench.session as session_mod
+import ampkit.cli.bench as cli_bench
 from ampkit.bench.budget import (
+    EXIT_S,
     BudgetAccount,
+    PrecisionPlan,
     ReferenceWarm,
     amdahl_speedup,
     bound_s,
     estimate_step_s,
+    expected_warmup_s,
     fidelity_rows,
     measure_window,
     plan_precision,
@@ -23,9 +28,10 @@ from ampkit.bench.budget import (
     warmup_plan,
 )
 from ampkit.bench.config import BenchConfig
+from ampkit.bench.render import took_line
 from ampkit.bench.schema import validate_summary
 from ampkit.cli import main
-from bench_fakes import AMX_CPU, AVX2_CPU, SimWorker, bound_holds, peaks_of, step_times
+from bench_fakes import AMX_CPU, AVX2_CPU, MODEL_RATIOS, SimWorker, bound_holds, peaks_of, step_times
 
 
 def test_amdahl_and_the_step_estimate():
@@ -154,3 +160,87 @@ def test_few_steps_are_flagged_and_losses_compared_at_equal_steps(tmp_path, caps
     assert step == min(len(c) for c in curves)
     for entry in summary["precisions"]:
         assert entry["loss"]["at_common_step"] == entry["loss"]["curve"][step - 1]
+
+
+def test_the_expected_warmup_and_total_follow_fp32s_own_warmup():
+    config = BenchConfig(budget_s=12.0, batch_size=8, warmup_steps=3)
+    ref = ReferenceWarm(
+        step_s=0.3,
+        batch_size=8,
+        matmul_share=0.6,
+        startup_s=2.5,
+        fidelity_s=0.5,
+        first_s=0.6,
+        warmup_s=1.3,
+        warmup_steps=3,
+    )
+    # 2x fp32's step: fp32's 1.3 s warmup (its cold first and profiled steps included) doubled, same steps
+    assert expected_warmup_s(0.6, config, ref) == pytest.approx(2.6)
+    # a 5 s step: its cold step (10 s) affords 2 warmup steps, one steady step fewer than fp32's
+    assert expected_warmup_s(5.0, config, ref) == pytest.approx(5.0 / 0.3 * (1.3 - 0.3))
+    bare = ReferenceWarm(step_s=0.3, batch_size=8, matmul_share=0.6, startup_s=2.5, fidelity_s=0.5)
+    assert expected_warmup_s(0.6, config, bare) == pytest.approx(3 * 0.6)  # no warmup reported: its steps
+    plan = plan_precision(
+        "fp16-mixed",
+        config,
+        ref,
+        matmul_ratio=0.35,
+        emulated=True,
+        forced=False,
+        dtype="fp16",
+        max_measure_s=14.4,
+        ratio_source="step",
+    )
+    assert plan.mode == "full" and plan.estimated_step_s == pytest.approx(0.3 * (0.4 + 0.6 / 0.35))
+    slowdown = plan.estimated_step_s / 0.3
+    expected = 2.5 + 0.5 / 5 * 4 * slowdown + expected_warmup_s(plan.estimated_step_s, config, ref) + 12.0 + EXIT_S
+    assert plan.estimated_total_s == pytest.approx(expected)
+    slow = plan_precision(
+        "fp16-mixed",
+        config,
+        ReferenceWarm(**{**ref.__dict__, "step_s": 9.0}),
+        matmul_ratio=0.35,
+        emulated=True,
+        forced=False,
+        dtype="fp16",
+        max_measure_s=14.4,
+        ratio_source="step",
+    )
+    assert isinstance(slow, PrecisionPlan) and slow.mode == "not-timed"
+    assert "fp16 matmuls run at 0.35x fp32's speed here (this model's GEMMs, timed in fp32's worker)" in slow.reason
+
+
+@pytest.mark.parametrize("fp32_step_s", [0.3, 1.0, 4.0])
+def test_the_expected_time_is_within_30_percent_of_the_wall_on_both_kinds(
+    tmp_path, capsys, monkeypatch, cpu_kind, fp32_step_s
+):
+    """Both CPU kinds' facts (`cpu_kind`), a world whose steps follow the model's own GEMMs (the probe's
+    ratios, `MODEL_RATIOS`), not the peaks' large matmul: the announced total is within 30% of the wall."""
+    monkeypatch.setattr(runner, "measure_peaks", lambda info, precisions, device: peaks_of(cpu_kind))
+    world = step_times(cpu_kind, fp32_step_s, model=True)
+
+    def bench(probe: dict | None, name: str) -> dict:
+        sim = SimWorker(monkeypatch, world, probe=probe, startup_s=2.5)
+        sim.install_clock(monkeypatch, runner, session_mod, cli_bench)
+        monkeypatch.setattr(cli_bench, "process_age_s", lambda: 0.0)
+        monkeypatch.setattr(runner, "run_worker", sim)
+        code = main(["bench", "--seq-len", "32", "--batch-size", "8", "--out", str(tmp_path / name), "--json"])
+        assert code == 0, capsys.readouterr().err
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert validate_summary(summary) == []
+        return summary
+
+    budget = bench(MODEL_RATIOS[cpu_kind], "probed")["budget"]
+    assert budget["finished_s"] >= budget["wall_s"] > 0
+    assert abs(budget["expected_s"] / budget["finished_s"] - 1.0) <= 0.3, budget
+    assert budget["worker_startup_s"] == pytest.approx(3 * 2.5) and budget["warmup_s"] > 0
+    if cpu_kind == "avx2" and fp32_step_s == 0.3:  # planned from the peaks' large matmul (20x), as before
+        peaks_only = bench(None, "peaks")["budget"]
+        assert peaks_only["expected_s"] > 1.3 * peaks_only["finished_s"], peaks_only
+
+
+def test_the_end_line_says_what_it_took_against_what_it_announced():
+    budget = {"expected_s": 55.4, "wall_s": 50.0, "finished_s": 52.1}
+    assert took_line({"budget": budget}) == "took 52 s, expected ~55 s (+6%)"
+    assert took_line({"budget": {**budget, "expected_s": None}}) is None
+    assert took_line({"budget": None}) is None

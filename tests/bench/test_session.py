@@ -28,7 +28,7 @@ def _session(console, **config) -> tuple[BenchSession, list]:
 
     def measure(name, job_plan, on_event):
         calls.append((name, job_plan))
-        if on_event is not None:  # fp32: its warmup report, then its measured steps
+        if name == "fp32":  # its warmup report, then its measured steps
             on_event(
                 {
                     "event": "warm",
@@ -40,9 +40,15 @@ def _session(console, **config) -> tuple[BenchSession, list]:
                 }
             )
             calls.append(("printed before fp32 measured", console.export_text()))
-        return {"precision": name, "status": "ok", "step_s": [2.0] * 3, "plan": {"fidelity_s": 0.5}}
+        elif job_plan.timed:  # a later worker's own warmup report: its measured step
+            ends = len(session.progress.ends)
+            on_event({"event": "warm", "step_s": 1.5, "batch_size": 8})
+            calls.append(("time left corrected", len(session.progress.ends) > ends))
+        plan = {"fidelity_s": 0.5, "startup_s": 3.0, "warmup_s": 4.0}
+        return {"precision": name, "status": "ok", "step_s": [2.0] * 3, "plan": plan, "worker_s": 15.0}
 
-    return BenchSession(plan, console, Progress(), peaks_of("avx2"), measure=measure, started=0.0), calls
+    session = BenchSession(plan, console, Progress(), peaks_of("avx2"), measure=measure, started=0.0)
+    return session, calls
 
 
 def test_plans_and_the_expected_total_come_before_fp32_measures():
@@ -56,10 +62,13 @@ def test_plans_and_the_expected_total_come_before_fp32_measures():
     assert "bf16-mixed not timed: emulated, bf16 matmuls run at 0.05x" in printed
     plans = {name: plan for name, plan in calls if hasattr(plan, "mode")}
     assert plans["bf16-mixed"].mode == "not-timed" and plans["fp16-mixed"].mode == "not-timed"
+    assert plans["fp32"].probe == {"bf16": 0.05, "fp16": 0.2}  # fp32's worker times its GEMMs in both, bounded
     assert session.account.timed == 1 and session.progress.ends
     block = session.budget_block(results, wall_s=60.0)
     assert block["measured_s"] == 18.0 and block["fidelity_s"] == 1.5 and block["startup_s"] == 60.0 - 19.5
     assert block["bound_s"] == 1.2 * (5.0 * 3 + block["startup_s"] + 1.5) and block["within_bound"]
+    # where the start-up went: each worker's start (process to the run built), their warmup, the bench's own
+    assert block["worker_startup_s"] == 9.0 and block["warmup_s"] == 12.0 and block["parent_s"] == 60.0 - 45.0
 
 
 def test_named_precisions_are_timed_and_share_the_allowance():
@@ -73,3 +82,5 @@ def test_named_precisions_are_timed_and_share_the_allowance():
     assert session.account.timed == 3
     # 1.2 x 30 x 3 = 108 s; fp32 spent 6 s; one budget (30 s) reserved for fp16-mixed
     assert plans["bf16-mixed"].max_measure_s == 108.0 - 6.0 - 30.0
+    corrected = [done for name, done in calls if name == "time left corrected"]
+    assert corrected == [True, True]  # each later worker's warmup report moved the progress bar's expected end

@@ -10,14 +10,34 @@ fp32, stability -- and a recommendation in numbers.
 - `run(task, **settings)`: the Python API (`api.py`; `ampkit.api.bench` is the same function).
 - `memory_check`: the up-front "does it fit" check (the memory planner's ledger), the planner's predicted
   step peak, and the largest micro-batch that fits (the recommendation's train command).
+
+The names below load their module on first use: a worker process (`python -m ampkit.bench.worker`)
+imports this package first, and needs neither the runner (rich's progress bars, the planner) nor the
+summary (its validators) to start its run.
 """
 
-from ampkit.bench.api import run
-from ampkit.bench.config import BenchConfig
-from ampkit.bench.recommend import Candidate, Recommendation, recommend
-from ampkit.bench.runner import plan_bench, run_bench
-from ampkit.bench.schema import validate_summary
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ampkit.bench.api import run
+    from ampkit.bench.config import BenchConfig
+    from ampkit.bench.recommend import Candidate, Recommendation, recommend
+    from ampkit.bench.runner import plan_bench, run_bench
+    from ampkit.bench.schema import validate_summary
+
+_WHERE = {
+    "run": "ampkit.bench.api",
+    "BenchConfig": "ampkit.bench.config",
+    "Candidate": "ampkit.bench.recommend",
+    "Recommendation": "ampkit.bench.recommend",
+    "recommend": "ampkit.bench.recommend",
+    "plan_bench": "ampkit.bench.runner",
+    "run_bench": "ampkit.bench.runner",
+    "validate_summary": "ampkit.bench.schema",
+}
 __all__ = [
     "BenchConfig",
     "Candidate",
@@ -28,3 +48,9 @@ __all__ = [
     "run_bench",
     "validate_summary",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

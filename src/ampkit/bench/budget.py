@@ -19,7 +19,12 @@ because every decision below is made from a step time measured or estimated *bef
   budget, on 1 row (compared with fp32's 1-row capture).
 A step time not yet measured (every precision but fp32 before it runs) is estimated from fp32's: by
 Amdahl's law, the matmul/attention share of fp32's profiled step scaled by the matmul slowdown of
-the precision's compute dtype measured on this device (`estimate_step_s`).
+the precision's compute dtype on this device (`estimate_step_s`): the ratio of fp32's own GEMMs
+timed in that dtype by fp32's worker (`bench.gemm_probe`), else the device's large-matmul peaks.
+The expected wall time (`expected_total_s` per precision, summed by `bench.session`) is each
+worker's start-up (process, imports, model: fp32's), its fidelity capture (fp32's per row, slowed
+as its step), its warmup (fp32's warmup steps, profiled one and cold first step included, slowed
+as its step, for as many steps as it will run), its measured window and its exit (`EXIT_S`).
 `--steps N` asks for exactly N steps: no budget applies, the expected time is still printed.
 Pure functions on plain numbers: the logic is tested on synthetic timings. Units: seconds.
 """
@@ -27,7 +32,7 @@ Pure functions on plain numbers: the logic is tested on synthetic timings. Units
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,6 +49,9 @@ FIDELITY_SHARE = 0.5
 REDUCED_STEP_SHARE = 0.25
 """a reduced batch aims at a step of this share of the budget (a few steps fit in it)"""
 FULL_FIDELITY_ROWS, MIN_FIDELITY_ROWS = 4, 1
+EXIT_S = 0.1
+"""a worker's end after its measured window: the result written, the process gone (it skips the
+interpreter's teardown, `worker.exit_now`); the parent reading the result"""
 
 
 def estimate_step_s(reference_step_s: float, *, matmul_share: float | None, matmul_ratio: float | None) -> float:
@@ -151,6 +159,14 @@ class ReferenceWarm:
     """the worker's start: process, imports, model, data (until its fidelity capture)"""
     fidelity_s: float
     """its fidelity captures (4 rows and 1)"""
+    first_s: float | None = None
+    """its cold first step (one-time costs: allocation, kernel set-up)"""
+    warmup_s: float | None = None
+    """its whole warmup: the cold step, the steady ones and the profiled one (None: not reported)"""
+    warmup_steps: int | None = None
+    """how many untimed steps that was"""
+    matmul_ratios: dict[str, float] | None = None
+    """its own GEMMs timed in each other dtype, as fp32's speed over that dtype's (`bench.gemm_probe`)"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,6 +185,9 @@ class PrecisionPlan:
     """seconds the measured window may stretch to so that --min-steps fit (the bench's total allows it)"""
     estimated_step_s: float | None = None
     estimated_total_s: float | None = None
+    probe: dict[str, float | None] = field(default_factory=dict)
+    """fp32's only: the dtype keys its worker times its GEMMs in (`bench.gemm_probe`), each with the
+    device's large-matmul ratio, which bounds what a shape may cost before it is timed"""
 
     @property
     def timed(self) -> bool:
@@ -200,8 +219,10 @@ def plan_precision(
     forced: bool,
     dtype: str,
     max_measure_s: float,
+    ratio_source: str = "peak",
 ) -> PrecisionPlan:
-    """A non-reference precision's plan from fp32's warmup (`ref`) and its dtype's measured matmul ratio."""
+    """A non-reference precision's plan from fp32's warmup (`ref`) and its dtype's measured matmul ratio
+    (`ratio_source`: "step", fp32's own GEMMs timed in the dtype; "peak", the device's large matmul)."""
     step = estimate_step_s(ref.step_s, matmul_share=ref.matmul_share, matmul_ratio=matmul_ratio)
     budget, batch = config.budget_s, ref.batch_size
 
@@ -223,7 +244,11 @@ def plan_precision(
     if step <= budget:
         return made("full", batch, step)
     slow = f"one step would take ~{step:.0f} s > --budget-s {budget:g}"
-    probe = "a large matmul, measured as `ampkit hw` does"  # not this model's matmuls: the budget's evidence only
+    probe = (
+        "this model's GEMMs, timed in fp32's worker"
+        if ratio_source == "step"
+        else "a large matmul, measured as `ampkit hw` does"  # not this model's matmuls: the budget's evidence only
+    )
     evidence = f"{dtype} matmuls run at {_ratio(matmul_ratio)} fp32's speed here ({probe})"
     if emulated and not forced:
         return made("not-timed", batch, step, f"not timed: emulated, {evidence}; {slow} (--precisions {name} times it)")
@@ -239,15 +264,27 @@ def _ratio(value: float | None) -> str:
 
 
 def _with_total(plan: PrecisionPlan, config: BenchConfig, ref: ReferenceWarm) -> PrecisionPlan:
-    """The plan with its expected seconds: start-up, fidelity, warmup and the measured window."""
+    """The plan with its expected seconds: start-up, fidelity, warmup, the measured window, the exit."""
     step = plan.estimated_step_s or ref.step_s
     slowdown = step / ref.step_s if ref.step_s > 0 else 1.0
     per_row = ref.fidelity_s / (FULL_FIDELITY_ROWS + MIN_FIDELITY_ROWS)  # fp32 captured 4 rows and 1
-    total = ref.startup_s + per_row * plan.fidelity_rows * slowdown
+    total = ref.startup_s + per_row * plan.fidelity_rows * slowdown + EXIT_S
     if plan.timed:
-        total += warmup_plan(step, warmup_steps=config.warmup_steps, budget_s=config.budget_s) * step
+        total += expected_warmup_s(step, config, ref)
         total += expected_window_s(step, config, max_measure_s=plan.max_measure_s)
     return PrecisionPlan(**{**plan.to_dict(), "estimated_total_s": total})
+
+
+def expected_warmup_s(step_s: float, config: BenchConfig, ref: ReferenceWarm) -> float:
+    """A precision's warmup from fp32's: fp32's whole warmup (its cold first step and profiled step
+    included) slowed as the step is, for the number of steps `warmup_plan` gives its own cold step.
+    Without fp32's warmup reported: that many steps of `step_s`."""
+    slowdown = step_s / ref.step_s if ref.step_s > 0 else 1.0
+    cold_s = (ref.first_s or ref.step_s) * slowdown
+    steps = warmup_plan(cold_s, warmup_steps=config.warmup_steps, budget_s=config.budget_s)
+    if not ref.warmup_s or not ref.warmup_steps:
+        return steps * step_s
+    return slowdown * (ref.warmup_s + (steps - ref.warmup_steps) * ref.step_s)
 
 
 def expected_window_s(step_s: float, config: BenchConfig, *, max_measure_s: float) -> float:

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from ampkit.bench.gemm_probe import step_gemms
 from ampkit.hardware.backend import backend_for
 from ampkit.plan.traced.measure import _allocator_peak, _held_bytes
 
@@ -289,8 +290,12 @@ _DEVICE_ACTIVITY = {"cuda": ProfilerActivity.CUDA, "xpu": ProfilerActivity.XPU}
 """The profiler's device-side activity per torch device type (ROCm is "cuda"); MPS: host-side events only."""
 
 
-def profile_step(trainer: Trainer, *, device: torch.device) -> tuple[StepResult, dict[str, Any], int]:
-    """One training step under torch.profiler: (StepResult, breakdown, step peak bytes)."""
+def profile_step(
+    trainer: Trainer, *, device: torch.device, record_shapes: bool = False
+) -> tuple[StepResult, dict[str, Any], int]:
+    """One training step under torch.profiler: (StepResult, breakdown, step peak bytes). With
+    `record_shapes` (fp32's worker: a few microseconds more per op) the breakdown's "gemms" are the
+    step's distinct GEMMs (`bench.gemm_probe.Gemm.to_list`), for the budget's probe."""
     backend = backend_for(device)
     accelerator = device.type != "cpu"
     activity = _DEVICE_ACTIVITY.get(device.type)
@@ -299,7 +304,10 @@ def profile_step(trainer: Trainer, *, device: torch.device) -> tuple[StepResult,
     if accelerator:
         backend.synchronize()
         backend.reset_peak_memory()
-    with profile(activities=activities, profile_memory=not accelerator) as prof, scoped_step(trainer):
+    with (
+        profile(activities=activities, profile_memory=not accelerator, record_shapes=record_shapes) as prof,
+        scoped_step(trainer),
+    ):
         start = time.perf_counter()
         result = trainer.train_step()
         backend.synchronize()  # sync point on an accelerator: the profiled step's end (untimed by the bench)
@@ -308,6 +316,8 @@ def profile_step(trainer: Trainer, *, device: torch.device) -> tuple[StepResult,
     device_time = activity is not None
     report = breakdown(categorize(prof.events(), device_time=device_time), wall_s)
     report["top_ops"] = _top_ops(prof, device_time)
+    if record_shapes:
+        report["gemms"] = [g.to_list() for g in step_gemms(prof.events(), device_time=device_time)]
     return result, report, peak
 
 

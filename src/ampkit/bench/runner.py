@@ -288,10 +288,12 @@ def measure_precision(
             on_event(message)
 
     expected = job_plan.estimated_total_s if job_plan is not None else None
+    spawned = time.perf_counter()
     death = run_worker(
         paths["job"], paths["log"], on_event=event, timeout_s=worker_timeout_s(plan.config, expected), slot=slot
     )
     result = _read_result(name, paths, death, worker_plan, interrupted=slot.signum is not None)
+    result["worker_s"] = time.perf_counter() - spawned  # the process, from its spawn to its exit
     rel: dict[str, str | None] = {key: str(path.relative_to(run_dir)) for key, path in paths.items() if key != "job"}
     rel["fidelity"] = rel["fidelity"] if paths["fidelity"].is_file() else None
     result["files"] = rel
@@ -303,6 +305,7 @@ def measure_precision(
 def _worker_plan(job_plan: PrecisionPlan, *, reference: bool) -> dict[str, Any]:
     rows = [job_plan.fidelity_rows] + ([1] if reference and job_plan.fidelity_rows != 1 else [])
     return {
+        "probe": dict(job_plan.probe),
         "mode": job_plan.mode,
         "batch_size": job_plan.batch_size,
         "fidelity_rows": rows,
@@ -350,16 +353,20 @@ def run_bench(
     console: Console | None = None,
     show_progress: bool = True,
     task_object: Task | None = None,
+    started: float | None = None,
 ) -> tuple[dict[str, Any], Path]:
     """The whole bench; returns (summary, run directory). The reports are written too. `task_object`:
-    a task given as a Python object (`ampkit.bench.run`), pickled for the worker processes.
+    a task given as a Python object (`ampkit.bench.run`), pickled for the worker processes. `started`:
+    the `time.perf_counter()` the bench's wall time counts from (the command's process start; now by
+    default). summary.json is written before the reports, then again with `budget.finished_s` (the
+    wall time with the reports drawn: what the expected time promised), which no report shows.
 
     SIGINT/SIGTERM stop the running worker; the precisions finished are written (summary.json
     `"status": "interrupted"`, the reports), then `RunInterrupted` is raised (exit 128 + signal)."""
     from ampkit.bench.report import render_report  # matplotlib: loaded only once there is something to draw
 
     console = console or Console(stderr=True)
-    started, load_start = time.perf_counter(), host_load()
+    started, load_start = (time.perf_counter() if started is None else started), host_load()
     plan = plan_bench(config, task_object=task_object)
     run_dir = create_run_dir(out, "bench")
     slot = WorkerSlot()
@@ -375,6 +382,9 @@ def run_bench(
             slot=slot,
         )
         render_report(summary, run_dir)
+        if summary.get("budget") is not None:
+            summary["budget"]["finished_s"] = time.perf_counter() - started
+            write_json_atomic(run_dir / SUMMARY_FILE, summary)
     if summary["status"] == "interrupted":
         stopped = summary["interrupted"]
         finished = ", ".join(stopped["finished"]) or "none"
@@ -478,6 +488,7 @@ class BenchProgress:
         "fidelity": "fidelity capture",
         "warmup": "warmup (untimed)",
         "profile": "profiling one step",
+        "probe": "timing its GEMMs in the other dtypes",
     }
 
     def __init__(self, console: Console, plan: BenchPlan, *, enabled: bool) -> None:

@@ -1,19 +1,27 @@
 """The precisions in order, under the budget's promise (`bench.budget`): fp32 first, then each other
 precision with a plan made from fp32's warmup before it starts.
 
-When fp32's worker reports its warmup (its step time, batch and the matmul share of its profiled
-step), every other precision's plan is made and the expected wall time is printed, before fp32's
-measured steps; each later worker gets what is left of the bench's allowance for measured windows.
+When fp32's worker reports its warmup (its step time, batch, the matmul share of its profiled
+step and its GEMMs' speed in the other dtypes), every other precision's plan is made and the expected
+wall time is printed, before fp32's measured steps; each later worker gets what is left of the
+bench's allowance for measured windows. The progress bar's "time left" follows the same model, and
+each later worker's own warmup report (its measured step) corrects it.
+
+The expected time spans the bench's wall time as `started` counts it (the command's process start)
+to its reports drawn (`budget.finished_s`): what has elapsed when fp32 reports, fp32's window and
+exit, every other precision's `estimated_total_s`, and `REPORT_S`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ampkit.bench.budget import (
+    EXIT_S,
     BudgetAccount,
     PrecisionPlan,
     ReferenceWarm,
@@ -31,7 +39,7 @@ if TYPE_CHECKING:
     from ampkit.bench.config import BenchConfig
     from ampkit.hardware import DeviceInfo
 
-REPORT_S = 3.0  # the summary, plots and reports, after the last worker (a rough figure for the estimate)
+REPORT_S = 3.0  # the summary, plots and reports after the last worker (matplotlib's import included; seconds)
 
 
 class SessionPlan(Protocol):
@@ -87,7 +95,7 @@ class BenchSession:
         ref, *others = self.plan.precisions
         if self.stopped():
             return []
-        ref_plan = reference_plan(ref, self.config, self.account)
+        ref_plan = dataclasses.replace(reference_plan(ref, self.config, self.account), probe=self._probe_keys())
         self.plans[ref] = ref_plan
         result = self.measure(ref, ref_plan, self._on_reference_event)
         results = [result]
@@ -100,13 +108,19 @@ class BenchSession:
             if self.stopped():
                 break
             job_plan = self._plan_now(name, others)
-            result = self.measure(name, job_plan, None)
+            after = others[others.index(name) + 1 :]
+            result = self.measure(name, job_plan, functools.partial(self._on_event, name, after=after))
             results.append(result)
             if result["status"] == "failed":
                 self.console.print(f"[red]{name} failed:[/] {result['error']}", soft_wrap=True)
             self.account.spend(sum(result.get("step_s") or []))
             self._refresh_time_left(others[others.index(name) + 1 :])
         return results
+
+    def _probe_keys(self) -> dict[str, float | None]:
+        """The other precisions' compute dtypes (fp32's worker times its GEMMs in them), each with the peaks' ratio."""
+        keys = {candidate_spec(name).matmul_key: name for name in self.plan.precisions[1:]}
+        return {key: matmul_ratio(name, self.peaks) for key, name in keys.items() if key != "fp32"}
 
     def _plan_now(self, name: str, others: list[str]) -> PrecisionPlan:
         """The plan made at fp32's warmup, with what the account leaves now for its measured window."""
@@ -121,15 +135,18 @@ class BenchSession:
         ref = self.ref_warm or ReferenceWarm(
             step_s=0.0, batch_size=self.config.data.batch_size, matmul_share=None, startup_s=0.0, fidelity_s=0.0
         )
+        key = candidate_spec(name).matmul_key
+        probed = (ref.matmul_ratios or {}).get(key)
         return plan_precision(
             name,
             self.config,
             ref,
-            matmul_ratio=matmul_ratio(name, self.peaks),
+            matmul_ratio=probed or matmul_ratio(name, self.peaks),
             emulated=not is_native(name, self.plan.info),
             forced=name in self.plan.requested,
-            dtype=candidate_spec(name).matmul_key,
+            dtype=key,
             max_measure_s=max_measure_s,
+            ratio_source="step" if probed else "peak",
         )
 
     def _on_reference_event(self, event: dict[str, Any]) -> None:
@@ -141,6 +158,10 @@ class BenchSession:
             matmul_share=event.get("matmul_share"),
             startup_s=float(event.get("startup_s") or 0.0),
             fidelity_s=float(event.get("fidelity_s") or 0.0),
+            first_s=event.get("first_s"),
+            warmup_s=event.get("warmup_s"),
+            warmup_steps=event.get("warmup_steps"),
+            matmul_ratios=event.get("matmul_ratios") or None,
         )
         others = self.plan.precisions[1:]
         for name in others:  # the first pass: which ones are timed at all
@@ -168,7 +189,7 @@ class BenchSession:
 
     def _expected_total(self) -> float:
         rest = sum(self.plans[name].estimated_total_s or 0.0 for name in self.plan.precisions[1:])
-        return (time.perf_counter() - self.started) + self._reference_window() + rest + REPORT_S
+        return (time.perf_counter() - self.started) + self._reference_window() + EXIT_S + rest + REPORT_S
 
     def expected_line(self) -> str:
         """ "expected: ~74 s in all (...)": printed before fp32's measured steps."""
@@ -187,16 +208,27 @@ class BenchSession:
             notes.append(f"{name} {p.reason}" if p.reason else f"{name} {estimate}")
         return head + ": " + "; ".join(notes)
 
-    def _refresh_time_left(self, remaining: list[str]) -> None:
+    def _refresh_time_left(self, remaining: list[str], *, running_s: float = 0.0) -> None:
+        """The progress bar's expected end: `running_s` left of the running worker, then the rest."""
         if self.expected_s is None:
             return
         rest = sum(self.plans[name].estimated_total_s or 0.0 for name in remaining)
-        self.progress.set_expected_end(time.perf_counter() + rest + REPORT_S)
+        self.progress.set_expected_end(time.perf_counter() + running_s + rest + REPORT_S)
+
+    def _on_event(self, name: str, event: dict[str, Any], *, after: list[str]) -> None:
+        """A later worker's warmup report: its own measured step, hence its window, corrects the time left."""
+        if event.get("event") != "warm":
+            return
+        plan = self.plans[name]
+        window = expected_window_s(float(event["step_s"]), self.config, max_measure_s=plan.max_measure_s)
+        self._refresh_time_left(after, running_s=window + EXIT_S)
 
     def budget_block(self, results: list[dict[str, Any]], *, wall_s: float) -> dict[str, Any]:
-        """summary["budget"]: the promise and what was spent (seconds)."""
+        """summary["budget"]: the promise, what was spent and where (seconds). `startup_s` is all but the
+        measured steps and fidelity (the bound's term); of it, the workers' start-up (process start to
+        the run built), their warmup, and the bench's own process (`parent_s`: imports, checks, peaks)."""
         measured = sum(sum(r.get("step_s") or []) for r in results)
-        fidelity = sum((r.get("plan") or {}).get("fidelity_s") or 0.0 for r in results)
+        fidelity = sum(_plan_s(r, "fidelity_s") for r in results)
         timed = sum(1 for r in results if r.get("status") == "ok")
         startup = max(0.0, wall_s - measured - fidelity)
         bound = bound_s(budget_s=self.config.budget_s, timed=timed, startup_s=startup, fidelity_s=fidelity)
@@ -206,8 +238,16 @@ class BenchSession:
             "measured_s": measured,
             "fidelity_s": fidelity,
             "startup_s": startup,
+            "worker_startup_s": sum(_plan_s(r, "startup_s") for r in results),
+            "warmup_s": sum(_plan_s(r, "warmup_s") + _plan_s(r, "probe_s") for r in results),
+            "parent_s": max(0.0, wall_s - sum(r.get("worker_s") or 0.0 for r in results)),
             "expected_s": self.expected_s,
             "wall_s": wall_s,
             "bound_s": None if self.config.steps else bound,
             "within_bound": None if self.config.steps else wall_s <= bound,
         }
+
+
+def _plan_s(result: dict[str, Any], key: str) -> float:
+    """Seconds a worker reported in its plan (0 when it did not: failed, or not timed)."""
+    return float((result.get("plan") or {}).get(key) or 0.0)

@@ -106,7 +106,11 @@ def _budget_entry(result: dict[str, Any]) -> dict[str, Any]:
         "max_measure_s": job.get("max_measure_s"),
         "measured_s": sum(result.get("step_s") or []),
         "startup_s": done.get("startup_s"),
+        "imports_s": done.get("imports_s"),
         "fidelity_s": done.get("fidelity_s"),
+        "warmup_s": done.get("warmup_s"),
+        "probe_s": done.get("probe_s"),
+        "worker_s": result.get("worker_s"),
     }
 
 

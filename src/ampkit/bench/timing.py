@@ -13,8 +13,10 @@ Units: seconds inside, milliseconds in names that say `_ms`.
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -89,3 +91,16 @@ def summarize_steps(step_s: list[float], tokens: list[int], slots: list[int]) ->
         step_ms_min=1000.0 * ordered[0],
         step_ms_max=1000.0 * ordered[-1],
     )
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux: /proc/self/stat's start time against /proc/uptime,
+    10 ms ticks); 0.0 where unreadable. `ampkit bench` counts its wall time from there, its interpreter
+    and imports (~1.5 s: torch) included, as a user's clock does."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started_ticks = int(fields[19])  # field 22 of stat(5), counted after the command name
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime_s - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0

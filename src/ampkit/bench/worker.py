@@ -20,6 +20,7 @@ Progress goes to stdout as JSON lines (the parent draws the bars); the result go
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pickle
@@ -28,7 +29,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import torch
 
@@ -36,6 +37,7 @@ from ampkit.bench.budget import FULL_FIDELITY_ROWS, Window, measure_window, redu
 from ampkit.bench.candidates import split_candidate
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import capture_fidelity, fidelity_file, fixed_batch
+from ampkit.bench.gemm_probe import Gemm, probe_ratios
 from ampkit.bench.profile import profile_step
 from ampkit.bench.timing import make_step_timer, synchronize
 from ampkit.config import replace_settings, resolve_config
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
 
 LR_WARMUP_STEPS = 10  # the LR schedule's warmup; the same in every precision (not the timing warmup)
 PROGRESS_EVERY_S = 0.25  # at most ~4 progress lines a second on stdout
+PROBE_SHARE = 0.1  # fp32's GEMM probe may take this share of the budget per dtype (`bench.gemm_probe`)
 
 
 class ProgressEmitter:
@@ -158,10 +161,12 @@ def warm_up(objs: RunObjects, config: BenchConfig, plan: dict[str, Any], emit: P
     """Untimed steps, the last one profiled (`bench.profile`): a cold step, then as many as the budget
     affords (`budget.warmup_plan`). A step beyond the budget reduces the batch (not under --steps): the
     cold first one only when over twice the budget (it pays one-time costs), else a steady one, after
-    which one more untimed step measures the reduced batch's step time."""
+    which one more untimed step measures the reduced batch's step time. fp32's worker then times the
+    profiled step's GEMMs in the other precisions' dtypes (`plan["probe"]`, `bench.gemm_probe`)."""
     trainer, device = objs.trainer, objs.device
     may_reduce = plan["mode"] != "exact-steps" and plan.get("may_reduce", True)
     emit.emit("phase", phase="warmup")
+    began = time.perf_counter()
     first, first_s = _timed_step(trainer, device)
     results, times = [first], [first_s]
     if may_reduce and first_s > 2 * config.budget_s:
@@ -173,7 +178,8 @@ def warm_up(objs: RunObjects, config: BenchConfig, plan: dict[str, Any], emit: P
         times.append(seconds)
     emit.emit("phase", phase="profile")
     profiled_batch = plan["batch_size"]
-    profiled, profile, step_peak = profile_step(trainer, device=device)
+    profiled, profile, step_peak = profile_step(trainer, device=device, record_shapes=bool(plan.get("probe")))
+    gemms = [Gemm.from_list(row) for row in profile.pop("gemms", [])]
     results.append(profiled)
     profiled_slots = profiled.n_slots
     step_s = times[-1] if len(times) > 1 else profile["step_ms"] / 1e3
@@ -181,11 +187,19 @@ def warm_up(objs: RunObjects, config: BenchConfig, plan: dict[str, Any], emit: P
         _reduce_batch(objs, config, plan, step_s, emit)
         result, step_s = _timed_step(trainer, device)
         results.append(result)
+    plan["warmup_s"] = time.perf_counter() - began  # the steps only: the probe below is fp32's alone
+    probe_began = time.perf_counter()
+    if plan.get("probe"):
+        emit.emit("phase", phase="probe")
+    ratios = probe_ratios(gemms, plan.get("probe") or {}, device, max_s=PROBE_SHARE * config.budget_s)
+    plan["probe_s"] = time.perf_counter() - probe_began
     return {
         "results": results,
         "profile": profile,
         "step_peak_bytes": step_peak,
         "step_s": step_s,
+        "first_s": first_s,
+        "matmul_ratios": {key: found["ratio"] for key, found in ratios.items()},
         "profiled_batch_size": profiled_batch,
         "profiled_slots": profiled_slots,
     }
@@ -204,6 +218,9 @@ def measure_steps(objs: RunObjects, config: BenchConfig, emit: ProgressEmitter, 
         matmul_share=warm["profile"]["shares"]["matmul"],
         startup_s=plan["startup_s"],
         fidelity_s=plan["fidelity_s"],
+        first_s=warm["first_s"],
+        warmup_s=plan["warmup_s"],
+        matmul_ratios=warm["matmul_ratios"],
     )
     lo, hi = config.measured_steps_range
     if config.steps:
@@ -325,6 +342,7 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
     config = resolve_config(BenchConfig, base=job["config"], base_source="the bench job")  # sections too ([lora])
     precision = job["precision"]
     plan = {**default_plan(config), **(job.get("plan") or {})}
+    plan["imports_s"] = time.time() - job.get("spawned_at", time.time())  # process start and imports
     rss_before = current_rss_bytes()
     emit.emit("phase", phase="build")
     objs = build_for(job, config, plan)
@@ -416,5 +434,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if result["status"] == "ok" else 1
 
 
+def exit_now(code: int) -> NoReturn:
+    """End the worker without the interpreter's teardown: once torch and dynamo are loaded, unloading
+    ~2,000 modules takes ~0.5 s (~1 s on a busy host) per worker, after the result is written. Its
+    output is flushed first; no other atexit work concerns it (as multiprocessing's children do)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())

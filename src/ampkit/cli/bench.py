@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Callable
 
 from rich.console import Console
 
 from ampkit.bench import BenchConfig, run_bench
+from ampkit.bench.timing import process_age_s
 from ampkit.cli import add_run_command, add_wide_flag
 from ampkit.config import resolve_config
 from ampkit.report.console import make_console, print_run_dir
@@ -48,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
         return _run_inference(config, args)
     if args.sweep is not None:
         return _run_sweep(config, args)
-    summary, run_dir = run_bench(config, out=args.out, console=Console(stderr=True), show_progress=not args.json)
+    started = time.perf_counter() - process_age_s()  # the command's wall time counts from its process start
+    summary, run_dir = run_bench(
+        config, out=args.out, console=Console(stderr=True), show_progress=not args.json, started=started
+    )
     return _answer(args, summary, run_dir, show_bench)
 
 
@@ -67,6 +72,7 @@ def show_bench(out: Console, summary: dict, run_dir, *, wide: bool = False) -> N
         console_table,
         profile_table,
         recommendation_text,
+        took_line,
         train_lines,
         why_lines,
     )
@@ -83,6 +89,9 @@ def show_bench(out: Console, summary: dict, run_dir, *, wide: bool = False) -> N
     for line in summary["recommendation"]["advice"]:
         out.print(line, style="yellow", markup=False)
     print_run_dir(out, run_dir, "report.html, report.md, summary.json")
+    took = took_line(summary)
+    if took:
+        out.print(took, highlight=False, markup=False)
 
 
 def _run_sweep(config: BenchConfig, args: argparse.Namespace) -> int:

@@ -49,6 +49,14 @@ BUDGET_ENTRY = {
     "estimated_total_s": OPT_NUM,
     "max_measure_s": OPT_NUM,
     "measured_s": NUM,
+    # the worker's phases (seconds): process start to the run built (of it, to its imports done), its
+    # fidelity captures, its warmup steps, fp32's GEMM probe, and the whole process as the parent saw it
+    "startup_s": Absent(OPT_NUM),
+    "imports_s": Absent(OPT_NUM),
+    "fidelity_s": Absent(OPT_NUM),
+    "warmup_s": Absent(OPT_NUM),
+    "probe_s": Absent(OPT_NUM),
+    "worker_s": Absent(OPT_NUM),
 }
 FIDELITY = {
     "logits_cosine": OPT_NUM,
@@ -164,8 +172,12 @@ FIELDS = {
                 "measured_s": NUM,
                 "fidelity_s": NUM,
                 "startup_s": NUM,
+                "worker_startup_s": Absent(NUM),
+                "warmup_s": Absent(NUM),
+                "parent_s": Absent(NUM),
                 "expected_s": OPT_NUM,
                 "wall_s": NUM,
+                "finished_s": Absent(NUM),
                 "bound_s": OPT_NUM,
                 "within_bound": Opt(bool),
             }

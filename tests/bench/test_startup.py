@@ -1,0 +1,49 @@
+"""Per-process start-up: what a bench worker and a plain train run load, checked in fresh processes.
+
+torch (~1 s) is the floor. torch._dynamo (~0.8 s more) is not avoidable in a run: torch 2.13's
+`Optimizer.__init__` calls `add_param_group`, `zero_grad` and `step` are wrapped to import it (and so
+does `nn.init` on the meta device), so a run loads it whatever its features; importing the worker
+does not. What ampkit can avoid it must: the optional extras (transformers, torchao, peft,
+bitsandbytes), matplotlib (only the reports draw), TensorBoard (only `--log tensorboard`), and rich
+(the parent draws the progress bars, not the worker).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+AVOIDABLE = ("transformers", "torchao", "peft", "bitsandbytes", "matplotlib", "tensorboard", "rich")
+
+
+def _loaded(code: str) -> dict[str, bool]:
+    """Which of `AVOIDABLE` (and torch._dynamo) a fresh interpreter has loaded after running `code`."""
+    probe = code + "\nimport json, sys\nprint(json.dumps({m: m in sys.modules for m in WATCH}))"
+    watch = f"WATCH = {[*AVOIDABLE, 'torch._dynamo']!r}\n"
+    proc = subprocess.run([sys.executable, "-c", watch + probe], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_bench_worker_imports_no_extra_and_no_dynamo():
+    loaded = _loaded("import ampkit.bench.worker")
+    assert not any(loaded.values()), loaded
+
+
+def test_a_plain_train_run_loads_no_extra():
+    loaded = _loaded(
+        "from ampkit.train import TrainConfig, build_run\n"
+        "objs = build_run(TrainConfig(steps=1, model='tiny', seq_len=32, batch_size=2, fit_check=False))\n"
+        "objs.trainer.train_step()"
+    )
+    assert not any(loaded[m] for m in AVOIDABLE), loaded
+
+
+def test_the_worker_exits_without_teardown_but_flushes_first():
+    code = (
+        "import sys\nfrom ampkit.bench.worker import exit_now\n"
+        "print('result written')\nsys.stderr.write('log')\nexit_now(3)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3 and proc.stdout == "result written\n" and proc.stderr == "log"
