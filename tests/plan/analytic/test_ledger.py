@@ -81,19 +81,39 @@ def test_small_analytic_agrees_with_traced(precision, checkpointing):
     assert_agree(SMALL, StepSetting(precision=precision, checkpointing=checkpointing, micro_batch=2, seq_len=128))
 
 
+def moment_peaks(desc, setting) -> dict[str, int]:
+    """The analytic replay's highest point per moment, under the traced step's labels."""
+    analytic: dict[str, int] = {}
+    for moment, total in StepReplay(desc, setting).run().moment_peaks.items():
+        key = re.sub(r"^(backward: block \d+).*", r"\1", moment).replace("backward: logits cast", "backward: loss")
+        analytic[key] = max(analytic.get(key, 0), total)
+    return analytic
+
+
 def test_small_timeline_agrees_block_by_block():
     """Not only the peak: the highest point of each phase (loss, head, first/last block...)."""
     setting = StepSetting(precision="fp32", micro_batch=2, seq_len=128)
     traced = trace_step(SMALL, setting).label_peaks
-    replay = StepReplay(SMALL, setting).run()
-    analytic: dict[str, int] = {}
-    for moment, total in replay.moment_peaks.items():
-        key = re.sub(r"^(backward: block \d+).*", r"\1", moment).replace("backward: logits cast", "backward: loss")
-        analytic[key] = max(analytic.get(key, 0), total)
+    analytic = moment_peaks(SMALL, setting)
     compared = [k for k in traced if k in analytic]
     assert {"backward: loss", "backward: block 7", "backward: block 0", "optimizer step"} <= set(compared)
     for key in compared:
         assert analytic[key] == pytest.approx(traced[key], rel=0.01), key
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_the_logits_are_gone_by_backward_in_both_ledgers(precision):
+    """A vocabulary wide enough that the logits (B*T*V) are a fifth of the step's peak: the loop drops
+    them before backward, and the analytic ledger frees them there too (holding them to the step's
+    end would put it ~20% (fp32) above the traced step from the loss's backward to the optimizer's)."""
+    config = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+    config |= {"num_key_value_heads": 2, "intermediate_size": 176, "vocab_size": 8000, "tie_word_embeddings": True}
+    desc, setting = describe_config(config), StepSetting(precision=precision, micro_batch=2, seq_len=64)
+    traced, analytic = trace_step(desc, setting).label_peaks, moment_peaks(desc, setting)
+    for moment in ("backward: loss", "backward: final norm", "backward: block 0", "optimizer step"):
+        assert analytic[moment] == pytest.approx(traced[moment], rel=0.01), moment
+    planned, traced_peak = analytic_ledger(desc, setting).tensor_peak, traced_ledger(desc, setting).tensor_peak
+    assert planned == pytest.approx(traced_peak, rel=0.01)
 
 
 def test_traced_matches_a_measured_real_cpu_step():

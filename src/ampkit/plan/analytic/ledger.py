@@ -15,7 +15,7 @@ step on fake tensors, checks it line by line (tests/plan/analytic/test_ledger.py
   `blocks.gpt_backward`): each Linear's two matmuls, the release of what it saved, the fp32 cast
   of an autocast input's gradient, the weight gradient made in the compute dtype then cast to the
   parameter dtype; then the embedding (a dense V x d gradient, plus the head's when tied);
-- optimizer step: gradients and the logits the loop still holds; fused AdamW works in place.
+- optimizer step: gradients (the loop dropped the logits before backward); fused AdamW works in place.
 With `checkpointing="full"` a block keeps only its input and its activations come back one block at
 a time in backward. Per token, activations differ by regime exactly where the ops do: autocast
 saves a low-precision copy of every matmul input *per Linear* and keeps the residual stream, norm
@@ -249,11 +249,11 @@ class StepReplay:
             replay.alloc("h.in", "activations", dims.compute_bytes * dims.d * self.tokens)
             replay.alloc("cp.head", "weight_copies", dims.compute_bytes * dims.vocab * dims.d)
         replay.moment = "forward: logits and loss"
-        self.alloc_tmp("h.logits", dims.compute_bytes * dims.vocab)  # the training loop holds logits to the step's end
+        self.alloc_tmp("h.logits", dims.compute_bytes * dims.vocab)
         if dims.compute_bytes != FP32_BYTES:
             self.alloc_tmp("h.logits32", FP32_BYTES * dims.vocab)  # the loss upcasts logits to fp32
         self.alloc_tmp("h.logprobs", FP32_BYTES * dims.vocab)
-        replay.free("h.logits32")
+        replay.free("h.logits32", "h.logits")  # the loop drops the logits before backward (nothing saved them)
         if self.ckpt:  # autocast's weight cache dies with the forward context; nothing saved them
             replay.free("mid.copies")
             for k in range(self.desc.n_layers):

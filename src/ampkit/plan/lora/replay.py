@@ -226,11 +226,12 @@ class LoraReplay:
         if dims.base_cast:
             replay.alloc("head.Wc", "weight_copies", dims.compute_bytes * dims.vocab * dims.d)
         replay.moment = "forward: logits and loss"
-        self.tmp("h.logits", self.out_bytes() * dims.vocab)  # the loop holds the logits to the step's end
+        self.tmp("h.logits", self.out_bytes() * dims.vocab)
         if self.out_bytes() != FP32_BYTES:
             self.tmp("h.logits32", FP32_BYTES * dims.vocab)
         self.tmp("h.logprobs", FP32_BYTES * dims.vocab)
-        self.free("h.logits32", *self.unsaved)  # autocast's cache dies with the forward context
+        # the loop drops the logits before backward (nothing saved them); autocast's cache dies with the forward context
+        self.free("h.logits32", "h.logits", *self.unsaved)
 
     # -- backward ------------------------------------------------------------------------------
     def backward(self) -> None:
