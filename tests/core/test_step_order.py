@@ -4,6 +4,7 @@ scale -> backward -> unscale -> clip -> step -> update; clipping sees unscaled g
 from __future__ import annotations
 
 import copy
+import weakref
 from unittest import mock
 
 import torch
@@ -145,3 +146,40 @@ def test_each_micro_batch_is_converted_once_before_its_forward_and_evaluation_to
         mock.patch.stopall()
     assert [c[0] for c in calls.mock_calls if "." not in c[0]] == ["convert", "forward"] * 3  # 2 micro-batches + eval
     assert seen == [(torch.bfloat16, torch.float32)] * 3 and torch.isfinite(result.loss)
+
+
+def test_the_outputs_are_released_before_backward_and_the_optimizer_step():
+    """The loop drops the task's outputs (logits, B*T*V) as soon as the loss is computed: only what
+    autograd saved keeps them (the LM loss saves its logits until its own backward), so a micro-batch's
+    logits are gone by the next one's backward and by the optimizer step (holding them raised the
+    step's peak against transformers.Trainer). Seen through weak references at each phase."""
+    outputs: list[weakref.ref] = []
+    alive: list[tuple[str, list[bool]]] = []
+
+    def loss_fn(model, batch):
+        loss, logits = loop.forward_loss(model, batch)
+        outputs.append(weakref.ref(logits))
+        return loss, logits
+
+    class Phases:
+        def enter(self, phase: str) -> None:
+            alive.append((phase, [ref() is not None for ref in outputs]))
+
+    model = build_model(CFG, seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    units = [torch.randint(0, 256, (17,), generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    trainer = loop.Trainer(
+        model=model,
+        policy=build_precision("fp32", device_type="cpu"),
+        optimizer=opt,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0),
+        sampler=_OneBatch(collate_pad(units)),
+        device=torch.device("cpu"),
+        grad_accum=2,
+        clip_grad_norm=1.0,
+        loss_fn=loss_fn,
+        phases=Phases(),
+    )
+    result = trainer.train_step()
+    assert alive == [("backward", [True]), ("backward", [False, True]), ("optimizer", [False, False])]
+    assert result.stepped and torch.isfinite(result.loss)

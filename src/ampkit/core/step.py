@@ -197,8 +197,11 @@ class Trainer(Generic[ScheduleT]):
         total_loss = torch.zeros((), device=self.device)
         for i, (batch, (items, _)) in enumerate(zip(batches, counts)):
             with self.parallel.micro_batch_context(last=i == len(batches) - 1):  # DDP: all-reduce on the last only
-                # The outputs stay referenced to the end of the step (the planner's ledger assumes so).
-                loss, _outputs = policy_loss(self.policy, self.loss_fn, self.model, batch)
+                # The outputs (logits) are dropped here, before backward: autograd keeps what backward
+                # needs (the LM loss saves the logits until its own backward), so holding them would
+                # only add B*T*V of memory through the rest of backward and the optimizer step (the
+                # planner's ledgers free `h.logits` at the loss's backward: plan/analytic, plan/lora).
+                loss = policy_loss(self.policy, self.loss_fn, self.model, batch)[0]
                 # Weight each micro-batch by its share of the items (real tokens, samples), so the step's
                 # gradient is the per-item mean over the whole step whatever the padding of each micro-batch. DDP and
                 # FSDP average gradients over ranks, hence the factor `world` (1 in one process).

@@ -15,8 +15,7 @@ from torch import nn
 from ampkit.models.config import ModelConfig
 from ampkit.models.init import draw_seed, init_normal_, init_ones_, materialize
 from ampkit.models.kv_cache import KVCache
-
-IGNORE_INDEX = -100
+from ampkit.models.loss import chunked_cross_entropy
 
 
 class RMSNorm(nn.Module):
@@ -229,9 +228,11 @@ class LlamaLM(nn.Module):
 def causal_lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over non-ignored targets, computed in fp32.
 
-    logits (B, T, V) in any dtype; targets (B, T) with IGNORE_INDEX at padding.
+    logits (B, T, V) in any dtype; targets (B, T) with IGNORE_INDEX at padding. Row chunks, saving
+    the logits rather than fp32 log-probabilities (`ampkit.models.loss`): the values of
+    `F.cross_entropy(logits.float(), ...)`, without its (B*T, V) fp32 buffers.
     """
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+    return chunked_cross_entropy(logits, targets)
 
 
 def build_model(cfg: ModelConfig, *, device: str | torch.device = "cpu", seed: int | None = None) -> LlamaLM:

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from ampkit.errors import UsageError
+from ampkit.models.loss import chunk_rows
 from ampkit.plan.analytic.ledger import StepReplay, analytic_ledger
 from ampkit.plan.describe import describe_config, describe_model
 from ampkit.plan.optim import optimizer_state_bytes
@@ -81,19 +82,41 @@ def test_small_analytic_agrees_with_traced(precision, checkpointing):
     assert_agree(SMALL, StepSetting(precision=precision, checkpointing=checkpointing, micro_batch=2, seq_len=128))
 
 
+def moment_peaks(desc, setting) -> dict[str, int]:
+    """The analytic replay's highest point per moment, under the traced step's labels."""
+    analytic: dict[str, int] = {}
+    for moment, total in StepReplay(desc, setting).run().moment_peaks.items():
+        key = re.sub(r"^(backward: block \d+).*", r"\1", moment)
+        analytic[key] = max(analytic.get(key, 0), total)
+    return analytic
+
+
 def test_small_timeline_agrees_block_by_block():
     """Not only the peak: the highest point of each phase (loss, head, first/last block...)."""
     setting = StepSetting(precision="fp32", micro_batch=2, seq_len=128)
     traced = trace_step(SMALL, setting).label_peaks
-    replay = StepReplay(SMALL, setting).run()
-    analytic: dict[str, int] = {}
-    for moment, total in replay.moment_peaks.items():
-        key = re.sub(r"^(backward: block \d+).*", r"\1", moment).replace("backward: logits cast", "backward: loss")
-        analytic[key] = max(analytic.get(key, 0), total)
+    analytic = moment_peaks(SMALL, setting)
     compared = [k for k in traced if k in analytic]
     assert {"backward: loss", "backward: block 7", "backward: block 0", "optimizer step"} <= set(compared)
     for key in compared:
         assert analytic[key] == pytest.approx(traced[key], rel=0.01), key
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_the_loss_agrees_chunk_by_chunk_on_a_wide_vocabulary(precision):
+    """A vocabulary wide enough that the loss region is the step's peak, and a batch of two loss
+    chunks (`ampkit.models.loss`): the analytic lines follow the traced step from the logits to the
+    optimizer (the saved logits and one chunk's fp32 buffers, never two)."""
+    config = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+    config |= {"num_key_value_heads": 2, "intermediate_size": 176, "vocab_size": 8000, "tie_word_embeddings": True}
+    desc, setting = describe_config(config), StepSetting(precision=precision, micro_batch=4, seq_len=256)
+    assert 1 < setting.tokens / chunk_rows(setting.tokens, 8000) <= 2
+    traced, analytic = trace_step(desc, setting).label_peaks, moment_peaks(desc, setting)
+    moments = ["forward: logits and loss", "backward: loss", "backward: final norm", "backward: block 0"]
+    for moment in [*moments, "optimizer step"]:
+        assert analytic[moment] == pytest.approx(traced[moment], rel=0.01), moment
+    planned, traced_peak = analytic_ledger(desc, setting).tensor_peak, traced_ledger(desc, setting).tensor_peak
+    assert planned == pytest.approx(traced_peak, rel=0.01)
 
 
 def test_traced_matches_a_measured_real_cpu_step():

@@ -8,14 +8,16 @@ step on fake tensors, checks it line by line (tests/plan/analytic/test_ledger.py
   from earlier micro-batches; fp32 master weights are a line of their own and are 0 in every
   ampkit regime (mixed precision's fp32 parameters *are* the master copy; bf16-true keeps none);
 - forward: per block, the tensors autograd saves for backward (`blocks.llama_saved` /
-  `blocks.gpt_saved`, with their dtypes) and autocast's low-precision weight copies; then logits
-  and the fp32 loss (the loss upcasts logits: B*T*V*4 bytes of log-probabilities, and their
-  gradient);
-- backward: loss and head, then each block in reverse (`blocks.llama_backward` /
-  `blocks.gpt_backward`): each Linear's two matmuls, the release of what it saved, the fp32 cast
-  of an autocast input's gradient, the weight gradient made in the compute dtype then cast to the
-  parameter dtype; then the embedding (a dense V x d gradient, plus the head's when tied);
-- optimizer step: gradients and the logits the loop still holds; fused AdamW works in place.
+  `blocks.gpt_saved`, with their dtypes) and autocast's low-precision weight copies; then the
+  logits, which the loss saves, and its fp32 math a chunk of rows at a time (`ampkit.models.loss`:
+  no B*T*V fp32 log-probabilities);
+- backward: the loss (the logits' gradient in their dtype, chunk by chunk; then the saved logits
+  go: the loop itself dropped them before backward) and head, then each block in reverse
+  (`blocks.llama_backward` / `blocks.gpt_backward`): each Linear's two matmuls, the release of
+  what it saved, the fp32 cast of an autocast input's gradient, the weight gradient made in the
+  compute dtype then cast to the parameter dtype; then the embedding (a dense V x d gradient,
+  plus the head's when tied);
+- optimizer step: gradients; fused AdamW works in place.
 With `checkpointing="full"` a block keeps only its input and its activations come back one block at
 a time in backward. Per token, activations differ by regime exactly where the ops do: autocast
 saves a low-precision copy of every matmul input *per Linear* and keeps the residual stream, norm
@@ -26,6 +28,7 @@ Blocks 1 .. L-2 are replayed as lumps (see `_folded`): exact, and independent of
 from __future__ import annotations
 
 from ampkit.errors import UsageError
+from ampkit.models.loss import chunk_rows
 from ampkit.plan.analytic import blocks
 from ampkit.plan.analytic.dims import Dims, widths_of
 from ampkit.plan.analytic.replay import Replay
@@ -36,6 +39,7 @@ from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
 
 BATCH_BYTES_PER_TOKEN = 16  # int64 input ids + int64 targets
 FORWARD_SCRATCH_FP32 = 2  # short-lived (tokens, q) fp32 buffers inside a block's forward (RoPE)
+LOSS_ROW_BYTES = 9  # the loss's per-row target index (int64) and mask (bool), saved for its backward
 
 
 class StepReplay:
@@ -249,11 +253,7 @@ class StepReplay:
             replay.alloc("h.in", "activations", dims.compute_bytes * dims.d * self.tokens)
             replay.alloc("cp.head", "weight_copies", dims.compute_bytes * dims.vocab * dims.d)
         replay.moment = "forward: logits and loss"
-        self.alloc_tmp("h.logits", dims.compute_bytes * dims.vocab)  # the training loop holds logits to the step's end
-        if dims.compute_bytes != FP32_BYTES:
-            self.alloc_tmp("h.logits32", FP32_BYTES * dims.vocab)  # the loss upcasts logits to fp32
-        self.alloc_tmp("h.logprobs", FP32_BYTES * dims.vocab)
-        replay.free("h.logits32")
+        loss_forward(replay, tokens=self.tokens, vocab=dims.vocab, logits_bytes=dims.compute_bytes)
         if self.ckpt:  # autocast's weight cache dies with the forward context; nothing saved them
             replay.free("mid.copies")
             for k in range(self.desc.n_layers):
@@ -279,14 +279,7 @@ class StepReplay:
     def backward_head(self) -> None:
         replay, dims = self.replay, self.dims
         replay.moment = "backward: loss"
-        self.alloc_tmp("g.nll", FP32_BYTES * dims.vocab)
-        self.alloc_tmp("g.logits", FP32_BYTES * dims.vocab)
-        replay.free("g.nll", "h.logprobs")
-        if dims.compute_bytes != FP32_BYTES:
-            replay.moment = "backward: logits cast"
-            self.alloc_tmp("g.logits.c", dims.compute_bytes * dims.vocab)
-            replay.free("g.logits")
-            replay.rename("g.logits.c", "g.logits")
+        loss_backward(replay, tokens=self.tokens, vocab=dims.vocab, logits_bytes=dims.compute_bytes)
         replay.moment = "backward: output head"
         self.linear(
             "head",
@@ -325,6 +318,33 @@ class StepReplay:
         self.replay.moment = "optimizer step"
         self.replay.alloc("clip", "temporaries", 8 * len(self.desc.parameter_tensors()))  # per-tensor norms
         self.replay.free("clip")
+
+
+# -- the loss (`ampkit.models.loss`), shared with the LoRA replay ------------------------------------
+def loss_forward(replay: Replay, *, tokens: int, vocab: int, logits_bytes: int) -> None:
+    """The logits, which the loss saves for its backward, with each row's target index and mask;
+    then one chunk of rows at a time, its fp32 log-softmax (from low-precision logits, also the
+    fp32 copy it is taken from), each row's picked log-probability kept."""
+    replay.alloc("h.logits", "temporaries", logits_bytes * vocab * tokens)
+    replay.alloc("ce.rows", "temporaries", LOSS_ROW_BYTES * tokens)
+    replay.alloc("ce.picked", "temporaries", FP32_BYTES * tokens)
+    replay.alloc("ce.chunk", "temporaries", _loss_chunk_bytes(tokens, vocab, logits_bytes))
+    replay.free("ce.chunk", "ce.picked")
+
+
+def loss_backward(replay: Replay, *, tokens: int, vocab: int, logits_bytes: int) -> None:
+    """The logits' gradient, in their dtype, written a chunk at a time from the fp32 softmax (with
+    each row's weight and a chunk's column of -1s); then the loss's saved logits and rows go."""
+    replay.alloc("ce.weight", "temporaries", FP32_BYTES * (tokens + min(tokens, chunk_rows(tokens, vocab))))
+    replay.alloc("g.logits", "temporaries", logits_bytes * vocab * tokens)
+    replay.alloc("ce.chunk", "temporaries", _loss_chunk_bytes(tokens, vocab, logits_bytes))
+    replay.free("ce.chunk", "ce.weight", "h.logits", "ce.rows")
+
+
+def _loss_chunk_bytes(tokens: int, vocab: int, logits_bytes: int) -> int:
+    """One chunk's fp32 (rows, V) buffers: the (log-)softmax, and the fp32 copy of low-precision logits."""
+    buffers = 1 if logits_bytes == FP32_BYTES else 2
+    return buffers * FP32_BYTES * vocab * min(tokens, chunk_rows(tokens, vocab))
 
 
 def analytic_ledger(desc: ModelDescription, setting: StepSetting, *, reserve: Reserve = DEFAULT_RESERVE) -> Ledger:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ampkit.plan.analytic.dims import Widths
+from ampkit.plan.analytic.ledger import loss_backward, loss_forward
 from ampkit.plan.analytic.replay import Replay
 from ampkit.plan.numerics import FP32_BYTES
 
@@ -226,23 +227,14 @@ class LoraReplay:
         if dims.base_cast:
             replay.alloc("head.Wc", "weight_copies", dims.compute_bytes * dims.vocab * dims.d)
         replay.moment = "forward: logits and loss"
-        self.tmp("h.logits", self.out_bytes() * dims.vocab)  # the loop holds the logits to the step's end
-        if self.out_bytes() != FP32_BYTES:
-            self.tmp("h.logits32", FP32_BYTES * dims.vocab)
-        self.tmp("h.logprobs", FP32_BYTES * dims.vocab)
-        self.free("h.logits32", *self.unsaved)  # autocast's cache dies with the forward context
+        loss_forward(replay, tokens=self.T, vocab=dims.vocab, logits_bytes=self.out_bytes())
+        self.free(*self.unsaved)  # autocast's cache dies with the forward context
 
     # -- backward ------------------------------------------------------------------------------
     def backward(self) -> None:
         replay, dims = self.replay, self.dims
         replay.moment = "backward: loss"
-        self.tmp("g.nll", FP32_BYTES * dims.vocab)
-        self.tmp("g.logits", FP32_BYTES * dims.vocab)
-        self.free("g.nll", "h.logprobs")
-        if self.out_bytes() != FP32_BYTES:
-            self.tmp("g.logits.c", self.out_bytes() * dims.vocab)
-            self.free("g.logits")
-            replay.rename("g.logits.c", "g.logits")
+        loss_backward(replay, tokens=self.T, vocab=dims.vocab, logits_bytes=self.out_bytes())
         replay.moment = "backward: output head"
         self.tmp("g.y", self.out_bytes() * dims.d)
         self.free("g.logits", "head.Wc")
