@@ -163,7 +163,7 @@ def test_few_steps_are_flagged_and_losses_compared_at_equal_steps(tmp_path, caps
 
 
 def test_the_expected_warmup_and_total_follow_fp32s_own_warmup():
-    config = BenchConfig(budget_s=12.0, batch_size=8, warmup_steps=3)
+    config = BenchConfig.of(budget_s=12.0, batch_size=8, warmup_steps=3)
     ref = ReferenceWarm(
         step_s=0.3,
         batch_size=8,

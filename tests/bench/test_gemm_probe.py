@@ -70,7 +70,7 @@ def test_fp32s_profiled_step_hands_its_gemms_to_the_probe():
     from ampkit.bench.profile import profile_step
     from ampkit.train import TrainConfig, build_run
 
-    objs = build_run(TrainConfig(model="tiny", steps=4, seq_len=32, batch_size=2, fit_check=False))
+    objs = build_run(TrainConfig.of(model="tiny", steps=4, seq_len=32, batch_size=2, fit_check=False))
     objs.trainer.train_step()
     _, plain, _ = profile_step(objs.trainer, device=objs.device)
     assert "gemms" not in plain  # the other workers' profiles: no shapes recorded

@@ -34,7 +34,7 @@ def test_the_bench_worker_imports_no_extra_and_no_dynamo():
 def test_a_plain_train_run_loads_no_extra():
     loaded = _loaded(
         "from ampkit.train import TrainConfig, build_run\n"
-        "objs = build_run(TrainConfig(steps=1, model='tiny', seq_len=32, batch_size=2, fit_check=False))\n"
+        "objs = build_run(TrainConfig.of(steps=1, model='tiny', seq_len=32, batch_size=2, fit_check=False))\n"
         "objs.trainer.train_step()"
     )
     assert not any(loaded[m] for m in AVOIDABLE), loaded
