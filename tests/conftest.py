@@ -102,6 +102,14 @@ class RealRuns:
         return SimpleNamespace(run_dir=run_dir, out=out.getvalue(), err=err.getvalue(), tables=tables, argv=argv)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that reads the shared real
+    runs goes to one worker, so each of `REAL_RUNS` still runs once per session, not once per worker."""
+    for item in items:
+        if "real_runs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("real_runs"))
+
+
 @pytest.fixture(scope="session")
 def real_runs(tmp_path_factory) -> RealRuns:
     """The shared real runs of `REAL_RUNS` (read them, never change them)."""
