@@ -157,11 +157,12 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
     desc = desc or describe_model(config.model)
     config = config.for_model(desc.max_positions)  # --seq-len 0: 2048, or the model's positions when fewer
     target = resolve_target(config.gpu, config.gpu_mem)
-    primary = primary_engine(desc, **ledger_kwargs(config))
-    engines = (primary, hf_traced_engine(desc, primary, **ledger_kwargs(config)))
+    cache = _trace_cache(desc, config)
+    primary = primary_engine(desc, cache=cache, **ledger_kwargs(config))
+    engines = (primary, hf_traced_engine(desc, primary, cache=cache, **ledger_kwargs(config)))
     settings = settings_of(config)
-    if engines[1] is not None:
-        engines[1].prefetch(settings)  # the rows' traces, two processes where there are two cores
+    if engines[1] is not None:  # the rows' traces (and their fits'), two processes where there are two cores
+        engines[1].prefetch(settings, fits=target is not None and engines[1] is primary)
     rows = [_row(desc, setting, config, target, engines) for setting in settings]
     return {
         "schema": PLAN_SCHEMA,
@@ -175,6 +176,17 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
         "recommendation": recommendation(desc, config, target, primary),
         "fp8": _fp8_block(desc, config, target),
     }
+
+
+def _trace_cache(desc: ModelDescription, config: PlanConfig):
+    """The traced engine's disk cache (`--trace-cache`), for the models that engine plans."""
+    from ampkit.plan.describe.hf import HFDescription
+
+    if not isinstance(desc, HFDescription):
+        return None
+    from ampkit.plan.traced.cache import open_cache
+
+    return open_cache(config.trace_cache)
 
 
 def _fp8_block(desc: ModelDescription, config: PlanConfig, target: Target | None) -> dict[str, Any] | None:
