@@ -6,8 +6,9 @@ engine does not know (Qwen3-0.6B, Gemma-2-2B, Phi-3-mini, Mixtral-8x7B, OLMo-2-1
 70B-shaped Llama (analytic, cross-checked by the traced engine). Each config is planned by
     python -m ampkit plan --model hf:FOLDER --gpu H100-80GB --json --out TMP
 in a fresh process with `AMPKIT_CACHE_DIR` a fresh empty folder (the trace cache cold), alone:
-wall seconds to the JSON answer and to exit, CPU seconds (with the forked child), peak RSS, and the
-1-minute load average before it. `--warm` also plans each again with the cache the first run left
+wall seconds to the JSON answer and to exit, CPU seconds (with the forked child), peak RSS, the
+1-minute load average before it, and the traced steps the cache holds after it (after a cold run: how
+many steps the plan traced, whatever the machine). `--warm` also plans each again with the cache the first run left
 (a bonus, not the target). The CPU kind (from /proc/cpuinfo's flags), the model name and the cores
 are recorded; `--avx2` runs the children with `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2` (and
 a fresh TORCHINDUCTOR_CACHE_DIR), which makes this CPU's kernels those of the AVX2 kind (fake-tensor
@@ -64,6 +65,7 @@ def plan_once(name: str, folder: Path, cache: Path, env: dict[str, str]) -> dict
         "exit_s": round(run["exit_s"], 2),
         "cpu_s": round(run["cpu_s"], 2),
         "max_rss_mib": round(run["max_rss_mib"]),
+        "traced_steps_cached": len(list(cache.rglob("*.json"))),  # after a cold run: the steps it traced
         "rows_digest": [r["ledger"]["total_bytes"] for r in summary["rows"]],
     }
 
@@ -97,39 +99,22 @@ def main() -> None:
                 warm.append(plan_once(name, folder, cache, env))
     kind = cpu_kind()
     print(f"`ampkit plan --model hf:FOLDER --gpu {GPU} --json`, fresh process, cold trace cache; CPU: {kind}")
-    headers = ["config", "engine", "rows", "load", "answer s", "exit s", "CPU s", "RSS MiB"]
-    table = [
-        [
-            r["config"],
-            r["engine"],
-            r["rows"],
-            r["load_before"],
-            r["answer_s"],
-            r["exit_s"],
-            r["cpu_s"],
-            r["max_rss_mib"],
-        ]
-        for r in cold
-    ]
-    print_table(headers, table)
+    headers = ["config", "engine", "rows", "traces", "load", "answer s", "exit s", "CPU s", "RSS MiB"]
+    keys = (
+        "config",
+        "engine",
+        "rows",
+        "traced_steps_cached",
+        "load_before",
+        "answer_s",
+        "exit_s",
+        "cpu_s",
+        "max_rss_mib",
+    )
+    print_table(headers, [[r[k] for k in keys] for r in cold])
     if warm:
         print("\nthe same, warm cache (the first run's)")
-        print_table(
-            headers,
-            [
-                [
-                    r["config"],
-                    r["engine"],
-                    r["rows"],
-                    r["load_before"],
-                    r["answer_s"],
-                    r["exit_s"],
-                    r["cpu_s"],
-                    r["max_rss_mib"],
-                ]
-                for r in warm
-            ],
-        )
+        print_table(headers, [[r[k] for k in keys] for r in warm])
         same = all(c["rows_digest"] == w["rows_digest"] for c, w in zip(cold, warm))
         print(f"warm plans give the cold plans' totals: {same}")
     worst = max(r["exit_s"] for r in cold)

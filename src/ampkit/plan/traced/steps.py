@@ -12,8 +12,8 @@ Units: bytes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 from ampkit.plan.describe.hf import HFDescription
@@ -79,7 +79,13 @@ class StepTraces:
         )
 
     def has(self, setting: StepSetting, depth: int) -> bool:
-        return self.key(setting, depth) in self._memo
+        """Whether `setting`'s step at `depth` is known without tracing (here, or read now from the cache)."""
+        key = self.key(setting, depth)
+        if key not in self._memo and self.cache is not None:
+            trace = self.cache.get(self._cache_key(shared_setting(setting), depth))
+            if trace is not None:
+                self._memo[key] = trace
+        return key in self._memo
 
     def get(self, setting: StepSetting, depth: int) -> StepTrace:
         """`setting`'s step at `depth` decoder layers (may raise `hf.CopyMismatch`)."""
@@ -89,24 +95,26 @@ class StepTraces:
         return for_setting(self._memo[key], setting)
 
     def _load_or_trace(self, shared: StepSetting, depth: int) -> StepTrace:
-        cache_key = self._cache_key(shared, depth)
-        trace = self.cache.get(cache_key) if self.cache is not None else None
-        if trace is None:
-            trace = trace_hf_step(self.desc, shared, depth=depth).trace()
-            self.traced += 1
-            if self.cache is not None:
-                self.cache.put(cache_key, trace)
+        if self.has(shared, depth):  # read from the cache
+            return self._memo[self.key(shared, depth)]
+        trace = trace_hf_step(self.desc, shared, depth=depth).trace()
+        self.traced += 1
+        if self.cache is not None:
+            self.cache.put(self._cache_key(shared, depth), trace)
         return trace
 
+    @functools.cached_property
+    def _model_key(self) -> dict[str, Any]:
+        """The model as a trace depends on it: its config's content (not where it was read from)."""
+        skip = ("_name_or_path", "transformers_version")  # the version is in `code_versions`
+        config = {k: v for k, v in self.desc.hf_config.to_dict().items() if k not in skip}
+        return {"config": config, "vocab_size": self.desc.vocab_size}
+
     def _cache_key(self, shared: StepSetting, depth: int) -> dict[str, Any]:
-        config = {
-            k: v for k, v in self.desc.hf_config.to_dict().items() if k not in ("_name_or_path", "transformers_version")
-        }
         fields = ("precision", "optimizer", "checkpointing", "micro_batch", "seq_len")
-        setting = {k: v for k, v in asdict(shared).items() if k in fields}
+        setting: dict[str, Any] = {k: getattr(shared, k) for k in fields}
         setting["keeps_gradients"] = shared.grad_accum > 1
-        model = {"config": config, "vocab_size": self.desc.vocab_size}
-        return {"code": code_versions(), "model": model, "setting": setting, "depth": depth}
+        return {"code": code_versions(), "model": self._model_key, "setting": setting, "depth": depth}
 
     def split(
         self, settings: list[StepSetting], depths: tuple[int, ...], here: Callable[[list[StepSetting]], None]
