@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ampkit.hardware import GpuSpec
-from ampkit.plan.advice import base_precision, cheapest_fix, fp8_note
+from ampkit.plan.advice import base_precision, cheapest_fix, fix_settings, fp8_note
 from ampkit.plan.analytic.compute import step_compute
 from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.config import DEFAULT_SEQ_LEN, KvConfig, PlanConfig
@@ -19,6 +19,8 @@ from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.engines import hf_traced_engine, primary_engine
 from ampkit.plan.fit import Target, resolve_target
 from ampkit.plan.kv.budget import activation_reserve_bytes, kv_budget, kv_pool_bytes, weight_bytes
+from ampkit.plan.numerics import get_numerics
+from ampkit.plan.optim import optimizer_state_bytes
 from ampkit.plan.setting import GIB, TENSOR_LINES, Ledger, Reserve, StepSetting
 from ampkit.precision import Fp8Mode, get_spec
 
@@ -162,7 +164,9 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
     engines = (primary, hf_traced_engine(desc, primary, cache=cache, **ledger_kwargs(config)))
     settings = settings_of(config)
     if engines[1] is not None:  # the rows' traces (and their fits'), two processes where there are two cores
-        engines[1].prefetch(settings, fits=target is not None and engines[1] is primary)
+        fits = target is not None and engines[1] is primary
+        extra = _sure_fix_search(desc, config, target) if target is not None and fits else []
+        engines[1].prefetch(settings, fits=fits, extra=extra)
     rows = [_row(desc, setting, config, target, engines) for setting in settings]
     return {
         "schema": PLAN_SCHEMA,
@@ -176,6 +180,20 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
         "recommendation": recommendation(desc, config, target, primary),
         "fp8": _fp8_block(desc, config, target),
     }
+
+
+def _sure_fix_search(desc: ModelDescription, config: PlanConfig, target: Target) -> list[StepSetting]:
+    """The steps the recommendation's cheapest fix will trace (`advice.fix_settings`), when its step
+    surely does not fit: its weights, gradients and optimizer states alone, all alive at the optimizer
+    step, exceed the GPU (a guess only decides what is traced early, never a number)."""
+    precision, _ = base_precision(target.gpu)
+    setting = _setting(config, precision=precision, optimizer=config.optimizer_list()[0], checkpointing="none")
+    tensors = desc.parameter_tensors()
+    param_bytes = get_numerics(precision).param_bytes
+    states = optimizer_state_bytes(setting.optimizer, tensors, param_bytes=param_bytes)
+    if 2 * param_bytes * sum(tensors) + states <= target.capacity_bytes:
+        return []
+    return fix_settings(setting, target.gpu)
 
 
 def _trace_cache(desc: ModelDescription, config: PlanConfig):

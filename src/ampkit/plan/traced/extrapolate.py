@@ -219,17 +219,19 @@ class HFTracedEngine:
     def note(self) -> str:
         return self.reason or "traced"
 
-    def prefetch(self, settings: Iterable[StepSetting], *, fits: bool = False) -> None:
+    def prefetch(
+        self, settings: Iterable[StepSetting], *, fits: bool = False, extra: Iterable[StepSetting] = ()
+    ) -> None:
         """Trace the steps `settings` need before they are asked for (`fits`: also those of their
-        largest micro-batch and sequence, `fit_settings`), in two processes where `forked.py` offers
-        a second (`StepTraces.split`): the first setting here (it checks the extrapolation, as it
-        would first in order), the other steps split by `trace_cost`. Every table is the one
-        `table(setting)` computes (a trace depends on its setting and depth only)."""
-        wanted = list(settings)
+        largest micro-batch and sequence, `fit_settings`; `extra`: other settings' own), in two
+        processes where `forked.py` offers a second (`StepTraces.split`): the first setting here (it
+        checks the extrapolation, as it would first in order), the other steps split by `trace_cost`.
+        Every table is the one `table(setting)` computes (a trace depends on its setting and depth only)."""
+        wanted, more = list(settings), list(extra)
         limit = self.desc.max_positions
-        if not wanted or self.extrapolating is False or (limit and any(s.seq_len > limit for s in wanted)):
+        if not wanted or self.extrapolating is False or (limit and any(s.seq_len > limit for s in wanted + more)):
             return  # full traces, or a setting `ledger` refuses before tracing anything: leave them to the rows
-        needed = wanted + ([v for s in wanted for v in fit_settings(s)] if fits else [])
+        needed = wanted + ([v for s in wanted for v in fit_settings(s)] if fits else []) + more
         p = self.desc.pattern
         depths = (p.depth(1), p.depth(2))
 
