@@ -23,6 +23,7 @@ of a separate fp16-mixed trace, byte for byte. Units: bytes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -70,6 +71,7 @@ def scales_loss(precision: str) -> bool:
     return SPECS[precision].loss_scaling
 
 
+@functools.cache
 def shared_precision(precision: str) -> str:
     """The precision a memory class is traced as: its first member (vocabulary order) that traces
     on CPU and does not scale the loss."""
