@@ -65,6 +65,12 @@ BENCHMARKS = [
         "(target < 5 s); extrapolated vs full trace of a 24-layer model (target within 1%)",
     ),
     (
+        "plan_real_size",
+        ["benchmarks/plan_real_size.py"],
+        "ampkit plan of real-size transformers configs on H100-80GB (Qwen3-0.6B, Gemma-2-2B, Phi-3-mini, "
+        "Mixtral-8x7B, OLMo-2-1B: traced only; Llama-3-70B), fresh process, cold trace cache (target < 10 s each)",
+    ),
+    (
         "kill_resume",
         ["benchmarks/kill_resume.py", "--kills", "20"],
         "20 SIGKILLs, resumed; bitwise equal to an uninterrupted run",

@@ -48,6 +48,13 @@ def cpu_kind(request, monkeypatch, _suite_cpu_kind) -> str:
 
 
 @pytest.fixture(autouse=True)
+def _trace_cache_per_test(tmp_path_factory, monkeypatch):
+    """Every test plans with its own empty trace cache (plan/traced/cache.py), never ~/.cache/ampkit:
+    no test sees another's traces, and the commands it runs (in-process or not) inherit the folder."""
+    monkeypatch.setenv("AMPKIT_CACHE_DIR", str(tmp_path_factory.mktemp("ampkit-cache")))
+
+
+@pytest.fixture(autouse=True)
 def _two_threads():
     """Deterministic thread count (bitwise-comparable results within one process)."""
     before = torch.get_num_threads()

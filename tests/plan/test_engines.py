@@ -111,3 +111,31 @@ def test_console_tables_and_report_of_a_traced_only_plan(tmp_path, capsys):
     assert "Qwen3MoeForCausalLM" in out and "active parameters per token" in out and "traced only" in out
     assert "(2 of 4 experts)" in out and "Analytic vs traced" in out
     assert (tmp_path / "run" / "report.html").is_file()
+
+
+def test_a_step_that_surely_does_not_fit_has_its_fix_search_traced_with_the_rows(tmp_path, monkeypatch):
+    """`_sure_fix_search`: weights, gradients and states alone over the GPU -> the steps `cheapest_fix`
+    asks for (`advice.fix_settings`) are prefetched with the rows; after them the search traces nothing."""
+    from ampkit.plan import planner
+    from ampkit.plan.advice import cheapest_fix
+    from ampkit.plan.fit import resolve_target
+    from ampkit.plan.traced import forked
+    from ampkit.plan.traced.extrapolate import HFTracedEngine
+
+    monkeypatch.setenv(forked.WORKERS_ENV, "2")  # a child whatever the load
+    if not forked.can_fork():
+        pytest.skip("forking is not offered here (see plan/traced/forked.py)")
+    save_tiny(tmp_path, "qwen3", layers=8)
+    desc = describe_model(f"hf:{tmp_path}")
+    config = PlanConfig(model=f"hf:{tmp_path}", gpu_mem="1MiB", precisions="fp32", seq_len=32, context_gib=0.0)
+    target = resolve_target(config.gpu, config.gpu_mem)
+    extra = planner._sure_fix_search(desc, config, target)
+    assert extra and extra[0].precision == "bf16-mixed"  # no GPU named: the recommendation's precision
+    roomy = PlanConfig(model=f"hf:{tmp_path}", gpu_mem="80GiB", precisions="fp32", seq_len=32)
+    assert planner._sure_fix_search(desc, roomy, resolve_target(roomy.gpu, roomy.gpu_mem)) == []
+    engine = HFTracedEngine(desc)
+    engine.prefetch(planner.settings_of(config.for_model(desc.max_positions)), fits=True, extra=extra)
+    traced = engine.steps.traced
+    fix = cheapest_fix(desc, extra[0], target.capacity_bytes, gpu=None, engine=engine)  # every candidate, then FSDP
+    assert fix is None or fix.total_bytes <= target.capacity_bytes
+    assert engine.steps.traced == traced

@@ -98,6 +98,13 @@ def _candidates(setting: StepSetting, gpu: GpuSpec | None) -> list[tuple[str, st
     return out
 
 
+def fix_settings(setting: StepSetting, gpu: GpuSpec | None) -> list[StepSetting]:
+    """The steps `cheapest_fix` asks for at one process, in its order: `setting`, its candidates, and
+    FSDP's with and without checkpointing (a step's table does not depend on the world size)."""
+    out = [setting, *(replace(setting, **fields) for _, _, fields in _candidates(setting, gpu))]
+    return [*out, replace(setting, checkpointing="full")]
+
+
 def _try(
     desc: ModelDescription,
     setting: StepSetting,

@@ -108,6 +108,13 @@ class PlanConfig:
     trace: bool = field(
         default=False, metadata={"help": "also run the traced engine (one step on fake tensors) for buildable models"}
     )
+    trace_cache: str = field(
+        default="",
+        metadata={
+            "help": "folder of the traced engine's disk cache of traced steps: '' = $AMPKIT_CACHE_DIR, else "
+            "$XDG_CACHE_HOME/ampkit, else ~/.cache/ampkit; 'off' = no cache (the plan is the same either way)"
+        },
+    )
     context_gib: float = field(default=0.5, metadata={"help": "CUDA context and workspaces outside the allocator, GiB"})
     fragmentation: float = field(default=0.05, metadata={"help": "allocator slack as a fraction of the tensor peak"})
     lora: LoraSettings = lora_field()  # --lora RANK: the LoRA ledger, and full vs LoRA vs QLoRA (ampkit.plan.lora.plan)

@@ -12,11 +12,16 @@ Both engines offer `ledger(setting)`, `fit(setting, total, capacity)` and `large
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.describe.hf import HFDescription, has_analytic
 from ampkit.plan.fit import Fit, SearchField, fit, largest
 from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
+
+if TYPE_CHECKING:
+    from ampkit.plan.traced.cache import TraceCache
 
 
 class AnalyticEngine:
@@ -38,17 +43,19 @@ class AnalyticEngine:
         return largest(self.desc, setting, capacity, field=field, reserve=self.reserve, **kwargs)
 
 
-def primary_engine(desc: ModelDescription, **kwargs):
-    """The engine whose ledgers a plan's fit and advice use."""
+def primary_engine(desc: ModelDescription, *, reserve: Reserve = DEFAULT_RESERVE, cache: TraceCache | None = None):
+    """The engine whose ledgers a plan's fit and advice use (`cache`: the traced engine's disk cache)."""
     if has_analytic(desc):
-        return AnalyticEngine(desc, **kwargs)
+        return AnalyticEngine(desc, reserve=reserve)
     assert isinstance(desc, HFDescription), "only transformers models lack the analytic engine"
     from ampkit.plan.traced.extrapolate import HFTracedEngine
 
-    return HFTracedEngine(desc, **kwargs)
+    return HFTracedEngine(desc, reserve=reserve, cache=cache)
 
 
-def hf_traced_engine(desc: ModelDescription, primary, **kwargs):
+def hf_traced_engine(
+    desc: ModelDescription, primary, *, reserve: Reserve = DEFAULT_RESERVE, cache: TraceCache | None = None
+):
     """The traced engine of a transformers model (the primary one when it is already traced); None
     for presets (their `--trace` is `plan/traced/trace.py`'s)."""
     if not isinstance(desc, HFDescription):
@@ -57,4 +64,4 @@ def hf_traced_engine(desc: ModelDescription, primary, **kwargs):
         return primary
     from ampkit.plan.traced.extrapolate import HFTracedEngine
 
-    return HFTracedEngine(desc, **kwargs)
+    return HFTracedEngine(desc, reserve=reserve, cache=cache)

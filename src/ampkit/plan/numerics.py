@@ -10,6 +10,7 @@ and bf16's speed.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +55,7 @@ def plan_precision_name(name: str) -> str:
         ) from None
 
 
+@functools.cache
 def get_numerics(name: str) -> Numerics:
     spec = SPECS[plan_precision_name(name)]
     return Numerics(
@@ -68,7 +70,7 @@ def get_numerics(name: str) -> Numerics:
 
 
 def _bytes(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+    return dtype.itemsize
 
 
 def parse_precisions(text: str) -> list[str]:

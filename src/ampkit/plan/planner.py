@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ampkit.hardware import GpuSpec
-from ampkit.plan.advice import base_precision, cheapest_fix, fp8_note
+from ampkit.plan.advice import base_precision, cheapest_fix, fix_settings, fp8_note
 from ampkit.plan.analytic.compute import step_compute
 from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.config import DEFAULT_SEQ_LEN, KvConfig, PlanConfig
@@ -19,6 +19,8 @@ from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.engines import hf_traced_engine, primary_engine
 from ampkit.plan.fit import Target, resolve_target
 from ampkit.plan.kv.budget import activation_reserve_bytes, kv_budget, kv_pool_bytes, weight_bytes
+from ampkit.plan.numerics import get_numerics
+from ampkit.plan.optim import optimizer_state_bytes
 from ampkit.plan.setting import GIB, TENSOR_LINES, Ledger, Reserve, StepSetting
 from ampkit.precision import Fp8Mode, get_spec
 
@@ -158,11 +160,14 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
     desc = desc or describe_model(config.model)
     config = config.for_model(desc.max_positions)  # --seq-len 0: 2048, or the model's positions when fewer
     target = resolve_target(config.gpu, config.gpu_mem)
-    primary = primary_engine(desc, **ledger_kwargs(config))
-    engines = (primary, hf_traced_engine(desc, primary, **ledger_kwargs(config)))
+    cache = _trace_cache(desc, config)
+    primary = primary_engine(desc, cache=cache, **ledger_kwargs(config))
+    engines = (primary, hf_traced_engine(desc, primary, cache=cache, **ledger_kwargs(config)))
     settings = settings_of(config)
-    if engines[1] is not None:
-        engines[1].prefetch(settings)  # the rows' traces, two processes where there are two cores
+    if engines[1] is not None:  # the rows' traces (and their fits'), two processes where there are two cores
+        fits = target is not None and engines[1] is primary
+        extra = _sure_fix_search(desc, config, target) if target is not None and fits else []
+        engines[1].prefetch(settings, fits=fits, extra=extra)
     rows = [_row(desc, setting, config, target, engines) for setting in settings]
     return {
         "schema": PLAN_SCHEMA,
@@ -176,6 +181,31 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
         "recommendation": recommendation(desc, config, target, primary),
         "fp8": _fp8_block(desc, config, target),
     }
+
+
+def _sure_fix_search(desc: ModelDescription, config: PlanConfig, target: Target) -> list[StepSetting]:
+    """The steps the recommendation's cheapest fix will trace (`advice.fix_settings`), when its step
+    surely does not fit: its weights, gradients and optimizer states alone, all alive at the optimizer
+    step, exceed the GPU (a guess only decides what is traced early, never a number)."""
+    precision, _ = base_precision(target.gpu)
+    setting = _setting(config, precision=precision, optimizer=config.optimizer_list()[0], checkpointing="none")
+    tensors = desc.parameter_tensors()
+    param_bytes = get_numerics(precision).param_bytes
+    states = optimizer_state_bytes(setting.optimizer, tensors, param_bytes=param_bytes)
+    if 2 * param_bytes * sum(tensors) + states <= target.capacity_bytes:
+        return []
+    return fix_settings(setting, target.gpu)
+
+
+def _trace_cache(desc: ModelDescription, config: PlanConfig):
+    """The traced engine's disk cache (`--trace-cache`), for the models that engine plans."""
+    from ampkit.plan.describe.hf import HFDescription
+
+    if not isinstance(desc, HFDescription):
+        return None
+    from ampkit.plan.traced.cache import open_cache
+
+    return open_cache(config.trace_cache)
 
 
 def _fp8_block(desc: ModelDescription, config: PlanConfig, target: Target | None) -> dict[str, Any] | None:

@@ -4,6 +4,8 @@ gives the tables a sequential plan traces; any failure of the child leaves the w
 from __future__ import annotations
 
 import os
+import sys
+import threading
 
 import pytest
 
@@ -53,10 +55,32 @@ def test_workers_1_runs_everything_here(monkeypatch):
     assert ran == [1]
 
 
-def test_no_idle_core_runs_everything_here(monkeypatch):
+def _loadavg(tmp_path, monkeypatch, text: str) -> None:
+    """/proc/loadavg's text, as a file of that form the module reads instead."""
+    path = tmp_path / "loadavg"
+    path.write_text(text)
+    monkeypatch.setattr(forked, "LOADAVG", str(path))
     monkeypatch.delenv(forked.WORKERS_ENV, raising=False)
-    monkeypatch.setattr(forked.os, "getloadavg", lambda: (99.0, 99.0, 99.0))
+
+
+def test_no_idle_core_runs_everything_here(tmp_path, monkeypatch):
+    _loadavg(tmp_path, monkeypatch, "0.10 0.20 0.30 99/300 4242\n")
     assert not forked.can_fork()
+
+
+def test_an_idle_core_now_forks_whatever_the_last_minute_was(tmp_path, monkeypatch):
+    """Right after another plan the 1-minute average is high on an idle machine: the count of tasks
+    runnable now (this process alone) decides."""
+    if sys.platform != "linux" or len(os.sched_getaffinity(0)) < 2 or threading.active_count() > 1:
+        pytest.skip("forking is not offered here (see plan/traced/forked.py)")
+    _loadavg(tmp_path, monkeypatch, "3.50 1.20 0.40 1/300 4242\n")
+    assert forked.other_runnable() == 0
+    assert forked.can_fork()
+
+
+def test_an_unreadable_loadavg_runs_everything_here(tmp_path, monkeypatch):
+    _loadavg(tmp_path, monkeypatch, "garbage")
+    assert forked.other_runnable() is None and not forked.can_fork()
 
 
 def test_prefetched_tables_equal_the_sequential_ones(tmp_path, monkeypatch, forking):
@@ -65,15 +89,21 @@ def test_prefetched_tables_equal_the_sequential_ones(tmp_path, monkeypatch, fork
     desc = describe_model(f"hf:{tmp_path}")
     settings = [
         StepSetting(precision=p, checkpointing=c, micro_batch=1, seq_len=32)
-        for p in ("fp32", "bf16-mixed", "bf16-true")
+        for p in ("fp32", "fp16-mixed", "bf16-mixed", "bf16-true")
         for c in ("none", "full")
     ]
     parallel = HFTracedEngine(desc)
-    parallel.prefetch(settings)
+    parallel.prefetch(settings, fits=True)
+    here = parallel.steps.traced
+    assert 0 < here < len(parallel.steps._memo)  # the child traced the others
     monkeypatch.setenv(forked.WORKERS_ENV, "1")
     sequential = HFTracedEngine(desc)
+    capacity = 2 * sequential.ledger(settings[0]).total
     for setting in settings:
-        assert parallel.ledger(setting) == sequential.ledger(setting), setting.label()
+        ledger = parallel.ledger(setting)
+        assert ledger == sequential.ledger(setting), setting.label()
+        assert parallel.fit(setting, ledger.total, capacity) == sequential.fit(setting, ledger.total, capacity)
+    assert parallel.steps.traced == here  # every row's and fit's step was prefetched
     assert parallel.note == sequential.note
 
 

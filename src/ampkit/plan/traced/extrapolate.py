@@ -17,7 +17,10 @@ Layers that differ but repeat (Gemma 2's sliding/global alternation, DeepSeek-V3
 are extrapolated the same way over repeats of their period (depths prefix + 1 and + 2 periods). The
 assumption is checked on the model: by the layers' signatures, by the shallow copies' own layers,
 and by a trace with three repeats, which must match the extrapolation (`CHECK_TOLERANCE`); any
-failure traces the model in full, with the reason in the plan. Every traced setting is cached.
+failure traces the model in full, with the reason in the plan. Every table is kept for the plan,
+and every traced step (`steps.py`) is traced once: settings that allocate the same tensors share it
+(`sharing.py`), the disk cache keeps it for later plans (`cache.py`), and `prefetch` spreads the
+steps a plan needs, its fits' included, over two processes (`forked.py`).
 FSDP over N GPUs divides the traced parameters, gradients and optimizer states by N and adds two
 gathered layers in the compute dtype (the analytic ledger's rule); DDP keeps the one-process ledger.
 Units: bytes.
@@ -35,8 +38,10 @@ from ampkit.plan.describe.hf import HFDescription
 from ampkit.plan.fit import MAX_SEARCH, Fit, SearchField, fit_of, largest_affine
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.setting import DEFAULT_RESERVE, TENSOR_LINES, Ledger, Reserve, StepSetting
-from ampkit.plan.traced.forked import run_beside
-from ampkit.plan.traced.hf import CopyMismatch, MomentTracker, trace_hf_step, traced_precision
+from ampkit.plan.traced.cache import TraceCache
+from ampkit.plan.traced.hf import CopyMismatch, MomentTracker
+from ampkit.plan.traced.sharing import StepTrace, memory_class, scales_loss
+from ampkit.plan.traced.steps import StepTraces
 
 CHECK_TOLERANCE = 1e-3
 """relative gap allowed between a 3-repeat trace and the extrapolation (both are exact byte counts)"""
@@ -88,14 +93,18 @@ def _display(key: str, *, prefix: int, period: int, repeats: int) -> str:
     return f"{phase}: block {index}{rest}"
 
 
-def table_of(tracker: MomentTracker, *, prefix: int = 0, period: int = 1, repeats: int | None = None) -> Table:
-    """A tracker's moments keyed by pattern position (`repeats=None`: by label, a full trace)."""
+def table_of(
+    trace: StepTrace | MomentTracker, *, prefix: int = 0, period: int = 1, repeats: int | None = None
+) -> Table:
+    """A traced step's moments keyed by pattern position (`repeats=None`: by label, a full trace)."""
+    if isinstance(trace, MomentTracker):
+        trace = trace.trace()
     moments: dict[str, Lines] = {}
-    for label, (_, lines) in tracker.moments.items():
+    for label, lines in trace.moments.items():
         keys = [label] if repeats is None else moment_keys(label, prefix=prefix, period=period, repeats=repeats)
         for key in keys:
             moments[key] = dict(lines)
-    return Table(moments=moments, largest=dict(tracker.largest), labels={k: k for k in moments})
+    return Table(moments=moments, largest=dict(trace.largest), labels={k: k for k in moments})
 
 
 def extrapolate(one: Table, two: Table, repeats: int, *, prefix: int, period: int) -> Table:
@@ -132,53 +141,28 @@ def shard(lines: Lines, desc: HFDescription, setting: StepSetting) -> Lines:
     return out
 
 
-def memory_class(precision: str) -> tuple:
-    """Precisions whose steps allocate the same bytes share a trace: fp32 and tf32 (TF32 is a math
-    mode), fp16 and bf16 in the same regime (2-byte types; the loss scaler adds a few scalars),
-    fp8 and its emulation (`hf.traced_precision`)."""
-    num = get_numerics(traced_precision(precision))
-    return (num.param_bytes, num.compute_bytes, num.autocast, num.float8_block_linears)
+def fit_settings(setting: StepSetting) -> list[StepSetting]:
+    """The settings whose tables the largest micro-batch and sequence of `setting` read: micro-batch
+    1 and 2 (the totals are affine in it), and three sequence lengths up to its own (quadratic)."""
+    batches = [replace(setting, micro_batch=m) for m in (1, 2)]
+    return batches + [replace(setting, seq_len=t) for t in seq_points(setting.seq_len)]
 
 
-CHECK_COST = 1.0
-"""the first setting's extra work, in units of its `trace_cost`: the 3-repeat check's trace plus this
-process's first-trace warm-up (measured on a Llama-shaped model: about as much as its 1- and 2-repeat
-traces together)"""
-
-
-def trace_cost(setting: StepSetting) -> float:
-    """A setting's shallow traces' relative CPU time: measured on a Llama-shaped model, float8 Linears
-    ~2.1x the others; checkpointing changes it by under 10%."""
-    return 2.1 if _float8(setting) else 1.0
-
-
-def _float8(setting: StepSetting) -> bool:
-    return get_numerics(traced_precision(setting.precision)).float8_block_linears
-
-
-def _split(settings: list[StepSetting], *, first_extra: float) -> tuple[list[StepSetting], list[StepSetting]]:
-    """(this process's, the child's): the first setting here, then the rest in groups that share their
-    first trace's warm-up (the float8 ones, ~0.1 s of imports and caches), costliest first, each to
-    the less loaded side."""
-    first, rest = settings[0], settings[1:]
-    groups = [[s for s in rest if _float8(s)]] + [[s] for s in rest if not _float8(s)]
-    sides: tuple[list[StepSetting], list[StepSetting]] = ([first], [])
-    load = [trace_cost(first) * (1 + first_extra), 0.0]
-    for group in sorted((g for g in groups if g), key=lambda g: sum(map(trace_cost, g)), reverse=True):
-        side = 0 if load[0] <= load[1] else 1
-        sides[side].extend(group)
-        load[side] += sum(map(trace_cost, group))
-    return sides
+def seq_points(seq_len: int) -> list[int]:
+    """The three sequence lengths a moment's quadratic is traced at."""
+    return sorted({max(1, seq_len // 4), max(2, seq_len // 2), max(3, seq_len)})
 
 
 class HFTracedEngine:
     """The traced ledger of an `HFDescription` for any setting (cached), extrapolated where the
-    layers allow it; `note` says how it was obtained."""
+    layers allow it; `note` says how it was obtained. `cache`: the disk cache of traced steps
+    (`cache.py`; None: traced in this process only)."""
 
     name = "traced"
 
-    def __init__(self, desc: HFDescription, *, reserve: Reserve = DEFAULT_RESERVE):
+    def __init__(self, desc: HFDescription, *, reserve: Reserve = DEFAULT_RESERVE, cache: TraceCache | None = None):
         self.desc, self.reserve = desc, reserve
+        self.steps = StepTraces(desc, cache=cache)
         self._tables: dict[tuple, Table] = {}
         pattern = desc.pattern
         self.extrapolating: bool | None = None if pattern.extrapolable else False
@@ -189,6 +173,7 @@ class HFTracedEngine:
     def _key(setting: StepSetting) -> tuple:
         return (
             memory_class(setting.precision),
+            scales_loss(setting.precision),  # the shared trace plus the scaler's own tensors
             setting.optimizer,
             setting.checkpointing,
             setting.micro_batch,
@@ -198,8 +183,8 @@ class HFTracedEngine:
 
     def _trace(self, setting: StepSetting, repeats: int) -> Table:
         p = self.desc.pattern
-        tracker = trace_hf_step(self.desc, setting, depth=p.depth(repeats))
-        return table_of(tracker, prefix=p.prefix, period=p.period, repeats=repeats)
+        trace = self.steps.get(setting, p.depth(repeats))
+        return table_of(trace, prefix=p.prefix, period=p.period, repeats=repeats)
 
     def _extrapolated(self, setting: StepSetting) -> Table:
         p = self.desc.pattern
@@ -228,43 +213,37 @@ class HFTracedEngine:
                 self.extrapolating = False
                 self.reason = f"{self.desc.pattern.describe()}, but {err}: traced in full"
                 self._tables.clear()
-        return table_of(trace_hf_step(self.desc, setting, depth=self.desc.n_layers))
+        return table_of(self.steps.get(setting, self.desc.n_layers))
 
     @property
     def note(self) -> str:
         return self.reason or "traced"
 
-    def prefetch(self, settings: Iterable[StepSetting]) -> None:
-        """Trace the tables `settings` need before they are asked for, in two processes where
-        `plan/traced/forked.py` offers a second: the first setting here (it checks the extrapolation, as it
-        would first in order), the others split by `trace_cost`. The child's tables are kept only if
-        the check passed here; whatever it did not deliver is traced here when asked for. Every
-        table is the one `table(setting)` traces (a trace depends on its setting only)."""
-        todo: dict[tuple, StepSetting] = {}
-        for setting in settings:  # each table traced with its first setting, as the rows ask for it
-            if self.desc.max_positions and setting.seq_len > self.desc.max_positions:
-                return  # `ledger` refuses this setting before tracing anything: leave it to the rows
-            if self._key(setting) not in self._tables:
-                todo.setdefault(self._key(setting), setting)
-        if self.extrapolating is False or len(todo) < 2:
-            return
-        mine, theirs = _split(list(todo.values()), first_extra=CHECK_COST)
-        tables = run_beside(lambda: self._child_tables(theirs), lambda: [self.table(s) for s in mine])
-        if self.extrapolating and isinstance(tables, dict):
-            for key, table in tables.items():
-                self._tables.setdefault(key, table)
+    def prefetch(
+        self, settings: Iterable[StepSetting], *, fits: bool = False, extra: Iterable[StepSetting] = ()
+    ) -> None:
+        """Trace the steps `settings` need before they are asked for (`fits`: also those of their
+        largest micro-batch and sequence, `fit_settings`; `extra`: other settings' own), in two
+        processes where `forked.py` offers a second (`StepTraces.split`): the first setting here (it
+        checks the extrapolation, as it would first in order), the other steps split by `trace_cost`.
+        Every table is the one `table(setting)` computes (a trace depends on its setting and depth only)."""
+        wanted, more = list(settings), list(extra)
+        limit = self.desc.max_positions
+        if not wanted or self.extrapolating is False or (limit and any(s.seq_len > limit for s in wanted + more)):
+            return  # full traces, or a setting `ledger` refuses before tracing anything: leave them to the rows
+        needed = wanted + ([v for s in wanted for v in fit_settings(s)] if fits else []) + more
+        p = self.desc.pattern
+        depths = (p.depth(1), p.depth(2))
 
-    def _child_tables(self, settings: list[StepSetting]) -> dict[tuple, Table]:
-        """In the forked child: the extrapolated tables of `settings` (the parent checks the
-        assumption); it stops at a mismatch, which the parent then meets, and reports, itself."""
-        self.extrapolating = True
-        out: dict[tuple, Table] = {}
-        for setting in settings:
-            try:
-                out[self._key(setting)] = self._extrapolated(setting)
-            except (Mismatch, CopyMismatch):
-                break
-        return out
+        def here(mine: list[StepSetting]) -> None:
+            self.table(wanted[0])
+            for setting in mine:
+                if not self.extrapolating:  # the check failed: the shallow traces are not needed
+                    return
+                for depth in depths:
+                    self.steps.get(setting, depth)
+
+        self.steps.split(needed, depths, here)
 
     # -- ledgers and fits ----------------------------------------------------------------------
     def moments(self, setting: StepSetting) -> dict[str, Lines]:
@@ -317,8 +296,7 @@ class HFTracedEngine:
         """Every moment is a quadratic in the sequence length (fake tensors' sizes are exact
         polynomials: activations linear, eager attention scores quadratic): three traced lengths
         give each moment's quadratic, solved exactly."""
-        s = setting.seq_len
-        points = sorted({max(1, s // 4), max(2, s // 2), max(3, s)})
+        points = seq_points(setting.seq_len)
         tables = [self._totals(replace(setting, seq_len=t)) for t in points]
         best = float(limit)
         for key in set.intersection(*(set(t) for t in tables)):

@@ -29,8 +29,8 @@ from ampkit.core.step import forward_loss, lm_count
 from ampkit.models.hf import HFCausalLM, HFModelInfo, decoder_layers
 from ampkit.plan.describe.hf import HFDescription, meta_model
 from ampkit.plan.describe.layers import check_copy, config_at_depth
-from ampkit.plan.numerics import get_numerics
 from ampkit.plan.setting import StepSetting
+from ampkit.plan.traced.sharing import StepTrace, traced_precision
 from ampkit.plan.traced.trace import (
     _train_step,
     checkpoint_task_blocks,
@@ -44,11 +44,13 @@ from ampkit.precision import Precision, build_precision
 
 
 class MomentTracker(StorageTracker):
-    """A `StorageTracker` that also records, per label, the lines when that label's total peaked."""
+    """A `StorageTracker` that also records, per label, the lines when that label's total peaked
+    (`moments`) and each line's own largest value under the label (`line_peaks`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.moments: dict[str, tuple[int, dict[str, int]]] = {}
+        self.line_peaks: dict[str, dict[str, int]] = {}
 
     def _change(self, line: str, delta: int, what: str) -> None:
         super()._change(line, delta, what)
@@ -56,12 +58,14 @@ class MomentTracker(StorageTracker):
             total = sum(self.current.values())
             if total > self.moments.get(self.label, (-1, {}))[0]:
                 self.moments[self.label] = (total, dict(self.current))
+            peaks = self.line_peaks.setdefault(self.label, dict.fromkeys(self.current, 0))
+            peaks[line] = max(peaks[line], self.current[line])
 
-
-def traced_precision(name: str) -> str:
-    """The precision whose step is traced: native fp8 runs on sm89+ GPUs only; its emulation
-    allocates the same on CPU."""
-    return "fp8-emulated" if not get_numerics(name).traceable else name
+    def trace(self) -> StepTrace:
+        """What the step left, as the traced engine keeps (and caches) it."""
+        moments = {label: dict(lines) for label, (_, lines) in self.moments.items()}
+        peaks = {label: dict(lines) for label, lines in self.line_peaks.items()}
+        return StepTrace(moments=moments, largest=dict(self.largest), line_peaks=peaks)
 
 
 _SAME_FIELDS = ("name", "model_type", "architecture", "vocab_size", "d_model", "n_layers", "n_heads", "tie_embeddings")
