@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 # torch is pinned to the CPU build that lies on this machine's disk; an unpinned torch would
 # pull a multi-GB CUDA build.
 TORCH  := torch==2.13.0
-DEPS   := rich==15.0.0 matplotlib==3.11.2 numpy==2.4.6 pytest==9.2.0 hypothesis==6.155.2 bitsandbytes==0.50.0 torchao==0.18.0 transformers==5.23.0 tokenizers==0.23.3 tensorboard==2.21.0 torch-optimi==0.3.3 peft==0.21.2 accelerate==1.15.0 psutil==7.2.2
+DEPS   := rich==15.0.0 matplotlib==3.11.2 numpy==2.4.6 pytest==9.2.0 pytest-xdist==3.8.0 hypothesis==6.155.2 bitsandbytes==0.50.0 torchao==0.18.0 transformers==5.23.0 tokenizers==0.23.3 tensorboard==2.21.0 torch-optimi==0.3.3 peft==0.21.2 accelerate==1.15.0 psutil==7.2.2
 LINT   := ruff==0.17.6 mypy==2.4.1 import-linter==2.16
 
 .PHONY: install test demo bench clean
@@ -27,14 +27,15 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# Lint, format, types and the import layers first (seconds), then the suite with its 25 slowest tests
+# Lint, format, types and the import layers first (seconds), then the suite on two pytest-xdist workers
+# (the tests that share the real runs in one group) with its 25 slowest tests
 # listed (--durations), so slow ones stay visible in CI's output.
 test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples
 	$(PY) -m ruff format --check src tests benchmarks examples
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest tests --durations=25
+	$(PY) -m pytest tests -n 2 --dist loadgroup --durations=25
 
 demo: $(STAMP)
 	$(VENV)/bin/ampkit bench
