@@ -23,6 +23,10 @@ The same work on both sides, checked, not assumed:
   their warmups differ by one step (ampkit's factor is (step + 1) / warmup, transformers'
   `get_cosine_schedule_with_warmup` step / warmup, whose first step has LR 0), so only warmup 0 gives
   the same LR at every step (ampkit `--min-lr-ratio 0`); every step's LR is compared;
+- loss: mean next-token cross-entropy in fp32 on both sides (the first-step loss is compared); how it
+  is computed is each side's own: transformers' `F.cross_entropy` over an fp32 copy of the logits
+  (full-size log-probabilities and gradients), ampkit's over row chunks (`ampkit.models.loss`: one
+  logit-sized buffer, the gradient);
 - clipping at 1.0 (Trainer's default `max_grad_norm`, ampkit's default too), 1 micro-batch a step,
   `dataloader_num_workers=0`, the same `torch.set_num_threads` in both;
 - precision: fp32, and bf16-mixed (ampkit's policy; Trainer's `bf16=True`, which accelerate turns
