@@ -151,10 +151,26 @@ def largest(
     """Largest `field` ("micro_batch" or "seq_len") that fits, all else as in `setting` (0: none)."""
     at1, at2 = _totals(desc, _with(setting, field, 1)), _totals(desc, _with(setting, field, 2))
     best = largest_affine(zip(at1, at2), reserve.tensor_budget(capacity), limit)
+
+    def fits(value: int) -> bool:
+        return analytic_ledger(desc, _with(setting, field, value), reserve=reserve).total <= capacity
+
     # the replay rounds each allocation to whole bytes: confirm, and step down if a rounding bit
-    while best > 0 and analytic_ledger(desc, _with(setting, field, best), reserve=reserve).total > capacity:
+    while best > 0 and not fits(best):
         best -= 1
-    return best
+    if best == 0 or best >= limit or not fits(best + 1):
+        return best
+    # A total may grow slower than its line through x = 1 and 2 (the loss's fp32 chunk stops growing once
+    # it holds a chunk's rows: models/loss.py), so the boundary lies above: double, then bisect.
+    low, high = best + 1, min(limit, 2 * best + 2)
+    while high < limit and fits(high):
+        low, high = high, min(limit, 2 * high)
+    if fits(high):
+        return high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
 
 
 def fit_of(total_bytes: int, capacity: int, search: Callable[..., int], *, seq_limit: int = MAX_SEARCH) -> Fit:
