@@ -23,23 +23,8 @@ import time
 from pathlib import Path
 
 from common import print_table, run_ampkit_json, write_result
+from hf_configs import LLAMA3_70B
 
-LLAMA3_70B = {  # Meta-Llama-3-70B's published config.json (shape fields)
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 8192,
-    "intermediate_size": 28672,
-    "num_hidden_layers": 80,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 8192,
-    "rope_theta": 500000.0,
-    "rms_norm_eps": 1e-05,
-    "tie_word_embeddings": False,
-    "bos_token_id": 128000,
-    "eos_token_id": 128001,
-}
 LLAMA_24 = {**LLAMA3_70B, "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 24}
 LLAMA_24.update(num_attention_heads=8, num_key_value_heads=4, vocab_size=32000, bos_token_id=1, eos_token_id=2)
 SETTINGS = [("bf16-mixed", "none"), ("bf16-mixed", "full"), ("fp32", "none"), ("bf16-true", "none")]
