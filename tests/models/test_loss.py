@@ -95,3 +95,41 @@ def test_one_logit_sized_buffer_where_cross_entropy_makes_three_or_five(dtype, r
             loss_fn(x, targets).backward()
         counts.append(mode.count)
     assert counts == [1, reference_buffers]
+
+
+@pytest.mark.parametrize("n_rows", [300, 295])  # 6 chunks with a remainder; 5 full chunks
+def test_on_fake_tensors_two_chunks_allocate_what_every_chunk_does(monkeypatch, n_rows):
+    """The planner traces the loss on fake tensors: the shortcut (one full chunk and the remainder)
+    leaves the tracker the same peak, lines and per-line largest values as running every chunk."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ampkit.models import loss as loss_module
+    from ampkit.plan.traced.tracker import StorageTracker
+
+    rows = chunk_rows(n_rows, VOCAB)
+    assert n_rows // rows >= 5 and rows == 59
+
+    class SoftmaxCount(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func in (torch.ops.aten._log_softmax.default, torch.ops.aten._softmax.default)
+            return func(*args, **(kwargs or {}))
+
+    def traced(shortcut: bool) -> tuple[StorageTracker, int]:
+        monkeypatch.setattr(loss_module, "FAKE_CHUNKS_REPRESENTED", shortcut)
+        tracker = StorageTracker()
+        with FakeTensorMode():
+            logits = torch.empty(n_rows, VOCAB, dtype=torch.bfloat16, requires_grad=True)
+            targets = torch.zeros(n_rows, dtype=torch.long)
+            tracker.tag(logits, "temporaries")
+            with tracker, SoftmaxCount() as ops:
+                causal_lm_loss(logits, targets).backward()
+        return tracker, ops.count
+
+    (full, full_ops), (short, short_ops) = traced(False), traced(True)
+    assert (short.peak_total, short.peak_lines, short.largest) == (full.peak_total, full.peak_lines, full.largest)
+    assert full.peak_total > 2 * n_rows * VOCAB * 2  # the logits and their gradient, and a chunk's fp32 buffer
+    chunks = -(-n_rows // rows)
+    assert full_ops == 2 * chunks  # a log-softmax in forward and a softmax in backward per chunk
+    assert short_ops == (4 if n_rows % rows else 2)  # one full chunk, and the remainder
