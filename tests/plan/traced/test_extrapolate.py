@@ -119,3 +119,19 @@ def test_largest_micro_batch_and_sequence_are_the_edges(tmp_path):
         at = StepSetting(**{**setting.to_dict(), field: best})
         over = StepSetting(**{**setting.to_dict(), field: best + 1})
         assert engine.ledger(at).total <= capacity < engine.ledger(over).total, (field, value, best)
+
+
+@pytest.mark.parametrize(("family", "linear"), [("qwen3", True), ("gemma2", False)])
+def test_the_sequence_edge_from_a_line_or_three_lengths(tmp_path, family, linear):
+    """SDPA models grow linearly in the sequence: the micro-batch pair and one check trace place the edge
+    of every setting; eager attention (Gemma 2) fails the check and traces three lengths a setting."""
+    desc = described(tmp_path, family, 8)
+    engine = HFTracedEngine(desc, reserve=NO_RESERVE)
+    first, other = (StepSetting(precision=p, micro_batch=2, seq_len=64) for p in ("bf16-mixed", "fp32"))
+    assert engine.sequences.linear(first) is linear
+    for setting in (first, other):
+        capacity = int(1.2 * engine.ledger(setting).total)
+        best = engine.largest(setting, capacity, field="seq_len")
+        assert best < desc.max_positions
+        at, over = (engine.ledger(StepSetting(**{**setting.to_dict(), "seq_len": t})).total for t in (best, best + 1))
+        assert best > 64 and at <= capacity < over, (setting.label(), best)

@@ -98,7 +98,7 @@ def test_the_engine_shares_one_trace_and_gives_the_unshared_ledgers_and_fits(tmp
     ledger16, ledger_bf16 = engine.ledger(fp16), engine.ledger(bf16)
     assert engine.steps.traced == 3  # depths 1, 2 and the 3-repeat check, for both precisions
     assert ledger16.tensor_peak - ledger_bf16.tensor_peak == SCALER_BACKWARD_BYTES  # the scaler's own tensors
-    for setting in (fp16, bf16, *fit_settings(fp16)):  # a fit reads these tables only
+    for setting in (fp16, bf16, *fit_settings(fp16), *engine.sequences.check_settings(fp16)):  # a fit reads these
         assert engine.table(setting) == own_table(desc, setting), setting.label()
     own = own_table(desc, fp16)
     moment, lines = own.peak()

@@ -40,6 +40,7 @@ from ampkit.plan.numerics import get_numerics
 from ampkit.plan.setting import DEFAULT_RESERVE, TENSOR_LINES, Ledger, Reserve, StepSetting
 from ampkit.plan.traced.cache import TraceCache
 from ampkit.plan.traced.hf import CopyMismatch, MomentTracker
+from ampkit.plan.traced.sequence import SequenceModel
 from ampkit.plan.traced.sharing import StepTrace, memory_class, scales_loss
 from ampkit.plan.traced.steps import StepTraces
 
@@ -142,15 +143,9 @@ def shard(lines: Lines, desc: HFDescription, setting: StepSetting) -> Lines:
 
 
 def fit_settings(setting: StepSetting) -> list[StepSetting]:
-    """The settings whose tables the largest micro-batch and sequence of `setting` read: micro-batch
-    1 and 2 (the totals are affine in it), and three sequence lengths up to its own (quadratic)."""
-    batches = [replace(setting, micro_batch=m) for m in (1, 2)]
-    return batches + [replace(setting, seq_len=t) for t in seq_points(setting.seq_len)]
-
-
-def seq_points(seq_len: int) -> list[int]:
-    """The three sequence lengths a moment's quadratic is traced at."""
-    return sorted({max(1, seq_len // 4), max(2, seq_len // 2), max(3, seq_len)})
+    """The settings whose tables the largest micro-batch of `setting` reads: micro-batch 1 and 2 (the
+    totals are affine in it); the largest sequence reads them too (`SequenceModel`)."""
+    return [replace(setting, micro_batch=m) for m in (1, 2)]
 
 
 class HFTracedEngine:
@@ -164,6 +159,7 @@ class HFTracedEngine:
         self.desc, self.reserve = desc, reserve
         self.steps = StepTraces(desc, cache=cache)
         self._tables: dict[tuple, Table] = {}
+        self.sequences = SequenceModel(self)
         pattern = desc.pattern
         self.extrapolating: bool | None = None if pattern.extrapolable else False
         self.reason = "" if pattern.extrapolable else f"{pattern.describe()}: traced in full"
@@ -223,15 +219,21 @@ class HFTracedEngine:
         self, settings: Iterable[StepSetting], *, fits: bool = False, extra: Iterable[StepSetting] = ()
     ) -> None:
         """Trace the steps `settings` need before they are asked for (`fits`: also those of their
-        largest micro-batch and sequence, `fit_settings`; `extra`: other settings' own), in two
-        processes where `forked.py` offers a second (`StepTraces.split`): the first setting here (it
-        checks the extrapolation, as it would first in order), the other steps split by `trace_cost`.
+        largest micro-batch and sequence: `fit_settings`, and the sequence model's check, which may ask
+        for three lengths a setting when it fails; `extra`: other settings' own), in two processes where
+        `forked.py` offers a second (`StepTraces.split`): the first setting here (it checks the
+        extrapolation, as it would first in order), the other steps split by `trace_cost`.
         Every table is the one `table(setting)` computes (a trace depends on its setting and depth only)."""
         wanted, more = list(settings), list(extra)
         limit = self.desc.max_positions
         if not wanted or self.extrapolating is False or (limit and any(s.seq_len > limit for s in wanted + more)):
             return  # full traces, or a setting `ledger` refuses before tracing anything: leave them to the rows
-        needed = wanted + ([v for s in wanted for v in fit_settings(s)] if fits else []) + more
+        fit_needs = [v for s in wanted for v in fit_settings(s)] + self.sequences.check_settings(wanted[0])
+        self._split(wanted, wanted + (fit_needs if fits else []) + more)
+        if fits and not self.sequences.linear(wanted[0]):  # memory quadratic in the sequence: three lengths a setting
+            self._split(wanted, [v for s in wanted for v in self.sequences.quadratic_settings(s)])
+
+    def _split(self, wanted: list[StepSetting], needed: list[StepSetting]) -> None:
         p = self.desc.pattern
         depths = (p.depth(1), p.depth(2))
 
@@ -293,26 +295,19 @@ class HFTracedEngine:
         return largest_affine(((at1[key], at2[key]) for key in at1.keys() & at2.keys()), budget, limit)
 
     def _largest_seq(self, setting: StepSetting, budget: float, limit: int) -> int:
-        """Every moment is a quadratic in the sequence length (fake tensors' sizes are exact
-        polynomials: activations linear, eager attention scores quadratic): three traced lengths
-        give each moment's quadratic, solved exactly."""
-        points = seq_points(setting.seq_len)
-        tables = [self._totals(replace(setting, seq_len=t)) for t in points]
+        """Largest sequence at `setting`'s micro-batch: `SequenceModel`'s line per moment (or quadratic,
+        for models whose memory grows with its square), solved exactly."""
         best = float(limit)
-        for key in set.intersection(*(set(t) for t in tables)):
-            best = min(best, _quadratic_root([t[key] for t in tables], points, budget))
+        for a, b, c in self.sequences.polynomials(setting):
+            best = min(best, _quadratic_root(a, b, c, budget))
         return max(0, int(min(best, limit)))
 
     def fit(self, setting: StepSetting, total_bytes: int, capacity: int) -> Fit:
         return fit_of(total_bytes, capacity, functools.partial(self.largest, setting, capacity))
 
 
-def _quadratic_root(values: list[int], points: list[int], budget: float) -> float:
-    """The largest x with a + b x + c x^2 <= budget, for the quadratic through (points, values)."""
-    (x0, x1, x2), (y0, y1, y2) = points, values
-    c = ((y2 - y0) / (x2 - x0) - (y1 - y0) / (x1 - x0)) / (x2 - x1)
-    b = (y1 - y0) / (x1 - x0) - c * (x0 + x1)
-    a = y0 - b * x0 - c * x0 * x0
+def _quadratic_root(a: float, b: float, c: float, budget: float) -> float:
+    """The largest x >= 0 with a + b x + c x^2 <= budget."""
     if a > budget:
         return 0.0
     if c <= 1e-12 * max(1.0, abs(b)):

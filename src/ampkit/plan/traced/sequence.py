@@ -1,0 +1,167 @@
+"""The largest sequence a traced step fits: each moment a line in the sequence length, checked once a plan.
+
+At a fixed micro-batch B, a moment's total at sequence length T is
+
+    c + p*B*T + q*T    (+ r*B*T^2 where attention materialises its T x T scores: eager attention)
+
+- c: weights, gradients, optimizer states and scratch, and the loss's fp32 chunk where its rows are
+  the floor (`models/loss.py`): fixed;
+- p*B*T: what each sample keeps per token (activations, their gradients, the logits and the loss's
+  chunk above its floor);
+- q*T: per-token tensors the batch shares (the rotary tables).
+
+The largest micro-batch already traces B = 1 and 2 at the step's length T0, which splits every moment
+into c + q*T0 (the batch's) and p*T0 (a sample's). The same pair of the plan's first setting at
+`check_length` (2*T0) checks that a sample's share grows in proportion to T (within `LINE_TOLERANCE`
+of the peak there) and gives each moment's q. Every setting's largest sequence is then its lines'
+root, with q from the first setting per moment (the same shared tensors in every setting; 0 for a
+moment it does not have): no traces beyond the micro-batch pair. Where the check fails (a sample's
+memory grows with T^2: eager attention's scores, per-layer masks), each setting traces its own
+micro-batch at the check length too, which gives a sample's share there, and with it p and r of
+p*T + r*T^2 per moment (q still the first setting's). Where no check can be made (a one-token step,
+moments that differ between lengths), three lengths a setting are traced (`seq_points`).
+
+The check length lies above T0 (half of it only where the model's positions leave no room): fits are
+searched above T0, and below it the loss's chunk floor bends the totals. A quadratic through T0/4,
+T0/2 and T0 (this engine before) put Qwen3-0.6B's bf16-mixed edge on an H100 at 14,590 tokens, where
+the trace says 24,406; this model says 24,407 (29 KB over, of 79.2 GiB: the first setting's q lacks
+bf16-mixed's autocast copies of the rotary tables). Units: bytes and tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ampkit.plan.setting import StepSetting
+
+if TYPE_CHECKING:
+    from ampkit.plan.traced.extrapolate import HFTracedEngine
+
+LINE_TOLERANCE = 1e-3
+"""how far a sample's share at the check length may miss its proportional growth, relative to the
+traced peak there (exact byte counts: a miss is memory that grows faster than T)"""
+Polynomial = tuple[float, float, float]
+"""(a, b, c): a moment's total a + b*T + c*T^2 at a setting's micro-batch, in bytes"""
+
+
+def check_length(seq_len: int, limit: int | None) -> int:
+    """The length the line is checked at: twice the step's, or half of it when the model's positions
+    stop short of twice."""
+    return 2 * seq_len if not limit or 2 * seq_len <= limit else max(1, seq_len // 2)
+
+
+def seq_points(seq_len: int, limit: int | None) -> list[int]:
+    """Three lengths for a quadratic: the step's and its next two doublings where the model's positions
+    allow them, else halvings (fewer than three only for steps of one or two tokens)."""
+    up = [t for t in (seq_len, 2 * seq_len, 4 * seq_len) if not limit or t <= limit]
+    down = [max(1, seq_len // d) for d in (2, 4, 8)]
+    return sorted(set(up + down), key=lambda t: (t < seq_len, abs(t - seq_len)))[:3]
+
+
+class SequenceModel:
+    """The sequence lengths an engine's settings grow to: a line per moment, or, when the first
+    setting's check fails, a quadratic per moment from one more traced length a setting."""
+
+    def __init__(self, engine: HFTracedEngine):
+        self.engine = engine
+        self._shared: dict[str, float] | None = None
+        """q per moment (bytes per token), from the first setting's check"""
+        self._linear = False
+        self._checked = False
+
+    @property
+    def _limit(self) -> int | None:
+        return self.engine.desc.max_positions
+
+    def _checked_length(self, setting: StepSetting) -> int:
+        return check_length(setting.seq_len, self._limit)
+
+    def check_settings(self, setting: StepSetting) -> list[StepSetting]:
+        """The steps the check traces: `setting`'s micro-batch pair at the check length."""
+        longer = replace(setting, seq_len=self._checked_length(setting))
+        return [replace(longer, micro_batch=m) for m in (1, 2)]
+
+    def quadratic_settings(self, setting: StepSetting) -> list[StepSetting]:
+        """The steps a quadratic of `setting` reads beyond its micro-batch pair (after a failed check):
+        its own micro-batch at the check length, or three lengths where the check could not be made."""
+        if self._shared is not None:
+            return [replace(setting, seq_len=self._checked_length(setting))]
+        return [replace(setting, seq_len=t) for t in seq_points(setting.seq_len, self._limit)]
+
+    def linear(self, setting: StepSetting) -> bool:
+        """Whether the line holds (checked once, on the first setting asked)."""
+        if not self._checked:
+            self._checked = True
+            self._check(setting)
+        return self._linear
+
+    def _pair(self, setting: StepSetting) -> dict[str, tuple[int, int]]:
+        """Each moment's totals at micro-batch 1 and 2 (at `setting`'s length)."""
+        one = self.engine._totals(replace(setting, micro_batch=1))
+        two = self.engine._totals(replace(setting, micro_batch=2))
+        return {key: (one[key], two[key]) for key in one.keys() & two.keys()}
+
+    def _check(self, setting: StepSetting) -> None:
+        """q per moment, and whether what each sample adds grows in proportion to the length at every
+        moment. The pair at the check length splits each moment, as at T0, into what a sample adds
+        (p*T: the check) and what the batch shares (c + q*T: its change gives q)."""
+        length, checked = setting.seq_len, self._checked_length(setting)
+        if checked == length:
+            return
+        here, there = self._pair(setting), self._pair(replace(setting, seq_len=checked))
+        if not there or set(here) != set(there):
+            return
+        tolerance = LINE_TOLERANCE * max(two for _, two in there.values())
+        self._shared, self._linear = {}, True
+        for key, (one, two) in here.items():
+            far_one, far_two = there[key]
+            per_sample, far_per_sample = two - one, far_two - far_one
+            if abs(far_per_sample - per_sample * checked / length) > tolerance:  # grows faster: T x T scores
+                self._linear = False
+            self._shared[key] = ((far_one - far_per_sample) - (one - per_sample)) / (checked - length)
+
+    def polynomials(self, setting: StepSetting) -> list[Polynomial]:
+        """Each moment's total as a polynomial in the sequence length, at `setting`'s micro-batch."""
+        batch, length = setting.micro_batch, setting.seq_len
+        linear = self.linear(setting)
+        if self._shared is None:  # no check was possible: three traced lengths
+            points = seq_points(length, self._limit)
+            tables = [self.engine._totals(replace(setting, seq_len=t)) for t in points]
+            keys = set.intersection(*(set(t) for t in tables))
+            return [_through(points, [t[key] for t in tables]) for key in keys]
+        checked = self._checked_length(setting)
+        far = {} if linear else self.engine._totals(replace(setting, seq_len=checked))
+        out = []
+        for key, (one, two) in self._pair(setting).items():
+            q = self._shared.get(key, 0.0)
+            per_sample = two - one  # p*T0 (+ r*T0^2)
+            fixed = one - per_sample - q * length  # c
+            if linear or key not in far:
+                out.append((fixed, q + batch * per_sample / length, 0.0))
+                continue
+            # a sample's share at the check length, from this setting's own trace there
+            far_per_sample = (far[key] - fixed - q * checked) / batch
+            p, r = _split(length, per_sample, checked, far_per_sample)
+            out.append((fixed, q + batch * p, batch * r))
+        return out
+
+
+def _split(t0: int, at0: float, t1: int, at1: float) -> tuple[float, float]:
+    """(p, r) with p*t + r*t^2 equal to `at0` at `t0` and `at1` at `t1`."""
+    r = (at1 / t1 - at0 / t0) / (t1 - t0)
+    return at0 / t0 - r * t0, r
+
+
+def _through(points: list[int], values: list[int]) -> Polynomial:
+    """The polynomial of degree len(points) - 1 (at most 2) through the points."""
+    if len(points) == 1:
+        return (float(values[0]), 0.0, 0.0)
+    if len(points) == 2:
+        (x0, x1), (y0, y1) = points, values
+        slope = (y1 - y0) / (x1 - x0)
+        return (y0 - slope * x0, slope, 0.0)
+    (x0, x1, x2), (y0, y1, y2) = points, values
+    c = ((y2 - y0) / (x2 - x0) - (y1 - y0) / (x1 - x0)) / (x2 - x1)
+    b = (y1 - y0) / (x1 - x0) - c * (x0 + x1)
+    return (y0 - b * x0 - c * x0 * x0, b, c)
