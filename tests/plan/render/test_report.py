@@ -60,3 +60,20 @@ def test_reports_are_written_with_their_tables(tmp_path, plan_summary, kv_summar
     assert html.is_file() and md.is_file() and "data:image/png;base64" in html.read_text()
     kv_html, _ = write_kv_report(kv_summary, tmp_path)
     assert "requests at context" in kv_html.read_text()
+
+
+def test_the_mixed_precision_note_needs_weight_copies_at_the_peak(plan_summary):
+    """A -mixed row a few bytes over fp32 with no weight copies at its peak (a checkpointed step, where the
+    loss scaler's tensors are the difference) gets no "keeps fp32 weights and adds copies" note."""
+    import copy
+
+    from ampkit.plan.render.report import mixed_precision_notes, primary
+
+    fp32, mixed = (copy.deepcopy(r) for r in plan_summary["rows"][:2])
+    assert mixed["setting"]["precision"] == "bf16-mixed" and fp32["setting"]["precision"] == "fp32"
+    primary(mixed)["total_bytes"] = primary(fp32)["total_bytes"] + 12
+    primary(mixed)["lines_at_peak_bytes"]["weight_copies"] = 0
+    assert mixed_precision_notes([fp32, mixed]) == []
+    primary(mixed)["lines_at_peak_bytes"]["weight_copies"] = GIB
+    (note,) = mixed_precision_notes([fp32, mixed])
+    assert note.startswith("Why mixed precision (bf16-mixed) needs more than fp32") and "(1.00 GiB)" in note

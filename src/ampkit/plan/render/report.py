@@ -208,6 +208,7 @@ def mixed_precision_notes(rows: list[dict[str, Any]]) -> list[str]:
         and spec(r).fp8 is None  # fp32 weights computing in fp16/bf16 (the -mixed regimes)
         and same(r) in fp32
         and primary(r)["total_bytes"] > primary(fp32[same(r)])["total_bytes"]
+        and _group_bytes(r, ("weight_copies",)) > 0  # the note's reason: not the loss scaler's few bytes
     ]
     if not worse:
         return []
