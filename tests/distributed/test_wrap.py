@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ampkit.distributed.wrap import REDUCE_DTYPE, mixed_precision_policy, shard_fsdp, wrap_model
+from ampkit.distributed.wrap import mixed_precision_policy, shard_fsdp, wrap_model
 from ampkit.precision import get_spec
 
 
@@ -17,7 +17,7 @@ from ampkit.precision import get_spec
     [("bf16-mixed", torch.bfloat16), ("fp16-mixed", torch.float16), ("fp32", None), ("bf16-true", None)],
 )
 def test_fsdp_gathers_autocast_regimes_in_their_compute_dtype(precision, param_dtype):
-    policy = mixed_precision_policy(get_spec(precision), reduce_dtype=REDUCE_DTYPE["fp32"])
+    policy = mixed_precision_policy(get_spec(precision), reduce_dtype=torch.float32)
     assert policy.param_dtype == param_dtype and policy.reduce_dtype == torch.float32
 
 

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from ampkit.errors import UsageError
+from ampkit.formats import dtype_of
 from ampkit.hardware import DeviceInfo
 from ampkit.hardware.backend import backend_for
 
@@ -35,7 +36,7 @@ WEIGHTS = {  # name -> (storage dtype, TF32 matmuls, int8 weight-only quantizati
     "bf16": (torch.bfloat16, False, False),
     "int8": (torch.float32, False, True),
 }
-KV_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+KV_DTYPES = {name: dtype_of(name) for name in ("fp32", "fp16", "bf16", "fp8")}  # ampkit.formats: fp8 is e4m3
 REFERENCE = ("fp32", "fp32")
 MIB = 1024**2
 

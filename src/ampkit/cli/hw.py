@@ -19,6 +19,7 @@ from rich.console import Console, Group
 
 from ampkit.cli import add_command, add_wide_flag
 from ampkit.config import add_config_flags, resolve_config
+from ampkit.formats import short_name
 from ampkit.hardware import (
     DeviceInfo,
     MatmulThroughput,
@@ -130,7 +131,7 @@ def build_summary(
 
 
 def _dtype_key(dtype: torch.dtype) -> str:
-    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dtype, str(dtype))
+    return short_name(dtype)
 
 
 def _mode(entry: MatmulThroughput) -> str:

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from ampkit.formats import dtype_of
+
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
-
-REDUCE_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def mixed_precision_policy(spec, *, reduce_dtype: torch.dtype):
@@ -107,7 +107,7 @@ def wrap_model(model: nn.Module, *, run, spec, reduce_dtype: str, blocks: list[n
     """
     if run.mode == "none":
         return model
-    reduce = REDUCE_DTYPE[reduce_dtype]
+    reduce = dtype_of(reduce_dtype, flag="--reduce-dtype")
     if run.mode == "fsdp":
         # FSDP2 reduce-scatters after every micro-batch's backward and accumulates the sharded fp32
         # gradients: no unsharded gradient is ever held across micro-batches (memory over traffic).

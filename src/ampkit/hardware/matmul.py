@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ampkit.errors import UsageError
+from ampkit.formats import dtype_of, short_name
 from ampkit.hardware.backend import backend_for, with_index
 from ampkit.hardware.capabilities import absence_note
 from ampkit.hardware.device import BF16_CPU_FLAGS, FP16_CPU_FLAGS, DeviceInfo, describe_device, pick_device
@@ -24,12 +25,8 @@ from ampkit.hardware.gpus import peak_flops
 
 # Compute dtype keys measured by `survey_matmul`, and the tensor dtype each one multiplies in.
 # "tf32" is fp32 tensors with TF32 tensor cores allowed (CUDA Ampere+ only).
-MATMUL_DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "tf32": torch.float32,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
+MATMUL_KEYS = ("fp32", "tf32", "bf16", "fp16")
+MATMUL_DTYPES: dict[str, torch.dtype] = {key: dtype_of(key) for key in MATMUL_KEYS}  # tf32: fp32 tensors
 
 # Square matmul sizes n for (n x n) @ (n x n). Emulated dtypes on a CPU run at ~1 GFLOP/s
 # (a 1024^2 bf16 matmul takes ~2.4 s on an AVX2-only EPYC), so they get a smaller n.
@@ -135,7 +132,7 @@ def measured_peak_flops(device: str | torch.device, dtype: torch.dtype = torch.f
 @functools.cache
 def _measured_peak_flops(device: torch.device, dtype: torch.dtype) -> float:
     info = describe_device(device)
-    key = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
+    key = short_name(dtype) if short_name(dtype) in MATMUL_KEYS else None
     if key is None:
         raise UsageError(f"no matmul peak for {dtype}; use torch.float32, torch.bfloat16 or torch.float16")
     return measure_matmul_flops(dtype, device=device, size=matmul_size_for(info, key))

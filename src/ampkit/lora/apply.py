@@ -24,11 +24,11 @@ import torch
 from torch import nn
 
 from ampkit.errors import UsageError
+from ampkit.formats import dtype_of
 from ampkit.lora.settings import LoraSettings, base_dtype_key
 from ampkit.lora.targets import Targets, resolve_targets
 from ampkit.models.init import parameter_seed
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ADAPTER_NAME = "default"
 ADAPTER_MARK = "lora_"
 """peft names every adapter parameter lora_A / lora_B / lora_embedding_A ..."""
@@ -50,7 +50,7 @@ def load_peft():
 def storage_dtype(settings: LoraSettings, precision: str) -> torch.dtype:
     """The dtype the base's unquantized weights are stored in (nf4: the precision's compute dtype)."""
     key = settings.resolved_base_dtype(precision)
-    return DTYPES[base_dtype_key(precision) if key == "nf4" else key]
+    return dtype_of(base_dtype_key(precision) if key == "nf4" else key)
 
 
 @dataclass(frozen=True, kw_only=True)

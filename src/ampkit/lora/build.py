@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ampkit.lora.apply import DTYPES, LoraInfo, apply_lora, load_peft, storage_dtype
+from ampkit.formats import dtype_of
+from ampkit.lora.apply import LoraInfo, apply_lora, load_peft, storage_dtype
 from ampkit.lora.settings import LoraSettings, base_dtype_key
 from ampkit.models.init import materialize
 from ampkit.precision.base import default_dtype
@@ -31,7 +32,7 @@ def check_lora_available(settings: LoraSettings, *, device: torch.device, precis
     if settings.quantized:
         from ampkit.lora.nf4 import check_nf4_supported
 
-        check_nf4_supported(device, DTYPES[base_dtype_key(precision)])
+        check_nf4_supported(device, dtype_of(base_dtype_key(precision)))
 
 
 def build_lora_model(

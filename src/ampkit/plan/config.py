@@ -21,7 +21,7 @@ from ampkit.options import (
     task_args_field,
     task_field,
 )
-from ampkit.plan.kv.budget import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, check_dtype
+from ampkit.plan.kv.budget import KV_DTYPES, WEIGHT_DTYPES, check_dtype
 from ampkit.plan.numerics import parse_precisions
 from ampkit.plan.optim import OPTIMIZERS, check_optimizer
 from ampkit.precision import precision_names_help
@@ -192,9 +192,9 @@ class KvConfig:
             raise UsageError(f"--context-len must be a positive integer (0: the default), got {self.context_len}")
         if not 0 < self.utilization <= 1:
             raise UsageError(f"--utilization must be in (0, 1], got {self.utilization}")
-        check_dtype(self.weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")
+        check_dtype(self.weight_dtype, WEIGHT_DTYPES, "--weight-dtype")
         for name in self.kv_dtype_list():
-            check_dtype(name, KV_DTYPE_BYTES, "--kv-dtypes")
+            check_dtype(name, KV_DTYPES, "--kv-dtypes")
         if self.overhead_gib < 0 or (self.activation_reserve_gib is not None and self.activation_reserve_gib < 0):
             raise UsageError("--overhead-gib and --activation-reserve-gib must be >= 0")
         if not (self.gpu or self.gpu_mem):  # the seeds' 80 GB card

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ampkit.errors import UsageError
+from ampkit.formats import short_name
 
 
 class Fp8Mode(enum.Enum):
@@ -22,11 +23,6 @@ class Fp8Mode(enum.Enum):
     """float8 tensor cores (CUDA sm89+): the speedup fp8 is for."""
     EMULATED = "emulated"
     """torchao rounds to float8 in software, on any device: exercises the code path, no speedup."""
-
-
-# The dtype keys of `hardware` (hardware.DTYPE_KEYS: GPU peak-FLOP tables, DeviceInfo.is_native) of
-# the torch dtypes a precision computes in; tf32 and fp8 are matmul modes on top of these.
-_DTYPE_KEYS = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,13 +60,13 @@ class PrecisionSpec:
             return "tf32"
         if self.fp8 is Fp8Mode.NATIVE:
             return "fp8"
-        return _DTYPE_KEYS[self.compute_dtype]
+        return short_name(self.compute_dtype)
 
     @property
     def compute_dtype_key(self) -> str:
         """The dtype key ("fp32", "bf16", "fp16") of `compute_dtype` itself (tf32 and fp8 compute in
         fp32 and bf16): what a LoRA base stored at the compute dtype is kept in."""
-        return _DTYPE_KEYS[self.compute_dtype]
+        return short_name(self.compute_dtype)  # hardware.DTYPE_KEYS: the GPU table's columns
 
     @property
     def low_precision_key(self) -> str | None:

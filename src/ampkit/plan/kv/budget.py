@@ -14,39 +14,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ampkit.errors import UsageError
+from ampkit.formats import get_format
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.numerics import FP32_BYTES as F
 from ampkit.records import Record
 
-KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
-WEIGHT_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+KV_DTYPES = ("fp32", "fp16", "bf16", "fp8")
+"""the KV-cache and weight formats a budget compares (`ampkit.formats`: fp8 is e4m3)"""
+WEIGHT_DTYPES = KV_DTYPES
 LOGIT_ROWS = 256
 """sequences whose last-position logits (fp32) one serving forward computes at most (vLLM's default
 max_num_seqs)"""
 
 
-def check_dtype(name: str, table: dict[str, int], flag: str) -> str:
+def check_dtype(name: str, names: tuple[str, ...], flag: str) -> str:
     key = name.strip().lower()
-    if key not in table:
-        raise UsageError(f"unknown {flag} {name!r}; choose from: {', '.join(table)}")
+    if key not in names:
+        raise UsageError(f"unknown {flag} {name!r}; choose from: {', '.join(names)}")
     return key
+
+
+def dtype_bytes(name: str, names: tuple[str, ...], flag: str) -> int:
+    """Bytes of one element of the format `name`, one of `names` (a flag's choices)."""
+    return get_format(check_dtype(name, names, flag)).element_bytes
 
 
 def kv_bytes_per_token(desc: ModelDescription, kv_dtype: str) -> int:
     """K and V for one token across all layers."""
-    size = KV_DTYPE_BYTES[check_dtype(kv_dtype, KV_DTYPE_BYTES, "--kv-dtypes")]
+    size = dtype_bytes(kv_dtype, KV_DTYPES, "--kv-dtypes")
     return 2 * desc.n_layers * desc.n_kv_heads * desc.head_dim * size
 
 
 def weight_bytes(desc: ModelDescription, weight_dtype: str) -> int:
-    return desc.num_parameters() * WEIGHT_DTYPE_BYTES[check_dtype(weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")]
+    return desc.num_parameters() * dtype_bytes(weight_dtype, WEIGHT_DTYPES, "--weight-dtype")
 
 
 def activation_reserve_bytes(desc: ModelDescription, *, batched_tokens: int, weight_dtype: str) -> int:
     """Estimated peak of one serving forward over `batched_tokens` tokens: the widest layer's
     intermediates (q, k, v, attention output, the MLP's two hidden tensors, the residual and its
     norm) in the weight dtype, plus fp32 logits for up to LOGIT_ROWS sequences."""
-    b = WEIGHT_DTYPE_BYTES[check_dtype(weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")]
+    b = dtype_bytes(weight_dtype, WEIGHT_DTYPES, "--weight-dtype")
     per_token = (2 * desc.q_dim + 2 * desc.kv_dim + 2 * desc.d_ff + 2 * desc.d_model) * b
     return batched_tokens * per_token + min(batched_tokens, LOGIT_ROWS) * desc.vocab_size * F
 

@@ -42,7 +42,6 @@ NF4_NESTED_BLOCK = 256
 """8-bit block scales per fp32 second-level scale (double quantisation)"""
 BLOCK_WEIGHTS = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate", "up_proj": "up"}
 BLOCK_WEIGHTS["down_proj"] = "down"
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -272,7 +272,8 @@ class HFTracedEngine:
                 "(max_position_embeddings, which ampkit train enforces); use a shorter --seq-len"
             )
 
-    def _totals(self, setting: StepSetting) -> dict[str, int]:
+    def totals(self, setting: StepSetting) -> dict[str, int]:
+        """Each moment's total, in bytes, of one process (sharded as `setting` says)."""
         return {k: sum(v.values()) for k, v in self.moments(setting).items()}
 
     def largest(
@@ -291,7 +292,7 @@ class HFTracedEngine:
         return self._largest_seq(setting, budget, min(limit, self.desc.max_positions or limit))
 
     def _largest_batch(self, setting: StepSetting, budget: float, limit: int) -> int:
-        at1, at2 = self._totals(replace(setting, micro_batch=1)), self._totals(replace(setting, micro_batch=2))
+        at1, at2 = self.totals(replace(setting, micro_batch=1)), self.totals(replace(setting, micro_batch=2))
         return largest_affine(((at1[key], at2[key]) for key in at1.keys() & at2.keys()), budget, limit)
 
     def _largest_seq(self, setting: StepSetting, budget: float, limit: int) -> int:

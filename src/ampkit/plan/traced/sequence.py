@@ -31,12 +31,19 @@ bf16-mixed's autocast copies of the rotary tables). Units: bytes and tokens.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ampkit.plan.describe.hf import HFDescription
 from ampkit.plan.setting import StepSetting
 
-if TYPE_CHECKING:
-    from ampkit.plan.traced.extrapolate import HFTracedEngine
+
+class Engine(Protocol):
+    """What the model reads of the traced engine (`extrapolate.HFTracedEngine`)."""
+
+    desc: HFDescription
+
+    def totals(self, setting: StepSetting) -> dict[str, int]: ...
+
 
 LINE_TOLERANCE = 1e-3
 """how far a sample's share at the check length may miss its proportional growth, relative to the
@@ -63,7 +70,7 @@ class SequenceModel:
     """The sequence lengths an engine's settings grow to: a line per moment, or, when the first
     setting's check fails, a quadratic per moment from one more traced length a setting."""
 
-    def __init__(self, engine: HFTracedEngine):
+    def __init__(self, engine: Engine):
         self.engine = engine
         self._shared: dict[str, float] | None = None
         """q per moment (bytes per token), from the first setting's check"""
@@ -98,8 +105,8 @@ class SequenceModel:
 
     def _pair(self, setting: StepSetting) -> dict[str, tuple[int, int]]:
         """Each moment's totals at micro-batch 1 and 2 (at `setting`'s length)."""
-        one = self.engine._totals(replace(setting, micro_batch=1))
-        two = self.engine._totals(replace(setting, micro_batch=2))
+        one = self.engine.totals(replace(setting, micro_batch=1))
+        two = self.engine.totals(replace(setting, micro_batch=2))
         return {key: (one[key], two[key]) for key in one.keys() & two.keys()}
 
     def _check(self, setting: StepSetting) -> None:
@@ -127,11 +134,11 @@ class SequenceModel:
         linear = self.linear(setting)
         if self._shared is None:  # no check was possible: three traced lengths
             points = seq_points(length, self._limit)
-            tables = [self.engine._totals(replace(setting, seq_len=t)) for t in points]
+            tables = [self.engine.totals(replace(setting, seq_len=t)) for t in points]
             keys = set.intersection(*(set(t) for t in tables))
             return [_through(points, [t[key] for t in tables]) for key in keys]
         checked = self._checked_length(setting)
-        far = {} if linear else self.engine._totals(replace(setting, seq_len=checked))
+        far = {} if linear else self.engine.totals(replace(setting, seq_len=checked))
         out = []
         for key, (one, two) in self._pair(setting).items():
             q = self._shared.get(key, 0.0)
