@@ -30,6 +30,8 @@ def test_train_on_instruction_data_counts_the_answers_tokens(request, tmp_path, 
     assert summary["tokens"] == sum(int((b.targets != IGNORE_INDEX).sum()) for b in batches)
     assert summary["tokens"] < sum(int((b.input_ids != 0).sum()) for b in batches)  # the prompts are not counted
     assert summary["final_loss"] == summary["final_loss"]  # finite, not NaN
+    assert summary["processed_per_s"] > summary["items_per_s"] > 0  # the prompts were read, not trained
+    assert summary["data"]["format"] == format
 
 
 def test_lora_on_an_hf_model_with_its_own_chat_template(tmp_path, run_cli, bpe_model_dir, chat_file):

@@ -46,15 +46,23 @@ class Batch:
     and tokens/s counts."""
     n_padded: int
     """Total target slots, B * T, real or not: what the hardware actually computes."""
+    n_processed: int | None = None
+    """Target slots that are not padding, with a loss or masked (a prompt's): the tokens the model
+    really read; None: as many as `n_tokens` (a batch without masks)."""
     positions: torch.Tensor | None = None
     """Per-token position ids (B, T) for packed rows; None means 0..T-1 in every row."""
     attn_mask: torch.Tensor | None = None
     """Attention mask for packed rows (document isolation); None means plain causal attention."""
 
     @property
+    def processed(self) -> int:
+        """Target slots that are not padding (`n_processed`, or `n_tokens` without masks)."""
+        return self.n_tokens if self.n_processed is None else self.n_processed
+
+    @property
     def padding_fraction(self) -> float:
-        """Share of target slots that are padding: 1 - n_tokens / n_padded (0.0 = no waste)."""
-        return 1.0 - self.n_tokens / self.n_padded if self.n_padded else 0.0
+        """Share of target slots that are padding: 1 - processed / n_padded (0.0 = no waste)."""
+        return 1.0 - self.processed / self.n_padded if self.n_padded else 0.0
 
     def head(self, rows: int) -> Batch:
         """The first `rows` rows, counts recomputed (fidelity compares a few rows)."""
@@ -66,6 +74,7 @@ class Batch:
             input_ids=self.input_ids[:rows],
             targets=targets,
             n_tokens=int((targets != IGNORE_INDEX).sum()),
+            n_processed=None,  # per-row lengths are not kept; fidelity reads the trained targets only
             n_padded=targets.numel(),
             positions=None if self.positions is None else self.positions[:rows],
             attn_mask=None if self.attn_mask is None else self.attn_mask[:rows],
@@ -100,12 +109,16 @@ def collate_pad(
     width = max(len(u) for u in units) - 1  # T: a unit of n tokens gives n - 1 (input, target) pairs
     input_ids = torch.full((len(units), width), pad_id, dtype=torch.long)
     targets = torch.full((len(units), width), IGNORE_INDEX, dtype=torch.long)
+    processed = 0
     for row, (unit, label) in enumerate(zip(units, labels, strict=True)):
         n = len(unit) - 1
         input_ids[row, :n] = unit[:-1]
         targets[row, :n] = label[1:]
+        processed += n
     n_tokens = int((targets != IGNORE_INDEX).sum())
-    return Batch(input_ids=input_ids, targets=targets, n_tokens=n_tokens, n_padded=input_ids.numel())
+    return Batch(
+        input_ids=input_ids, targets=targets, n_tokens=n_tokens, n_padded=input_ids.numel(), n_processed=processed
+    )
 
 
 def collate_pack(
@@ -129,6 +142,7 @@ def collate_pack(
     targets = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
     positions = torch.zeros((B, T), dtype=torch.long)
     segment = torch.zeros((B, T), dtype=torch.long)  # segment index of every slot within its row
+    processed = 0
     for r, (units, row_labels) in enumerate(zip(rows, labels, strict=True)):
         start = 0
         for s, (unit, label) in enumerate(zip(units, row_labels, strict=True)):
@@ -140,6 +154,7 @@ def collate_pack(
             positions[r, start : start + n] = torch.arange(n)
             segment[r, start : start + n] = s
             start += n
+        processed += start
         # The padding tail is one more segment, with its own positions (see the module docstring).
         positions[r, start:] = torch.arange(T - start)
         segment[r, start:] = len(units)
@@ -148,6 +163,7 @@ def collate_pack(
         targets=targets,
         n_tokens=int((targets != IGNORE_INDEX).sum()),
         n_padded=B * T,
+        n_processed=processed,
         positions=positions,
         attn_mask=document_causal_mask(segment),
     )

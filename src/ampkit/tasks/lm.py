@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ampkit.core.counts import Counts
 from ampkit.core.step import forward_loss, lm_count
 from ampkit.data import (
     IGNORE_INDEX,
@@ -69,7 +70,7 @@ class LMObjective:
     def loss(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         return forward_loss(model, batch)
 
-    def count(self, batch: Batch) -> tuple[int, int]:
+    def count(self, batch: Batch) -> Counts:
         return lm_count(batch)
 
     def fidelity_outputs(self, outputs: torch.Tensor, batch: Batch) -> torch.Tensor:
