@@ -42,7 +42,7 @@ FEATURE_KEYS = ("batching", "activation_checkpointing", "compile", "dedup")
 TRAIN_TOP_LEVEL = ("precision", "device", "steps", "grad_accum", "seed", "fp8_recipe", "fit_check")
 TRAIN_SECTIONS = {
     "model": ("model", "task", "task_args"),
-    "data": ("data", "seq_len", "batch_size"),
+    "data": ("data", "seq_len", "batch_size", "train_on", "chat_template", "text_field"),
     "optimizer": ("optimizer", "lr", "min_lr_ratio", "warmup_steps", "weight_decay", "clip_grad_norm"),
     "scaler": (*SCALER_KEYS, "min_scale_policy", "hysteresis"),
     "features": FEATURE_KEYS,
@@ -547,6 +547,10 @@ BEFORE_THE_RUN_SPEC_JSON = {
 }
 
 
+DATA_SETTINGS_SINCE = {"train_on": "auto", "chat_template": "", "text_field": "text"}
+"""[data] settings added after these config.json files were written (issue 29): their defaults fill in."""
+
+
 def test_a_config_json_written_before_the_run_spec_loads_into_its_sections():
     config = resolve_config(TrainConfig, base=BEFORE_THE_RUN_SPEC_JSON)
     expected = TrainConfig.of(
@@ -554,7 +558,8 @@ def test_a_config_json_written_before_the_run_spec_loads_into_its_sections():
     )
     assert config == replace_settings_of(expected, optimizer="sgd", batching="pack")
     assert config.optimizer.optimizer == "sgd" and config.checkpoint.checkpoint_every == 2 and config.guard.guard
-    assert flat_settings(TrainConfig, config_to_dict(config)) == flat_settings(TrainConfig, BEFORE_THE_RUN_SPEC_JSON)
+    old = flat_settings(TrainConfig, BEFORE_THE_RUN_SPEC_JSON)
+    assert flat_settings(TrainConfig, config_to_dict(config)) == {**old, **DATA_SETTINGS_SINCE}
 
 
 def replace_settings_of(config, **settings):
@@ -581,7 +586,7 @@ def test_resume_and_report_of_a_run_directory_written_before_the_run_spec(tmp_pa
     assert run_cli("train", *argv, "--stop-after", "2", "--out", str(out))[0] == 0
     saved = json.loads((out / "config.json").read_text())
     assert saved["optimizer"]["optimizer"] == "sgd" and saved["data"]["seq_len"] == 32 and "seq_len" not in saved
-    old = _before_the_run_spec(saved)
+    old = {k: v for k, v in _before_the_run_spec(saved).items() if k not in DATA_SETTINGS_SINCE}
     assert set(old) == set(BEFORE_THE_RUN_SPEC_JSON) and old["features"]["optimizer"] == "sgd"
     (out / "config.json").write_text(json.dumps(old, indent=2))
     code, _, err = run_cli("train", "--resume", str(out), "--optimizer", "adamw")

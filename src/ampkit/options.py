@@ -56,7 +56,10 @@ def described_model_field(default: str, note: str = "") -> str:
 
 
 def data_field(default: str = "default", note: str = "") -> str:
-    text = "'default' (embedded corpus), a .txt/.md file, a folder, or a .jsonl file with a 'text' field"
+    text = (
+        "'default' (embedded corpus), a .txt/.md file, a folder, or a .jsonl file of chat 'messages', "
+        "'prompt'/'completion' or 'text' records (found by content)"
+    )
     return field(default=default, metadata=_help(text, note))
 
 

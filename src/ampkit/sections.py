@@ -10,7 +10,8 @@ defaults and its own words for a setting through the section's field (`section(.
 
     section                         settings                                                  composed by
     ModelSection [model]            model, task, task_args (a [task] table: task + arguments) train, bench, doctor
-    DataSection [data]              data, seq_len, batch_size                                 train, bench
+    DataSection [data]              data, seq_len, batch_size, train_on, chat_template,       train, bench
+                                    text_field
     OptimizerSection [optimizer]    optimizer, lr, min_lr_ratio, warmup_steps, weight_decay,  train
                                     clip_grad_norm
     Features [features]             batching, activation_checkpointing, compile, dedup        train (bench --sweep)
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ampkit.data import BATCHING_STRATEGIES, DEDUP_MODES
+from ampkit.data.samples import check_train_on
 from ampkit.distributed.settings import check_parallel_settings
 from ampkit.errors import UsageError
 from ampkit.options import (
@@ -91,14 +93,30 @@ class ModelSection:
 
 @dataclass(frozen=True, kw_only=True)
 class DataSection:
-    """The language model's data and the batch shape: corpus, sequence length, micro-batch."""
+    """The language model's data and the batch shape: corpus, sequence length, micro-batch; for
+    instruction data the tokens that carry a loss and the chat template (docs/data.md)."""
 
     data: str = data_field()
     seq_len: int = seq_len_field(256)
     batch_size: int = batch_size_field(8)
+    train_on: str = field(
+        default="auto",
+        metadata={
+            "help": "tokens with a loss: completion (answers only), all, or auto (completion for chat and "
+            "prompt/completion data, all for text)"
+        },
+    )
+    chat_template: str = field(
+        default="",
+        metadata={"help": "a .jinja chat template file (default: the hf: tokenizer's own, or the built-in one)"},
+    )
+    text_field: str = field(default="text", metadata={"help": "the field of a text .jsonl record that holds the text"})
 
     def __post_init__(self) -> None:
         _at_least(0, seq_len=self.seq_len, batch_size=self.batch_size)  # 0: a command's "auto" (bench)
+        check_train_on(self.train_on)
+        if not self.text_field:
+            raise UsageError("--text-field must name a field, e.g. --text-field text")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ampkit.core.counts import Counts
 from ampkit.core.parallel import LocalRun
 from ampkit.core.step import Trainer
 from ampkit.distributed.context import ProcessGroupRun
@@ -13,7 +14,8 @@ def test_the_one_process_run_passes_everything_through():
     run = LocalRun()
     value = torch.tensor(2.5)
     assert run.is_main and run.world_size == 1 and not run.distributed
-    assert run.step_counts(7, 9) == (7, 9) and run.mean(value) is value
+    counts = Counts(trained=7, processed=8, slots=9)
+    assert run.step_counts(counts) is counts and run.mean(value) is value
     assert run.all_true(False) is False and run.broadcast_object({"a": 1}) == {"a": 1}
     assert run.all_gather_object(3) == [3] and run.agreed_signal(15, check=True) == 15
     assert run.describe() == {"mode": "none", "world_size": 1}

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ampkit.cli import build_parser
+from ampkit.core.counts import Counts
 from ampkit.core.step import lm_count
 from ampkit.data import BatchSampler, make_units
 from ampkit.distributed.checkpoint import MANIFEST, _check_manifest, list_sharded, sharded_path
@@ -79,7 +80,8 @@ def test_single_process_under_torchrun_is_refused(monkeypatch):
 
 def test_local_run_hooks_do_nothing():
     run, value = LocalRun(), torch.tensor(2.5)
-    assert run.step_counts(10, 16) == (10, 16)
+    counts = Counts(trained=10, processed=12, slots=16)
+    assert run.step_counts(counts) is counts
     assert run.mean(value) is value
     assert run.agreed_signal(None, check=True) is None and run.agreed_signal(15, check=False) == 15
     assert run.broadcast_object("x") == "x" and run.all_gather_object(1) == [1] and run.all_true(False) is False
@@ -101,7 +103,7 @@ def test_ranks_deal_out_one_stream_and_count_every_rank():
         assert torch.equal(got.input_ids, want.input_ids)
     tokens, slots = ranks[0].take_step_counts()
     assert tokens == sum(b.n_tokens for b in reference) and slots == sum(b.n_padded for b in reference)
-    assert ranks[0].take_step_counts() == (0, 0)
+    assert ranks[0].take_step_counts() == Counts(trained=0, processed=0, slots=0)
 
 
 def test_rank_sampler_resumes_only_at_its_world_size():

@@ -84,7 +84,7 @@ def test_contract_loss_count_blocks_describe(case):
     loss, outputs = task.loss(model, batch)
     assert loss.dtype == torch.float32 and loss.dim() == 0 and torch.isfinite(loss)
     assert outputs.shape == (8, 10)
-    assert task.count(batch) == (8, 8)
+    assert tuple(task.count(batch)) == (8, 8) and task.count(batch).processed == 8
     assert len(task.repeated_blocks(model)) == BLOCKS[case]
     info = task.describe()
     assert info["parameters"] == sum(p.numel() for p in model.parameters())

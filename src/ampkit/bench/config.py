@@ -139,7 +139,14 @@ class BenchConfig:
         """What building the bench's task needs (`ampkit.tasks.load.build_task`)."""
         model, data = self.model, self.data
         return TaskSpec(
-            task=model.task, task_args=dict(model.task_args), model=model.model, data=data.data, seq_len=data.seq_len
+            task=model.task,
+            task_args=dict(model.task_args),
+            model=model.model,
+            data=data.data,
+            seq_len=data.seq_len,
+            train_on=data.train_on,
+            chat_template=data.chat_template,
+            text_field=data.text_field,
         )
 
     @property

@@ -145,6 +145,10 @@ def precision_entry(
     if result["status"] != "ok":
         return entry
     stats = summarize_steps(result["step_s"], result["tokens"], result["slots"])
+    # MFU counts the items the model read (processed: masked prompts too), not only the trained ones:
+    # the trained rate scaled by the measured steps' processed/trained ratio.
+    processed = result.get("processed") or result["tokens"]
+    processed_per_s = stats.items_per_s * sum(processed) / max(1, sum(result["tokens"]))
     flops = flops_per_item if flops_per_item is not None else result.get("flops_per_item")
     stable, why = assess_stability(result)
     entry.update(
@@ -152,6 +156,7 @@ def precision_entry(
         timing={
             "items_per_s": stats.items_per_s,
             "items_per_s_all": stats.items_per_s_all,
+            "processed_per_s": processed_per_s,
             "measured_s": stats.measured_s,
             "step_ms_median": stats.step_ms_median,
             "step_ms_p10": stats.step_ms_p10,
@@ -160,7 +165,7 @@ def precision_entry(
             "step_ms_max": stats.step_ms_max,
             "step_ms": [1000.0 * s for s in result["step_s"]],
         },
-        mfu=_mfu_block(stats.items_per_s, flops, _denominator(result, info, peaks)),
+        mfu=_mfu_block(processed_per_s, flops, _denominator(result, info, peaks)),
         memory={**result["memory"], "step_peak_bytes": result.get("step_peak_bytes")},
         profile=_profile(result),
         loss=_loss_block(result["loss_curve"]),

@@ -135,16 +135,25 @@ def _train(objs, args: argparse.Namespace, *, run_dir: Path | None, console: Con
     return 0
 
 
+def _processed_row(summary: dict) -> list[tuple[str, str]]:
+    """Processed tokens/s beside the trained ones, where they differ (masked prompts: instruction data)."""
+    trained, processed = summary.get("items_per_s"), summary.get("processed_per_s")
+    if not trained or not processed or abs(processed - trained) <= 1e-9 * processed:
+        return []
+    return [(f"processed {summary['unit']}/s (masked included)", f"{processed:,.0f}")]
+
+
 def _print_summary(console: Console, summary: dict, run_dir: Path) -> None:
     """The end-of-run lines: metric and value (a value wraps between words), then the run directory."""
     rows = [
         ("steps", f"{summary['steps']}"),
         ("first / final train loss", f"{summary['first_loss']:.4f} / {summary['final_loss']:.4f}"),
         ("held-out loss (start -> end)", _fmt_pair(summary["eval_loss_initial"], summary["eval_loss"])),
-        (  # the progress bar's rate is its last window's: this one is the run's
+        (  # the progress bar's rate is its last window's: this one is the run's; trained items only
             f"{summary['unit']}/s (measured steps, stalls excluded)",
             f"{summary['items_per_s']:,.0f}" if summary["items_per_s"] else "-",
         ),
+        *_processed_row(summary),
         ("step time median", f"{summary['step_ms_median']:.1f} ms" if summary["step_ms_median"] else "-"),
         ("skipped steps", f"{summary['skipped_steps']}"),
         ("final loss scale", f"{summary['final_loss_scale']:g}" if summary["final_loss_scale"] else "-"),

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from ampkit.core.counts import Counts
+
 
 class LocalRun:
     """A one-process run: every data-parallel hook does nothing (the "off" object).
@@ -35,9 +37,9 @@ class LocalRun:
         """Wraps one micro-batch's forward and backward; DDP skips its all-reduce unless `last`."""
         return contextlib.nullcontext()
 
-    def step_counts(self, tokens: int, slots: int) -> tuple[int, int]:
-        """(real target tokens, all target slots) of this step's micro-batches on every rank."""
-        return tokens, slots
+    def step_counts(self, counts: Counts) -> Counts:
+        """The token account (`ampkit.core.counts`) of this step's micro-batches on every rank."""
+        return counts
 
     def mean(self, value: torch.Tensor) -> torch.Tensor:
         """The mean of `value` over ranks (a collective)."""

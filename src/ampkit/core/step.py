@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import torch
 from torch import nn
 
+from ampkit.core.counts import Counts, as_counts, sum_counts
 from ampkit.core.optim import build_optimizer
 from ampkit.core.parallel import LocalRun
 from ampkit.core.schedule import build_scheduler
@@ -39,14 +40,15 @@ the model's outputs (for metrics such as the smoke test's accuracy). Called by `
 batch as the policy converted it, inside the policy's forward context."""
 
 
-CountFn = Callable[[Any], tuple[int, int]]
-"""`count_fn(batch) -> (items, slots)`: the items the loss covers (real tokens, samples) and the
-slots computed (padding included); host ints, no device sync."""
+CountFn = Callable[[Any], Counts | tuple[int, int]]
+"""`count_fn(batch) -> Counts`: the items the loss covers (trained tokens, samples), the items read
+(processed: masked ones too) and the slots computed (padding included); host ints, no device sync.
+An older task's `(items, slots)` pair is read by `as_counts` (`ampkit.core.counts`)."""
 
 
-def lm_count(batch: Batch) -> tuple[int, int]:
-    """A causal-LM batch covers its real target tokens; its slots include the padding."""
-    return batch.n_tokens, batch.n_padded
+def lm_count(batch: Batch) -> Counts:
+    """A causal-LM batch trains its targets with a loss, reads its non-padding ones, computes all slots."""
+    return Counts(trained=batch.n_tokens, processed=batch.processed, slots=batch.n_padded)
 
 
 def forward_loss(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,6 +122,8 @@ class StepResult:
     model, samples for a classifier (the task's unit; the name is kept from the LM-only days)"""
     n_slots: int
     """all slots computed, padding included (all ranks)"""
+    n_processed: int
+    """items the model read, masked ones included, padding not (all ranks): what MFU counts"""
     stepped: bool
     """False when the optimizer step was skipped (the loss scaler found inf/nan, or the gate said no)"""
 
@@ -190,19 +194,21 @@ class Trainer(Generic[ScheduleT]):
     def train_step(self) -> StepResult:
         self.model.train()
         batches = [self.sampler.next_batch().to(self.device) for _ in range(self.grad_accum)]
-        counts = [self.count_fn(b) for b in batches]
+        counts = [as_counts(self.count_fn(b)) for b in batches]
         # Counts over every rank's micro-batches (host ints, no sync): the step's global batch.
-        n_tokens, n_slots = self.parallel.step_counts(sum(c[0] for c in counts), sum(c[1] for c in counts))
+        step = self.parallel.step_counts(sum_counts(counts))
+        n_tokens = step.trained
         world = self.parallel.world_size
         total_loss = torch.zeros((), device=self.device)
-        for i, (batch, (items, _)) in enumerate(zip(batches, counts)):
+        for i, (batch, count) in enumerate(zip(batches, counts)):
+            items = count.trained
             with self.parallel.micro_batch_context(last=i == len(batches) - 1):  # DDP: all-reduce on the last only
                 # The outputs (logits) are dropped here, before backward: autograd keeps what backward
                 # needs (the LM loss saves the logits until its own backward), so holding them would
                 # only add B*T*V of memory through the rest of backward and the optimizer step (the
                 # planner's ledgers free `h.logits` at the loss's backward: plan/analytic, plan/lora).
                 loss = policy_loss(self.policy, self.loss_fn, self.model, batch)[0]
-                # Weight each micro-batch by its share of the items (real tokens, samples), so the step's
+                # Weight each micro-batch by its share of the trained items (tokens with a loss, samples), so the step's
                 # gradient is the per-item mean over the whole step whatever the padding of each micro-batch. DDP and
                 # FSDP average gradients over ranks, hence the factor `world` (1 in one process).
                 weight = items * world / max(1, n_tokens)
@@ -216,7 +222,14 @@ class Trainer(Generic[ScheduleT]):
         if stepped:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepResult(loss=total_loss, grad_norm=grad_norm, n_tokens=n_tokens, n_slots=n_slots, stepped=stepped)
+        return StepResult(
+            loss=total_loss,
+            grad_norm=grad_norm,
+            n_tokens=n_tokens,
+            n_slots=step.slots,
+            n_processed=step.processed,
+            stepped=stepped,
+        )
 
     @torch.no_grad()
     def evaluate(self, batches: Iterable[Any]) -> float:
@@ -227,7 +240,7 @@ class Trainer(Generic[ScheduleT]):
         for batch in batches:
             batch = batch.to(self.device)
             loss, _ = policy_loss(self.policy, self.loss_fn, self.model, batch)
-            items, _ = self.count_fn(batch)
+            items = as_counts(self.count_fn(batch)).trained
             total += loss.double() * items
             count += items
         self.model.train()

@@ -2,6 +2,11 @@
 
 A *unit* is a 1-D LongTensor of at least 2 token ids (a paragraph, or one chunk of a long one).
 Within a unit, the target of position t is token t + 1; targets never cross unit boundaries.
+A unit's *labels* (same length) say which tokens carry a loss: the target of position t is
+labels[t + 1], IGNORE_INDEX where the loss is skipped (a prompt, a user turn: `ampkit.data.samples`).
+Text trained everywhere passes no labels (its labels are the unit itself, the same tensor). Every
+strategy copies the labels exactly where it copies the tokens, so masks survive padding, bucketing
+and packing alike; `n_tokens` counts the targets that carry a loss.
 
 Strategies (`BATCHING_STRATEGIES`; which units go into a batch is the sampler's job, see sampler.py):
 - "pad": each unit is one row; rows are right-padded to the batch's longest unit minus one, and
@@ -37,18 +42,27 @@ class Batch:
     targets: torch.Tensor
     """Next-token ids, LongTensor (B, T); IGNORE_INDEX (-100) where there is nothing to predict."""
     n_tokens: int
-    """Number of real (non-ignored) target slots: the tokens that tokens/s counts."""
+    """Number of target slots with a loss (neither padding nor masked): what the loss averages over
+    and tokens/s counts."""
     n_padded: int
     """Total target slots, B * T, real or not: what the hardware actually computes."""
+    n_processed: int | None = None
+    """Target slots that are not padding, with a loss or masked (a prompt's): the tokens the model
+    really read; None: as many as `n_tokens` (a batch without masks)."""
     positions: torch.Tensor | None = None
     """Per-token position ids (B, T) for packed rows; None means 0..T-1 in every row."""
     attn_mask: torch.Tensor | None = None
     """Attention mask for packed rows (document isolation); None means plain causal attention."""
 
     @property
+    def processed(self) -> int:
+        """Target slots that are not padding (`n_processed`, or `n_tokens` without masks)."""
+        return self.n_tokens if self.n_processed is None else self.n_processed
+
+    @property
     def padding_fraction(self) -> float:
-        """Share of target slots that are padding: 1 - n_tokens / n_padded (0.0 = no waste)."""
-        return 1.0 - self.n_tokens / self.n_padded if self.n_padded else 0.0
+        """Share of target slots that are padding: 1 - processed / n_padded (0.0 = no waste)."""
+        return 1.0 - self.processed / self.n_padded if self.n_padded else 0.0
 
     def head(self, rows: int) -> Batch:
         """The first `rows` rows, counts recomputed (fidelity compares a few rows)."""
@@ -60,6 +74,7 @@ class Batch:
             input_ids=self.input_ids[:rows],
             targets=targets,
             n_tokens=int((targets != IGNORE_INDEX).sum()),
+            n_processed=None,  # per-row lengths are not kept; fidelity reads the trained targets only
             n_padded=targets.numel(),
             positions=None if self.positions is None else self.positions[:rows],
             attn_mask=None if self.attn_mask is None else self.attn_mask[:rows],
@@ -83,56 +98,72 @@ class Batch:
         )
 
 
-def collate_pad(units: Sequence[torch.Tensor], *, pad_id: int = 0) -> Batch:
-    """One row per unit, right-padded to the longest unit minus one (so T <= longest - 1)."""
+def collate_pad(
+    units: Sequence[torch.Tensor], *, pad_id: int = 0, labels: Sequence[torch.Tensor] | None = None
+) -> Batch:
+    """One row per unit, right-padded to the longest unit minus one (so T <= longest - 1).
+    `labels`: one per unit (module docstring); None: every token carries a loss."""
     if not units:
         raise ValueError("collate_pad needs at least one unit")
+    labels = units if labels is None else labels
     width = max(len(u) for u in units) - 1  # T: a unit of n tokens gives n - 1 (input, target) pairs
     input_ids = torch.full((len(units), width), pad_id, dtype=torch.long)
     targets = torch.full((len(units), width), IGNORE_INDEX, dtype=torch.long)
-    n_tokens = 0
-    for row, unit in enumerate(units):
+    processed = 0
+    for row, (unit, label) in enumerate(zip(units, labels, strict=True)):
         n = len(unit) - 1
         input_ids[row, :n] = unit[:-1]
-        targets[row, :n] = unit[1:]
-        n_tokens += n
-    return Batch(input_ids=input_ids, targets=targets, n_tokens=n_tokens, n_padded=input_ids.numel())
+        targets[row, :n] = label[1:]
+        processed += n
+    n_tokens = int((targets != IGNORE_INDEX).sum())
+    return Batch(
+        input_ids=input_ids, targets=targets, n_tokens=n_tokens, n_padded=input_ids.numel(), n_processed=processed
+    )
 
 
-def collate_pack(rows: Sequence[Sequence[torch.Tensor]], *, seq_len: int, pad_id: int = 0) -> Batch:
+def collate_pack(
+    rows: Sequence[Sequence[torch.Tensor]],
+    *,
+    seq_len: int,
+    pad_id: int = 0,
+    labels: Sequence[Sequence[torch.Tensor]] | None = None,
+) -> Batch:
     """One row of exactly `seq_len` slots per list of units; each unit fills len(unit) - 1 slots.
+    `labels`: shaped like `rows`, one per unit (module docstring); None: every token carries a loss.
 
     Fails (ValueError) if a row's units need more than `seq_len` slots: planning rows is the
     sampler's job (`best_fit_row`), and a silent truncation here would drop targets.
     """
     if not rows:
         raise ValueError("collate_pack needs at least one row")
+    labels = rows if labels is None else labels
     B, T = len(rows), seq_len
     input_ids = torch.full((B, T), pad_id, dtype=torch.long)
     targets = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
     positions = torch.zeros((B, T), dtype=torch.long)
     segment = torch.zeros((B, T), dtype=torch.long)  # segment index of every slot within its row
-    n_tokens = 0
-    for r, units in enumerate(rows):
+    processed = 0
+    for r, (units, row_labels) in enumerate(zip(rows, labels, strict=True)):
         start = 0
-        for s, unit in enumerate(units):
+        for s, (unit, label) in enumerate(zip(units, row_labels, strict=True)):
             n = len(unit) - 1
             if n < 1 or start + n > T:
                 raise ValueError(f"row {r} needs more than seq_len={T} slots (or holds a unit of < 2 tokens)")
             input_ids[r, start : start + n] = unit[:-1]
-            targets[r, start : start + n] = unit[1:]
+            targets[r, start : start + n] = label[1:]
             positions[r, start : start + n] = torch.arange(n)
             segment[r, start : start + n] = s
             start += n
-        n_tokens += start
+        processed += start
         # The padding tail is one more segment, with its own positions (see the module docstring).
         positions[r, start:] = torch.arange(T - start)
         segment[r, start:] = len(units)
     return Batch(
         input_ids=input_ids,
         targets=targets,
-        n_tokens=n_tokens,
+        n_tokens=int((targets != IGNORE_INDEX).sum()),
         n_padded=B * T,
+        n_processed=processed,
         positions=positions,
         attn_mask=document_causal_mask(segment),
     )

@@ -7,7 +7,6 @@ Nothing here downloads anything; a user's data comes from a local path.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -17,12 +16,17 @@ from typing import TypeVar
 
 import torch
 
+from ampkit.data.instructions import InstructionSet, detect_format, parse_examples, read_jsonl_records
+from ampkit.data.samples import Sample, check_train_on
 from ampkit.errors import UsageError
 
 DEFAULT_CORPUS_NAME = "pydoc-topics"
 TEXT_SUFFIXES = (".txt", ".md")
 JSONL_SUFFIX = ".jsonl"
-_SUPPORTED = 'a .txt/.md file, a .jsonl file with a "text" field per line, or a directory of .txt/.md files'
+_SUPPORTED = (
+    'a .txt/.md file, a .jsonl file (chat "messages", "prompt"/"completion" or "text" per line), '
+    "or a directory of .txt/.md files"
+)
 
 # One or more blank lines (possibly holding spaces) separate paragraphs. The pattern keeps the
 # indentation of the next paragraph's first line, so code blocks stay intact.
@@ -46,10 +50,22 @@ class Corpus:
         if any(not isinstance(d, str) or not d.strip() for d in self.documents):
             raise ValueError("Corpus.documents must be non-empty strings (drop blank ones first)")
 
+    format = "text"
+    """What `ampkit.data.load_data` found (instruction data: `InstructionSet.format`)."""
+
     @property
     def num_chars(self) -> int:
         """Total length of all documents, in characters (not bytes)."""
         return sum(len(d) for d in self.documents)
+
+    def samples(self, template: object = None, *, train_on: str = "all") -> list[Sample]:
+        """Every paragraph, trained everywhere (a text corpus has no answers to single out)."""
+        if check_train_on(train_on) == "completion":
+            raise UsageError(
+                f"--train-on completion needs instruction data (chat or prompt/completion .jsonl), but "
+                f"{self.name!r} is text; drop --train-on or pass --train-on all"
+            )
+        return [Sample(text=p) for p in paragraphs(self)]
 
 
 def load_default_corpus() -> Corpus:
@@ -64,28 +80,36 @@ def load_default_corpus() -> Corpus:
     return Corpus(name=DEFAULT_CORPUS_NAME, documents=tuple(d for d in documents if d.strip()))
 
 
-def load_corpus(path: str | os.PathLike[str] | None) -> Corpus:
-    """Load a corpus from `path`; None or "default" gives the embedded default.
+def load_data(path: str | os.PathLike[str] | None, *, text_field: str = "text") -> Corpus | InstructionSet:
+    """What `--data` names, by content: a .jsonl of chat or prompt/completion records is instruction
+    data (`ampkit.data.instructions`); anything else is a text corpus (`load_corpus`)."""
+    if path is not None and str(path) != "default" and Path(path).suffix.lower() == JSONL_SUFFIX:
+        p = _existing(Path(path))
+        records = read_jsonl_records(p, _read_text(p))
+        kind = detect_format(p, records, text_field=text_field)
+        if kind != "text":
+            return parse_examples(p, records, kind=kind)
+    return load_corpus(path, text_field=text_field)
+
+
+def load_corpus(path: str | os.PathLike[str] | None, *, text_field: str = "text") -> Corpus:
+    """Load a text corpus from `path`; None or "default" gives the embedded default.
 
     - a `.txt` / `.md` file: one document;
     - a directory: every `.txt` / `.md` file under it (recursive, sorted by relative path, hidden
       files and directories skipped), one document each;
-    - a `.jsonl` file: one document per line, from its "text" field (blank lines skipped).
+    - a `.jsonl` file: one document per line, from its `text_field` field (blank lines skipped).
     Whitespace-only documents are dropped. Every problem raises a one-line `UsageError`.
     """
     if path is None or str(path) == "default":
         return load_default_corpus()
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(
-            f"corpus path {str(p)!r} does not exist; pass {_SUPPORTED}, or omit it for the built-in corpus"
-        )
+    p = _existing(Path(path))
     if p.is_dir():
         documents = _load_directory(p)
     elif p.suffix.lower() in TEXT_SUFFIXES:
         documents = [_read_text(p)]
     elif p.suffix.lower() == JSONL_SUFFIX:
-        documents = _load_jsonl(p)
+        documents = _load_jsonl(p, text_field)
     else:
         kind = p.suffix or "(no suffix)"
         raise UsageError(f"corpus file {str(p)!r} has an unsupported type {kind!r}; pass {_SUPPORTED}")
@@ -95,6 +119,14 @@ def load_corpus(path: str | os.PathLike[str] | None) -> Corpus:
             f"corpus path {str(p)!r} holds no usable text (empty or whitespace only); pass a path with some text"
         )
     return Corpus(name=p.resolve().name or str(p), documents=tuple(documents))
+
+
+def _existing(p: Path) -> Path:
+    if not p.exists():
+        raise UsageError(
+            f"corpus path {str(p)!r} does not exist; pass {_SUPPORTED}, or omit it for the built-in corpus"
+        )
+    return p
 
 
 def _load_directory(root: Path) -> list[str]:
@@ -110,23 +142,14 @@ def _load_directory(root: Path) -> list[str]:
     return [_read_text(f) for f in files]
 
 
-def _load_jsonl(path: Path) -> list[str]:
+def _load_jsonl(path: Path, text_field: str) -> list[str]:
     documents = []
-    for line_no, line in enumerate(_read_text(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(
-                f"{str(path)!r} line {line_no} is not valid JSON ({exc.msg}); "
-                'make every line one JSON object like {"text": "..."}'
-            ) from None
-        text = record.get("text") if isinstance(record, dict) else None
+    for line_no, record in read_jsonl_records(path, _read_text(path)):
+        text = record.get(text_field) if isinstance(record, dict) else None
         if not isinstance(text, str):
             raise UsageError(
-                f'{str(path)!r} line {line_no} has no string "text" field; '
-                'make every line one JSON object like {"text": "..."}'
+                f'{str(path)!r} line {line_no} has no string "{text_field}" field; make every line one JSON '
+                f'object like {{"{text_field}": "..."}} (or chat "messages", or "prompt"/"completion")'
             )
         documents.append(text)
     return documents

@@ -104,6 +104,40 @@ def dedup_exact(
     return kept, stats
 
 
+def dedup_indices(
+    texts: Sequence[str], *, mode: str, sizes: Sequence[int], level: str = "paragraph"
+) -> tuple[list[int], DedupStats]:
+    """`apply_dedup` by position: the indices of the texts kept, `sizes[i]` the run's tokens in text i
+    (already counted, so nothing is tokenized twice)."""
+    if mode != "exact":
+        check_dedup_mode(mode)
+        return list(range(len(texts))), DedupStats(
+            mode="none",
+            level=level,
+            items_before=len(texts),
+            items_removed=0,
+            tokens_before=sum(sizes),
+            tokens_removed=0,
+        )
+    seen: set[bytes] = set()
+    kept: list[int] = []
+    for i, text in enumerate(texts):
+        key = text_key(text)
+        if key not in seen:
+            seen.add(key)
+            kept.append(i)
+    removed = sum(sizes) - sum(sizes[i] for i in kept)
+    stats = DedupStats(
+        mode="exact",
+        level=level,
+        items_before=len(texts),
+        items_removed=len(texts) - len(kept),
+        tokens_before=sum(sizes),
+        tokens_removed=removed,
+    )
+    return kept, stats
+
+
 def apply_dedup(
     texts: Sequence[str], *, mode: str, count_tokens: Callable[[str], int] = len, level: str = "paragraph"
 ) -> tuple[list[str], DedupStats]:

@@ -33,14 +33,24 @@ class HFTokenizer:
     """A transformers tokenizer with the `Tokenizer` shape. `vocab_size` counts added tokens too
     (`len(tokenizer)`): every id `encode` returns is below it."""
 
-    def __init__(self, tokenizer: Any, *, name: str) -> None:
+    def __init__(self, tokenizer: Any, *, name: str, path: Path | None = None) -> None:
         self.tokenizer = tokenizer
         self.name = name
+        self.path = path
+        """the folder it was loaded from (its saved chat template is read there: `ampkit.data.chat`)"""
         self.vocab_size = len(tokenizer)
         tokenizer.model_max_length = _NO_LENGTH_LIMIT  # ampkit windows long text itself (module docstring)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]] | None:
+        """(ids, each token's [start, end) in characters): the ids of `encode(text)`. None for a slow
+        (Python) tokenizer, which has no offsets (`ampkit.data.samples` then encodes piece by piece)."""
+        if not getattr(self.tokenizer, "is_fast", False):
+            return None
+        encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(encoding["input_ids"]), [(int(a), int(b)) for a, b in encoding["offset_mapping"]]
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.tokenizer.decode([int(i) for i in ids])
@@ -61,7 +71,7 @@ def load_hf_tokenizer(path: str | Path) -> HFTokenizer:
             f"transformers cannot load the tokenizer in {path} ({first}); fix or remove its "
             "tokenizer files (without them ampkit tokenizes raw bytes)"
         ) from None
-    return HFTokenizer(tokenizer, name=f"hf:{path.resolve().name}")
+    return HFTokenizer(tokenizer, name=f"hf:{path.resolve().name}", path=path)
 
 
 def tokenizer_for_model(spec: str) -> Tokenizer:

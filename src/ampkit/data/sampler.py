@@ -1,7 +1,9 @@
 """A deterministic, seeded, resumable, infinite stream of batches over tokenized units.
 
-Order of operations: paragraphs -> [dedup] -> train/val split -> tokens -> units (`make_units`) ->
-epoch order -> units taken by strategy -> collate -> `Batch`.
+Order of operations: samples (a text corpus's paragraphs, or instruction examples rendered with their
+loss spans) -> tokens and labels (once) -> [dedup] -> train/val split -> units (`make_units`) ->
+epoch order -> units taken by strategy -> collate -> `Batch`. Each unit's labels travel with it
+(`ampkit.data.batching`), so every strategy keeps the loss masks.
 
 Determinism: epoch e starts from `torch.randperm(N, generator=Generator().manual_seed(seed + e))`,
 with its own generator, so the global torch RNG is never read or advanced. The position in the
@@ -30,16 +32,29 @@ from typing import Any
 
 import torch
 
-from ampkit.data.batching import BATCHING_STRATEGIES, Batch, best_fit_row, collate_pack, collate_pad
-from ampkit.data.corpus import Corpus, paragraphs, train_val_split
-from ampkit.data.dedup import DedupStats, apply_dedup
+from ampkit.data.batching import (
+    BATCHING_STRATEGIES,
+    IGNORE_INDEX,
+    Batch,
+    best_fit_row,
+    collate_pack,
+    collate_pad,
+)
+from ampkit.data.chat import ChatTemplate
+from ampkit.data.corpus import Corpus, train_val_split
+from ampkit.data.dedup import DedupStats, dedup_indices
+from ampkit.data.instructions import InstructionSet
+from ampkit.data.samples import encode_sample
 from ampkit.data.tokenizer import Tokenizer
 from ampkit.errors import UsageError
 
 MIN_UNIT_TOKENS = 2  # one (input, target) pair; shorter units carry no training signal
 
 
-def make_units(token_lists: Sequence[Sequence[int] | torch.Tensor], *, seq_len: int) -> list[torch.Tensor]:
+TokenList = Sequence[int] | torch.Tensor
+
+
+def make_units(token_lists: Sequence[TokenList], *, seq_len: int) -> list[torch.Tensor]:
     """Turn token lists into units of 2 .. seq_len + 1 tokens; no target is ever lost.
 
     A list longer than seq_len + 1 is cut into consecutive windows of seq_len + 1 tokens that
@@ -47,15 +62,44 @@ def make_units(token_lists: Sequence[Sequence[int] | torch.Tensor], *, seq_len: 
     appears as a target exactly once: sum of (len(unit) - 1) == sum of (len(list) - 1).
     Lists with fewer than 2 tokens are dropped (they have no target).
     """
+    return make_labeled_units(token_lists, None, seq_len=seq_len)[0]
+
+
+def make_labeled_units(
+    token_lists: Sequence[TokenList],
+    label_lists: Sequence[TokenList | None] | None,
+    *,
+    seq_len: int,
+    truncate: bool = False,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """`make_units` with each list's labels cut the same way: (units, their labels).
+
+    `label_lists[i]` None (or no `label_lists`): every token carries a loss, and the unit is its own
+    labels (the same tensor, no copy). `truncate`: keep only the first window of a long list (an
+    instruction example: a window without its prompt teaches little) instead of windowing it all.
+    A unit none of whose targets carries a loss is dropped: it would cost compute and train nothing.
+    """
     _check_positive("seq_len", seq_len)
-    units = []
-    for tokens in token_lists:
+    units: list[torch.Tensor] = []
+    labels: list[torch.Tensor] = []
+    for i, tokens in enumerate(token_lists):
         t = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
+        lab = None if label_lists is None else label_lists[i]
+        lab_t = t if lab is None or lab is tokens else torch.as_tensor(lab, dtype=torch.long).reshape(-1)
         if len(t) < MIN_UNIT_TOKENS:
             continue
-        for start in range(0, len(t) - 1, seq_len):  # the last window always has >= 2 tokens
-            units.append(t[start : start + seq_len + 1].clone())
-    return units
+        starts = range(0, 1) if truncate else range(0, len(t) - 1, seq_len)  # the last window has >= 2 tokens
+        for start in starts:
+            unit = t[start : start + seq_len + 1].clone()
+            if lab_t is t:
+                units.append(unit)
+                labels.append(unit)
+                continue
+            unit_labels = lab_t[start : start + seq_len + 1].clone()
+            if bool((unit_labels[1:] != IGNORE_INDEX).any()):
+                units.append(unit)
+                labels.append(unit_labels)
+    return units, labels
 
 
 class BatchSampler:
@@ -76,22 +120,30 @@ class BatchSampler:
         strategy: str = "pad",
         pad_id: int = 0,
         shuffle: bool = True,
+        labels: Sequence[TokenList | None] | None = None,
+        truncate: bool = False,
     ) -> None:
+        """`units`: token lists, cut into units here (`make_labeled_units`, with `labels` and
+        `truncate`: one label list per token list, None where every token carries a loss)."""
         _check_positive("batch_size", batch_size)
         _check_positive("seq_len", seq_len)
         if strategy not in BATCHING_STRATEGIES:
             known = ", ".join(BATCHING_STRATEGIES)
             raise UsageError(f"unknown batching strategy {strategy!r}; choose one of: {known}")
-        self.units = make_units(units, seq_len=seq_len)
+        self.units, self.labels = make_labeled_units(units, labels, seq_len=seq_len, truncate=truncate)
         if not self.units:
-            raise UsageError("no training text: every unit has fewer than 2 tokens; give a corpus with more text")
+            raise UsageError(
+                "no training text: every unit has fewer than 2 tokens or no token with a loss; give more text "
+                "(instruction data: answers within --seq-len)"
+            )
         self.batch_size = batch_size
         self.seq_len = seq_len
         self.seed = seed
         self.strategy = strategy
         self.pad_id = pad_id
         self.shuffle = shuffle
-        self.num_tokens = sum(len(u) - 1 for u in self.units)  # real targets per epoch
+        self.num_tokens = sum(len(u) - 1 for u in self.units)  # real target slots per epoch, masked or not
+        self.num_trained = sum(int((lab[1:] != IGNORE_INDEX).sum()) for lab in self.labels)  # with a loss
         self.epoch = 0
         self.cursor = 0  # index into this epoch's order of the next unit to take
         self._order: list[int] | None = None  # cached unit order for self.epoch
@@ -139,9 +191,6 @@ class BatchSampler:
         self.cursor += 1
         return index
 
-    def _next_unit(self) -> torch.Tensor:
-        return self.units[self._next_index()]
-
     def next_batch(self) -> Batch:
         """The next batch by the strategy (see the module docstring); advances the stream."""
         if self.strategy == "pack":
@@ -150,10 +199,11 @@ class BatchSampler:
             self._wrap_epoch()
             self._epoch_order()  # (re)builds this epoch's order and its group boundaries
             end = next(e for e in self._group_ends if e > self.cursor)
-            chosen = [self._next_unit() for _ in range(end - self.cursor)]
+            chosen = [self._next_index() for _ in range(end - self.cursor)]
         else:
-            chosen = [self._next_unit() for _ in range(self.batch_size)]
-        return collate_pad(chosen, pad_id=self.pad_id)
+            chosen = [self._next_index() for _ in range(self.batch_size)]
+        units = [self.units[i] for i in chosen]
+        return collate_pad(units, pad_id=self.pad_id, labels=[self.labels[i] for i in chosen])
 
     def _next_packed_batch(self) -> Batch:
         """Best-fit units into `batch_size` rows, deferring misfits (see the module docstring).
@@ -161,15 +211,15 @@ class BatchSampler:
         Never empty: the first deferred unit (or, with none, the first new unit) meets empty rows,
         and a unit has at most seq_len slots. Terminates: every placed unit fills >= 1 slot.
         """
-        rows: list[list[torch.Tensor]] = [[] for _ in range(self.batch_size)]
+        rows: list[list[int]] = [[] for _ in range(self.batch_size)]  # unit indices per row
         free = [self.seq_len] * self.batch_size
 
         def place(index: int) -> bool:
-            unit = self.units[index]
-            row = best_fit_row(free, len(unit) - 1)
+            need = len(self.units[index]) - 1
+            row = best_fit_row(free, need)
             if row is not None:
-                rows[row].append(unit)
-                free[row] -= len(unit) - 1
+                rows[row].append(index)
+                free[row] -= need
             return row is not None
 
         # Deferred units first, in order; one that still fits nowhere (only after a smaller
@@ -181,7 +231,12 @@ class BatchSampler:
                 waiting.append(index)
         self._pending = waiting
         used = [r for r in rows if r]  # rows left empty (tiny corpora) are not sent to the model
-        return collate_pack(used, seq_len=self.seq_len, pad_id=self.pad_id)
+        return collate_pack(
+            [[self.units[i] for i in r] for r in used],
+            seq_len=self.seq_len,
+            pad_id=self.pad_id,
+            labels=[[self.labels[i] for i in r] for r in used],
+        )
 
     def __iter__(self) -> Iterator[Batch]:
         while True:
@@ -199,6 +254,7 @@ class BatchSampler:
             "batch_size": self.batch_size,
             "num_units": len(self.units),
             "num_tokens": self.num_tokens,
+            "num_trained": self.num_trained,
             "pending": list(self._pending),
         }
 
@@ -210,12 +266,14 @@ class BatchSampler:
         and `strategy` may change between pad and pack (same unit order; the position is counted
         in units, not batches); bucket's order depends on both, so with bucket they must match.
         """
-        for key in ("seed", "shuffle", "seq_len", "num_units", "num_tokens"):
+        for key in ("seed", "shuffle", "seq_len", "num_units", "num_tokens", "num_trained"):
             mine = len(self.units) if key == "num_units" else getattr(self, key)
+            if key == "num_trained" and key not in state:  # written before loss masks: all trained
+                continue
             if state.get(key) != mine:
                 raise UsageError(
                     f"cannot resume the data stream: saved {key}={state.get(key)!r} but this run has {mine!r}; "
-                    "resume with the same corpus, tokenizer, seq_len and seed"
+                    "resume with the same corpus, tokenizer, seq_len, seed and --train-on"
                 )
         if "bucket" in (state.get("strategy"), self.strategy):
             for key in ("strategy", "batch_size"):
@@ -249,7 +307,7 @@ class TrainData:
 
 
 def build_data(
-    corpus: Corpus,
+    corpus: Corpus | InstructionSet,
     tokenizer: Tokenizer,
     *,
     seq_len: int,
@@ -259,30 +317,49 @@ def build_data(
     max_val_batches: int = 16,
     strategy: str = "pad",
     dedup: str = "none",
+    template: ChatTemplate | None = None,
+    train_on: str = "auto",
 ) -> TrainData:
-    """Paragraphs -> dedup -> seeded train/val split -> train sampler and held-out batches.
+    """Samples -> tokens and labels -> dedup -> seeded train/val split -> train sampler and held-out batches.
 
-    Dedup runs before the split so a duplicate can never sit on both sides (a held-out paragraph
-    also seen in training would flatter the held-out loss). The validation batches cover the val
-    paragraphs once, in corpus order, `batch_size` units each (the last one may be smaller), capped
-    at `max_val_batches`. They are always padded, whatever `strategy`: the held-out set and its
-    per-token loss are then identical across strategies (packing a fixed count of batches would
-    cover more paragraphs and change what "held-out loss" measures).
+    The samples are a text corpus's paragraphs or instruction examples rendered with `template` (their
+    loss spans per `train_on`); each is tokenized once. Dedup runs before the split so a duplicate can
+    never sit on both sides (a held-out paragraph also seen in training would flatter the held-out
+    loss). The validation batches cover the val samples once, in corpus order, `batch_size` units each
+    (the last one may be smaller), capped at `max_val_batches`. They are always padded, whatever
+    `strategy`: the held-out set and its per-token loss are then identical across strategies (packing
+    a fixed count of batches would cover more paragraphs and change what "held-out loss" measures).
+    Instruction examples are truncated to seq_len + 1 tokens, not windowed (`make_labeled_units`).
     """
     _check_positive("max_val_batches", max_val_batches)
-    kept, stats = apply_dedup(paragraphs(corpus), mode=dedup, count_tokens=lambda text: len(tokenizer.encode(text)))
-    train_text, val_text = train_val_split(kept, val_fraction=val_fraction, seed=seed)
+    samples = corpus.samples(template, train_on=train_on)
+    encoded = [encode_sample(tokenizer, sample) for sample in samples]
+    level = "paragraph" if corpus.format == "text" else "example"
+    kept, stats = dedup_indices([s.text for s in samples], mode=dedup, sizes=[len(e.ids) for e in encoded], level=level)
+    train_idx, val_idx = train_val_split(kept, val_fraction=val_fraction, seed=seed)
+    truncate = corpus.format != "text"
+    if truncate and not any(bool((encoded[i].labels[1 : seq_len + 1] != IGNORE_INDEX).any()) for i in train_idx):
+        raise UsageError(
+            f"{corpus.name}: no training example has a token with a loss within its first --seq-len {seq_len} "
+            "tokens (examples are cut there); raise --seq-len or shorten the prompts"
+        )
     train = BatchSampler(
-        [tokenizer.encode(p) for p in train_text],
+        [encoded[i].ids for i in train_idx],
+        labels=[encoded[i].labels for i in train_idx],
         batch_size=batch_size,
         seq_len=seq_len,
         seed=seed,
         strategy=strategy,
         pad_id=0,
+        truncate=truncate,
     )
-    val_units = make_units([tokenizer.encode(p) for p in val_text], seq_len=seq_len)
+    val_units, val_labels = make_labeled_units(
+        [encoded[i].ids for i in val_idx], [encoded[i].labels for i in val_idx], seq_len=seq_len, truncate=truncate
+    )
     starts = range(0, min(len(val_units), batch_size * max_val_batches), batch_size)
-    val_batches = [collate_pad(val_units[s : s + batch_size], pad_id=0) for s in starts]
+    val_batches = [
+        collate_pad(val_units[s : s + batch_size], pad_id=0, labels=val_labels[s : s + batch_size]) for s in starts
+    ]
     return TrainData(train=train, val_batches=val_batches, dedup=stats)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ampkit.core.counts import Counts
 from ampkit.core.parallel import LocalRun
 from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.errors import RunInterrupted, TrainingError, UsageError
@@ -71,7 +72,7 @@ class ProcessGroupRun(LocalRun):
     def micro_batch_context(self, *, last: bool) -> contextlib.AbstractContextManager:
         return self.grad_sync(last)
 
-    def step_counts(self, tokens: int, slots: int) -> tuple[int, int]:
+    def step_counts(self, counts: Counts) -> Counts:
         # Every rank reads the same seeded stream, so it knows the others' counts: no sync needed.
         assert self.sampler is not None, "build_run sets the sampler before the first step"
         return self.sampler.take_step_counts()

@@ -17,32 +17,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ampkit.core.counts import NO_COUNTS, Counts, as_counts
 from ampkit.errors import UsageError
 
 
 class RankShardedSampler:
     """Wraps a task's batch stream: `next_batch()` returns this rank's batch of the next round of W;
-    `count` is the task's `count(batch) -> (items, slots)` (host ints)."""
+    `count` is the task's `count(batch)` (host ints: `Counts`, or an older task's (items, slots))."""
 
-    def __init__(self, inner, *, rank: int, world_size: int, count: Callable[[Any], tuple[int, int]]):
+    def __init__(self, inner, *, rank: int, world_size: int, count: Callable[[Any], Any]):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
         self.inner, self.rank, self.world_size, self.count = inner, rank, world_size, count
-        self._tokens = self._slots = 0  # every rank's items and slots drawn since take_step_counts()
+        self._counts = NO_COUNTS  # every rank's token account drawn since take_step_counts()
 
     def next_batch(self):
         drawn = [self.inner.next_batch() for _ in range(self.world_size)]
         for batch in drawn:
-            items, slots = self.count(batch)
-            self._tokens += items
-            self._slots += slots
+            self._counts = self._counts + as_counts(self.count(batch))
         return drawn[self.rank]
 
-    def take_step_counts(self) -> tuple[int, int]:
-        """(items, slots: real target tokens and all slots for a language model) of every rank's
-        batches since the last call; resets."""
-        counts = (self._tokens, self._slots)
-        self._tokens = self._slots = 0
+    def take_step_counts(self) -> Counts:
+        """The token account (trained, processed, slots) of every rank's batches since the last
+        call; resets."""
+        counts, self._counts = self._counts, NO_COUNTS
         return counts
 
     def state_dict(self) -> dict[str, Any]:
@@ -56,4 +54,4 @@ class RankShardedSampler:
                 f"{self.world_size}: resume with the same number of processes (see docs/distributed.md)"
             )
         self.inner.load_state_dict(state["inner"])
-        self._tokens = self._slots = 0
+        self._counts = NO_COUNTS

@@ -10,6 +10,7 @@ from ampkit.summaries.spec import NUM, OPT_NUM, Absent, ListOf, MapOf, OneOf, Op
 TIMING = {
     "items_per_s": NUM,
     "items_per_s_all": NUM,
+    "processed_per_s": Absent(NUM),
     "measured_s": NUM,
     "step_ms_median": NUM,
     "step_ms_p10": NUM,

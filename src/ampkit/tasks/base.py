@@ -9,7 +9,8 @@ worker, doctor, the smoke test and fidelity call only this contract; none of the
     task.train_stream(batch_size=..., seed=...) .next_batch(), .state_dict(), .load_state_dict()
     task.held_out(batch_size=..., max_batches=..., seed=...)   a list of batches ([]: the task has none)
     task.loss(model, batch) -> (loss, outputs)  mean over the batch's items, fp32 0-d; model outputs
-    task.count(batch) -> (items, slots)         host ints, no device sync (slots >= items: padding)
+    task.count(batch) -> Counts                 host ints, no device sync: trained <= processed <= slots
+                                                (`ampkit.core.counts`; an older (items, slots) pair still works)
 Optional (a task may leave them out; `ampkit.tasks.optional` reads them with defaults):
     task.flops_per_item(batch_size=...) -> float | None   analytic training FLOPs per item
     task.repeated_blocks(model) -> list[nn.Module]        for activation checkpointing and FSDP2
@@ -34,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from ampkit.core.counts import Counts
 from ampkit.errors import UsageError
 from ampkit.precision.base import LOSS_ONLY
 
@@ -64,7 +66,7 @@ class Task(Protocol):
 
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, Any]: ...
 
-    def count(self, batch: Any) -> tuple[int, int]: ...
+    def count(self, batch: Any) -> Counts | tuple[int, int]: ...
 
 
 @dataclass(frozen=True)
@@ -221,8 +223,8 @@ class SupervisedTask:
         outputs = model(batch.inputs)
         return self.loss_fn(outputs.float(), batch.targets), outputs
 
-    def count(self, batch: TensorBatch) -> tuple[int, int]:
-        return batch.size, batch.size
+    def count(self, batch: TensorBatch) -> Counts:
+        return Counts(trained=batch.size, processed=batch.size, slots=batch.size)
 
     def repeated_blocks(self, model: nn.Module) -> list[nn.Module]:
         return list(self.blocks(model)) if self.blocks else []

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ampkit.core.counts import Counts, as_counts
 from ampkit.core.step import policy_loss
 from ampkit.errors import UsageError
 from ampkit.tasks import optional
@@ -39,14 +40,23 @@ def check_batch_device(task, batch: Any, device: torch.device) -> Any:
     return moved
 
 
-def check_counts(task, batch: Any) -> tuple[int, int]:
-    items, slots = task.count(batch)
-    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (items, slots)) or not 0 < items <= slots:
+def check_counts(task, batch: Any) -> Counts:
+    """The task's count of `batch` (`Counts`, or an older task's (items, slots) pair), checked:
+    host ints, 0 < trained <= processed <= slots."""
+    value = task.count(batch)
+    try:
+        counts = as_counts(value)
+    except (TypeError, ValueError):
+        counts = None
+    numbers = [counts.trained, counts.processed, counts.slots] if counts is not None else []
+    ints = bool(numbers) and all(isinstance(n, int) and not isinstance(n, bool) for n in numbers)
+    if not ints or not 0 < numbers[0] <= numbers[1] <= numbers[2]:
         raise UsageError(
-            f"task {task.name}: count(batch) must give two ints, 0 < items <= slots (host values, no tensors), "
-            f"got {items!r}, {slots!r}"
+            f"task {task.name}: count(batch) must give two ints, 0 < items <= slots, or ampkit.core.counts.Counts, "
+            f"0 < trained <= processed <= slots (host values, no tensors), got {value!r}"
         )
-    return items, slots
+    assert counts is not None
+    return counts
 
 
 def check_loss(task, model: nn.Module, batch: Any, *, policy) -> float:

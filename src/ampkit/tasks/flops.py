@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
+from ampkit.core.counts import as_counts
 from ampkit.core.step import StepPolicy, policy_loss
 from ampkit.tasks import optional
 from ampkit.tasks.base import Task
@@ -65,7 +66,7 @@ def measure_training_flops(task: Task, model: nn.Module, batch: Any, *, policy: 
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was_training)
-    _, slots = task.count(batch)
+    slots = as_counts(task.count(batch)).slots
     return int(counter.get_total_flops()), slots
 
 

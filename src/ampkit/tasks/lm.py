@@ -1,9 +1,11 @@
 """The built-in language-model task: a preset (ampkit's Llama-style decoder) or an `hf:PATH` causal LM
-on a text corpus, under next-token cross-entropy. One item is one real target token ("tokens").
+on a text corpus or instruction data, under next-token cross-entropy. One item is one target token
+that carries a loss ("tokens": with instruction data, the answers' tokens under --train-on completion).
 
-`--model`, `--data`, `--batching`, `--dedup` and `--seq-len` configure it; the loop, bench, doctor and
-the planner see only the task contract. The corpus is tokenized once per task (the first call of
-`train_stream` or `held_out` with a given batch size and seed builds both).
+`--model`, `--data`, `--batching`, `--dedup`, `--seq-len`, `--train-on`, `--chat-template` and
+`--text-field` configure it; the loop, bench, doctor and the planner see only the task contract. The
+data is tokenized once per task (the first call of `train_stream` or `held_out` with a given batch
+size and seed builds both).
 """
 
 from __future__ import annotations
@@ -13,18 +15,23 @@ from typing import Any
 import torch
 from torch import nn
 
+from ampkit.core.counts import Counts
 from ampkit.core.step import forward_loss, lm_count
 from ampkit.data import (
     IGNORE_INDEX,
     Batch,
     ByteTokenizer,
+    ChatTemplate,
     Corpus,
+    InstructionSet,
     Tokenizer,
     TrainData,
     build_data,
+    chat_template_for,
     collate_pack,
     collate_pad,
     load_corpus,
+    load_data,
     make_units,
     paragraphs,
 )
@@ -63,7 +70,7 @@ class LMObjective:
     def loss(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         return forward_loss(model, batch)
 
-    def count(self, batch: Batch) -> tuple[int, int]:
+    def count(self, batch: Batch) -> Counts:
         return lm_count(batch)
 
     def fidelity_outputs(self, outputs: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -86,9 +93,13 @@ class LanguageModelTask(LMObjective):
         batching: str = "pad",
         dedup: str = "none",
         smoke_seq_len: int = 32,
+        train_on: str = "auto",
+        chat_template: str = "",
+        text_field: str = "text",
     ):
         self.model_spec, self.data_spec, self.seq_len, self.smoke_seq_len = model, data, seq_len, smoke_seq_len
         self.batching, self.dedup = batching, dedup
+        self.train_on, self.chat_template_path, self.text_field = train_on, chat_template, text_field
         self.tokenizer = tokenizer_for_model(model)  # hf:PATH: the folder's own tokenizer if any; else bytes
         self.model_config = resolve_model_config(model, self.tokenizer)
         if seq_len > self.model_config.max_seq_len:
@@ -102,7 +113,8 @@ class LanguageModelTask(LMObjective):
         self._data: dict[tuple[int, int], TrainData] = {}
         self._val_cap: dict[tuple[int, int], int] = {}
         self._streams_given: set[tuple[int, int]] = set()
-        self._corpus: Corpus | None = None
+        self._corpus: Corpus | InstructionSet | None = None
+        self._template: ChatTemplate | None = None
 
     # -- the contract ------------------------------------------------------------------------
     def build_model(self, *, device: torch.device, seed: int) -> nn.Module:
@@ -151,13 +163,24 @@ class LanguageModelTask(LMObjective):
             max_val_batches=max_val_batches,
             strategy=self.batching,
             dedup=self.dedup,
+            template=self.chat_template,
+            train_on=self.train_on,
         )
 
     @property
-    def corpus(self):
+    def corpus(self) -> Corpus | InstructionSet:
+        """What --data holds, found by content (`ampkit.data.load_data`): a text corpus or instruction data."""
         if self._corpus is None:
-            self._corpus = load_corpus(None if self.data_spec == "default" else self.data_spec)
+            spec = None if self.data_spec == "default" else self.data_spec
+            self._corpus = load_data(spec, text_field=self.text_field)
         return self._corpus
+
+    @property
+    def chat_template(self) -> ChatTemplate | None:
+        """The template instruction data is rendered with (None for a text corpus: nothing to render)."""
+        if self._template is None and self.corpus.format != "text":
+            self._template = chat_template_for(self.tokenizer, self.chat_template_path or None)
+        return self._template
 
     def dedup_stats(self, *, batch_size: int, seed: int) -> dict[str, Any] | None:
         stats = self.data(batch_size=batch_size, seed=seed).dedup
@@ -188,6 +211,8 @@ class LanguageModelTask(LMObjective):
             "unit": self.unit,
             "preset": self.name,
             "corpus": self.corpus.name,
+            "data_format": self.corpus.format,
+            **({"chat_template": self.chat_template.name} if self.chat_template is not None else {}),
             "parameters": self.model_config.num_parameters(),
             "seq_len": self.seq_len,
         }

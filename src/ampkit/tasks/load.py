@@ -24,7 +24,15 @@ from ampkit.tasks.base import Task
 REQUIRED = ("name", "unit", "build_model", "train_stream", "held_out", "loss", "count")
 PYTHON_OBJECT = "python:"
 """`config.task` of a run whose task object came through the Python API: "python:NAME"."""
-LM_DEFAULTS = {"model": "tiny", "data": "default", "batching": "pad", "dedup": "none"}
+LM_DEFAULTS = {
+    "model": "tiny",
+    "data": "default",
+    "batching": "pad",
+    "dedup": "none",
+    "train_on": "auto",
+    "chat_template": "",
+    "text_field": "text",
+}
 """The language-model options that mean nothing to another task (refused with --task when changed)."""
 
 
@@ -54,6 +62,12 @@ class TaskSpec:
     """the language model's corpus deduplication."""
     smoke_seq_len: int = 32
     """tokens per sample of the language model's smoke batch."""
+    train_on: str = LM_DEFAULTS["train_on"]
+    """the language model's loss mask: auto, completion or all (`ampkit.data.samples.TRAIN_ON`)."""
+    chat_template: str = LM_DEFAULTS["chat_template"]
+    """a .jinja chat template for instruction data ("": the tokenizer's own or the built-in one)."""
+    text_field: str = LM_DEFAULTS["text_field"]
+    """the field of a text .jsonl record holding the text."""
 
 
 def build_task(spec: TaskSpec) -> Task:
@@ -74,16 +88,27 @@ def build_task(spec: TaskSpec) -> Task:
             batching=spec.batching,
             dedup=spec.dedup,
             smoke_seq_len=spec.smoke_seq_len,
+            train_on=spec.train_on,
+            chat_template=spec.chat_template,
+            text_field=spec.text_field,
         )
     _refuse_lm_options(spec)
     return load_task(spec.task, kwargs)
 
 
 def _refuse_lm_options(spec: TaskSpec) -> None:
-    given = {"model": spec.model, "data": spec.data, "batching": spec.batching, "dedup": spec.dedup}
+    given = {
+        "model": spec.model,
+        "data": spec.data,
+        "batching": spec.batching,
+        "dedup": spec.dedup,
+        "train_on": spec.train_on,
+        "chat_template": spec.chat_template,
+        "text_field": spec.text_field,
+    }
     changed = [k for k, v in given.items() if v not in (LM_DEFAULTS[k], "auto")]
     if changed:
-        flags = ", ".join(f"--{k}" for k in changed)
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in changed)
         raise UsageError(
             f"{flags} configure the language-model task; --task {spec.task} brings its own model and data: drop {flags}"
         )

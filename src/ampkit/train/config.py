@@ -85,6 +85,9 @@ class TrainConfig:
             seq_len=self.data.seq_len,
             batching=self.features.batching,
             dedup=self.features.dedup,
+            train_on=self.data.train_on,
+            chat_template=self.data.chat_template,
+            text_field=self.data.text_field,
         )
 
     def doctor_args(self) -> str:

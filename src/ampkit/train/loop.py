@@ -106,30 +106,35 @@ class StepClock:
 
 
 class ThroughputWindow:
-    """Steps and real tokens since the last log step, and their wall time (evaluation, checkpoint
-    writes and rollbacks are cut out with `restart`)."""
+    """Steps, trained and processed items since the last log step, and their wall time (evaluation,
+    checkpoint writes and rollbacks are cut out with `restart`)."""
 
     def __init__(self, device: torch.device):
         self.clock = StepClock(device)
-        self.steps = self.tokens = 0
-        self.timings: list[tuple[float, float]] = []
-        """(seconds per step, real tokens per step) of each closed window"""
+        self.steps = self.tokens = self.processed = 0
+        self.timings: list[tuple[float, float, float]] = []
+        """(seconds per step, trained items per step, processed items per step) of each closed window"""
+        self.last_processed = 0
+        """the processed items of the window `close` ended last"""
 
-    def add(self, n_tokens: int) -> None:
+    def add(self, n_tokens: int, n_processed: int | None = None) -> None:
         self.steps += 1
         self.tokens += n_tokens
+        self.processed += n_tokens if n_processed is None else n_processed
 
     def close(self) -> tuple[float, int, int]:
-        """(seconds, steps, tokens) of the window now ending; a new one starts."""
+        """(seconds, steps, trained items) of the window now ending (`last_processed`: its processed
+        items); a new one starts."""
         seconds, steps, tokens = self.clock.lap(), self.steps, self.tokens
-        self.timings.append((seconds / steps, tokens / steps))
-        self.steps = self.tokens = 0
+        self.timings.append((seconds / steps, tokens / steps, self.processed / steps))
+        self.last_processed = self.processed
+        self.steps = self.tokens = self.processed = 0
         return seconds, steps, tokens
 
     def restart(self) -> None:
         """Drop the time since the last lap (it was not step time)."""
         self.clock.lap()
-        self.steps = self.tokens = 0
+        self.steps = self.tokens = self.processed = 0
 
 
 class _NoMetrics:
@@ -300,10 +305,10 @@ class _Run:
         state.step += 1
         state.tokens += result.n_tokens
         state.skipped += not result.stepped
-        window.add(result.n_tokens)
+        window.add(result.n_tokens, result.n_processed)
         record = None
         if self.cadence.logs(state.step):
-            record = _log_record(self.objs, state, result, *window.close())
+            record = _log_record(self.objs, state, result, *window.close(), processed=window.last_processed)
             metrics.write(record)
             state.first_loss = record["loss"] if state.first_loss is None else state.first_loss
             state.last_loss = record["loss"]
@@ -396,8 +401,10 @@ def _parameters(model: torch.nn.Module) -> int:
 
 
 def _log_record(
-    objs: RunObjects, state: RunProgress, result: StepResult, seconds: float, steps: int, tokens: int
+    objs: RunObjects, state: RunProgress, result: StepResult, seconds: float, steps: int, tokens: int, *, processed: int
 ) -> dict[str, Any]:
+    """One step's metrics.jsonl line; tokens_per_s: the task's trained items/s (tokens with a loss),
+    processed_tokens_per_s: the items read (masked ones too), what MFU would count."""
     return {
         "event": "train",
         "step": state.step,
@@ -405,12 +412,13 @@ def _log_record(
         "lr": objs.optimizer.param_groups[0]["lr"],
         "tokens": state.tokens,
         "tokens_per_s": tokens / seconds if seconds > 0 else math.inf,  # the task's items/s (name kept)
+        "processed_tokens_per_s": processed / seconds if seconds > 0 else math.inf,
         "step_ms": 1000.0 * seconds / steps,
         "grad_norm": result.grad_norm.item(),
         "loss_scale": objs.policy.loss_scale(),
         "skipped": not result.stepped,
         "skipped_total": state.skipped,
-        "padding_fraction": 1.0 - result.n_tokens / result.n_slots if result.n_slots else 0.0,
+        "padding_fraction": 1.0 - result.n_processed / result.n_slots if result.n_slots else 0.0,
     }
 
 
@@ -425,7 +433,7 @@ def _status_text(record: dict[str, Any], unit: str) -> str:
 def build_summary(
     objs: RunObjects,
     state: RunProgress,
-    timings: list[tuple[float, float]],
+    timings: list[tuple[float, float, float]],
     eval_losses: list[tuple[int, float]],
     *,
     wall_s: float,
@@ -434,9 +442,11 @@ def build_summary(
 ) -> dict[str, Any]:
     """The run's `summary.json` (schema version SUMMARY_SCHEMA_VERSION; fields documented in docs/)."""
     measured = timings[WARMUP_STEPS_EXCLUDED:] or timings
-    step_s = [s for s, _ in measured]
-    tokens = [t for _, t in measured]
+    step_s = [s for s, _, _ in measured]
+    tokens = [t for _, t, _ in measured]
+    processed = [p for _, _, p in measured]
     items_per_s = sum(tokens) / sum(step_s) if step_s and sum(step_s) > 0 else None
+    processed_per_s = sum(processed) / sum(step_s) if step_s and sum(step_s) > 0 else None
     return {
         "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_SCHEMA_VERSION,
@@ -451,7 +461,10 @@ def build_summary(
         "task": optional.describe(objs.task),
         "unit": objs.task.unit,
         "model": {"preset": objs.task.name, "parameters": _parameters(objs.model)},
-        "data": {"corpus": optional.describe(objs.task).get("corpus")},
+        "data": {
+            "corpus": optional.describe(objs.task).get("corpus"),
+            "format": optional.describe(objs.task).get("data_format"),
+        },
         "steps": state.step,
         "tokens": state.tokens,
         "first_loss": state.first_loss,
@@ -461,6 +474,7 @@ def build_summary(
         "eval_history": [{"step": s, "eval_loss": v} for s, v in eval_losses],
         "items_per_s": items_per_s,
         "tokens_per_s": items_per_s if objs.task.unit == "tokens" else None,
+        "processed_per_s": processed_per_s,
         "step_ms_median": 1000.0 * statistics.median(step_s) if step_s else None,
         "skipped_steps": state.skipped,
         "final_loss_scale": objs.policy.loss_scale(),
