@@ -10,21 +10,22 @@ import pytest
 import torch
 
 import ampkit
+from ampkit.formats import FORMATS
 from ampkit.hardware import describe_device
 from ampkit.hardware.gpus import DTYPE_KEYS
 from ampkit.plan.numerics import PLAN_PRECISIONS, get_numerics
-from ampkit.precision import REFERENCE, SPECS, Fp8Mode, precision_names_help
+from ampkit.precision import REFERENCE, SPECS, precision_names_help
 
-# name: (matmul_key, low_precision_key, simplicity, is_reference, fp8, low_precision_weights)
+# name: (matmul_key, low_precision_key, simplicity, is_reference, (linears' format, emulated), low_precision_weights)
 FACTS = {
-    "fp32": ("fp32", None, 0, True, None, False),
-    "tf32": ("tf32", None, 1, False, None, False),
-    "bf16-mixed": ("bf16", "bf16", 2, False, None, False),
-    "fp16-mixed": ("fp16", "fp16", 3, False, None, False),
-    "bf16-true": ("bf16", "bf16", 4, False, None, True),
-    "fp16-true": ("fp16", "fp16", 5, False, None, True),
-    "fp8": ("fp8", "bf16", 6, False, Fp8Mode.NATIVE, False),
-    "fp8-emulated": ("bf16", "bf16", 7, False, Fp8Mode.EMULATED, False),
+    "fp32": ("fp32", None, 0, True, ("fp32", False), False),
+    "tf32": ("tf32", None, 1, False, ("tf32", False), False),
+    "bf16-mixed": ("bf16", "bf16", 2, False, ("bf16", False), False),
+    "fp16-mixed": ("fp16", "fp16", 3, False, ("fp16", False), False),
+    "bf16-true": ("bf16", "bf16", 4, False, ("bf16", False), True),
+    "fp16-true": ("fp16", "fp16", 5, False, ("fp16", False), True),
+    "fp8": ("fp8", "bf16", 6, False, ("fp8-e4m3", False), False),
+    "fp8-emulated": ("bf16", "bf16", 7, False, ("fp8-e4m3", True), False),
 }
 
 
@@ -35,14 +36,16 @@ def test_every_precision_has_its_facts_listed_here():
 @pytest.mark.parametrize("name", list(SPECS))
 def test_spec_facts(name):
     spec = SPECS[name]
-    matmul_key, low_key, simplicity, is_reference, fp8, low_weights = FACTS[name]
+    matmul_key, low_key, simplicity, is_reference, (linears, emulated), low_weights = FACTS[name]
     assert spec.matmul_key == matmul_key
     assert spec.low_precision_key == low_key
     assert spec.simplicity == simplicity
     assert spec.is_reference is is_reference
-    assert spec.fp8 is fp8
+    assert (spec.linears, spec.emulated) == (linears, emulated)
     assert spec.low_precision_weights is low_weights
-    assert spec.emulated is (fp8 is Fp8Mode.EMULATED)
+    assert spec.converts_linears is (linears == "fp8-e4m3") and spec.native_low_bit is (
+        spec.converts_linears and not emulated
+    )
 
 
 @pytest.mark.parametrize("name", list(SPECS))
@@ -53,7 +56,7 @@ def test_spec_facts_agree_with_the_dtypes(name):
     assert spec.low_precision_key in (None, "bf16", "fp16")
     assert (spec.low_precision_key is None) == (spec.compute_dtype == torch.float32)
     assert spec.low_precision_weights == (spec.param_dtype != torch.float32)
-    assert spec.fp8 is None or isinstance(spec.fp8, Fp8Mode)
+    assert spec.linears in FORMATS  # a format of the registry
     assert isinstance(describe_device("cpu").is_native(spec.matmul_key), bool)  # a key DeviceInfo knows
     assert get_numerics(name).peak_key == spec.matmul_key  # plan's compute time reads the same column
 
@@ -100,7 +103,7 @@ def test_help_lists_every_precision(command, flag, expected, run_cli, monkeypatc
 
 # --- no precision-name comparisons outside ampkit.precision ----------------------------------------
 
-PRECISION_LITERALS = set(SPECS) | {m.value for m in Fp8Mode} | {"-mixed", "-true", "-emulated"}
+PRECISION_LITERALS = set(SPECS) | {"native", "emulated"} | {"-mixed", "-true", "-emulated"}
 """Quoted strings that, compared against something, re-derive a precision fact from its name."""
 
 # hardware's dtype keys ("fp32", "tf32", "fp8", ...) share some spellings with precision names; a

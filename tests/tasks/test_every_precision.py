@@ -14,7 +14,6 @@ from ampkit.core import build_trainer
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device
 from ampkit.precision import SPECS, build_precision, check_supported
-from ampkit.precision.table import Fp8Mode
 from ampkit.tasks.builtin import BUILTIN_TASKS, builtin_task
 
 CPU = torch.device("cpu")
@@ -23,7 +22,7 @@ TINY = {  # a few thousand parameters each; 16-wide Linears, so fp8-emulated con
     "convnet": {"widths": (4, 8, 8), "blocks_per_stage": 1, "image_size": 8, "train_size": 16, "held_size": 8},
     "encoder": {"d_model": 16, "n_heads": 2, "n_layers": 1, "seq_len": 8, "train_size": 16, "held_size": 8},
 }
-REFUSED_ON_CPU = sorted(n for n, s in SPECS.items() if s.tf32 or s.fp8 is Fp8Mode.NATIVE)  # tf32, fp8
+REFUSED_ON_CPU = sorted(n for n, s in SPECS.items() if s.tf32 or s.native_low_bit)  # tf32, fp8
 RUNS_ON_CPU = sorted(set(SPECS) - set(REFUSED_ON_CPU))
 
 

@@ -199,7 +199,7 @@ def resolve_for_device(config: BenchConfig, info: DeviceInfo) -> tuple[BenchConf
     defaults = CPU_DEFAULTS if info.type == "cpu" else CUDA_DEFAULTS  # every accelerator: the GPU shape
     names = parse_precisions(config.precisions) or default_precisions(info)
     if config.lora.enabled and not config.precisions:  # fp8 swaps the Linear layers LoRA adapts
-        names = [n for n in names if SPECS[n].fp8 is None]
+        names = [n for n in names if not SPECS[n].converts_linears]
     for name in names:
         check_lora_run(config.lora, precision=split_candidate(name)[0])
     warnings: list[str] = []

@@ -121,7 +121,7 @@ def check_lora_run(settings: LoraSettings, *, precision: str, parallel: str = "n
         return
     from ampkit.precision import get_spec
 
-    if get_spec(precision).fp8 is not None:
+    if get_spec(precision).converts_linears:
         raise UsageError(
             f"--lora with {precision}: fp8 swaps the Linear layers LoRA adapts; "
             "use bf16-mixed (or fp16-mixed) with --lora"

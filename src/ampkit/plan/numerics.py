@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ampkit.errors import UsageError
-from ampkit.precision import SPECS, Fp8Mode, canonical_name
+from ampkit.precision import SPECS, canonical_name
 
 FP32_BYTES = 4  # norm statistics, RoPE, log-softmax and the loss are fp32 in every regime
 # Planned by default ("all"): the vocabulary without its test-only emulated variants.
@@ -63,9 +63,9 @@ def get_numerics(name: str) -> Numerics:
         param_bytes=_bytes(spec.param_dtype),
         compute_bytes=_bytes(spec.compute_dtype),
         autocast=spec.autocast,
-        float8_block_linears=spec.fp8 is not None,
+        float8_block_linears=spec.converts_linears,
         peak_key=spec.matmul_key,
-        traceable=spec.fp8 is not Fp8Mode.NATIVE,
+        traceable=not spec.native_low_bit,
     )
 
 

@@ -22,7 +22,7 @@ from ampkit.plan.kv.budget import activation_reserve_bytes, kv_budget, kv_pool_b
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import optimizer_state_bytes
 from ampkit.plan.setting import GIB, TENSOR_LINES, Ledger, Reserve, StepSetting
-from ampkit.precision import Fp8Mode, get_spec
+from ampkit.precision import get_spec
 
 PLAN_SCHEMA = "ampkit.plan/1"
 KV_SCHEMA = "ampkit.kv/1"
@@ -212,7 +212,7 @@ def _fp8_block(desc: ModelDescription, config: PlanConfig, target: Target | None
     """Per Linear, whether fp8 pays on the target GPU (only when fp8 is among the precisions)."""
     from ampkit.plan.analytic.fp8 import fp8_plan
 
-    native_fp8 = any(get_spec(p).fp8 is Fp8Mode.NATIVE for p in config.precision_list())
+    native_fp8 = any(get_spec(p).native_low_bit for p in config.precision_list())
     if not native_fp8 or target is None:
         return None
     return fp8_plan(desc, micro_batch=config.batch_size, seq_len=config.seq_len, gpu=target.gpu)

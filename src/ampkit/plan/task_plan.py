@@ -135,7 +135,7 @@ def _has_blocks(task: Task) -> bool:
 def traceable(precision: str) -> bool:
     """Native fp8 needs an sm89+ GPU's kernels; fp8-emulated traces the same recipe on CPU."""
     spec = get_spec(precision)
-    return spec.fp8 is None or spec.emulated
+    return not spec.native_low_bit
 
 
 TABLE_HEADERS = ["precision / optimizer", "ckpt", "params", "grads", "states", "activ", "temps", "total GiB", "fits"]

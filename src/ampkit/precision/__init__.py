@@ -13,7 +13,6 @@ from ampkit.precision.table import (
     ALIASES,
     REFERENCE,
     SPECS,
-    Fp8Mode,
     PrecisionSpec,
     canonical_name,
     get_spec,
@@ -29,7 +28,6 @@ __all__ = [
     "REFERENCE",
     "SPECS",
     "AutocastPrecision",
-    "Fp8Mode",
     "Fp8Options",
     "Fp8Precision",
     "LossScaleCollapse",
@@ -56,7 +54,7 @@ def check_supported(name: str, info: DeviceInfo) -> list[str]:
             f"tf32 needs {REQUIREMENTS['tf32']}; {_lacking(info, 'tf32')}: use fp32 "
             "(or fp16-mixed on a GPU with fp16 matrix units)"
         )
-    if spec.fp8 is Fp8Mode.NATIVE and not info.has_fp8:
+    if spec.native_low_bit and not info.has_fp8:
         raise UsageError(
             f"fp8 needs {REQUIREMENTS['fp8']}; {_lacking(info, 'fp8')}: use bf16-mixed, or fp8-emulated to "
             "exercise the fp8 code path without a speedup"
@@ -92,7 +90,7 @@ def build_precision(
 ) -> Precision:
     """The policy object for a precision name or alias; `fp8`: the fp8 recipe and roofline filter."""
     spec = get_spec(name)
-    if spec.fp8:
+    if spec.converts_linears:
         return Fp8Precision(spec, device_type=device_type, scaler=scaler, fp8=fp8)
     if spec.autocast:
         return AutocastPrecision(spec, device_type=device_type, scaler=scaler)

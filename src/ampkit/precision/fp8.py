@@ -20,7 +20,7 @@ from torch import nn
 from ampkit.errors import UsageError
 from ampkit.precision.amp import AutocastPrecision, ScalerConfig
 from ampkit.precision.fp8_roofline import Roofline, predicted_speedup
-from ampkit.precision.table import Fp8Mode, PrecisionSpec
+from ampkit.precision.table import PrecisionSpec
 
 MIN_FEATURES = 16
 SKIP_MODULES = ("lm_head",)
@@ -92,7 +92,7 @@ class Fp8Precision(AutocastPrecision):
         float8 = _load_torchao_float8()
         config = dataclasses.replace(
             float8.Float8LinearConfig.from_recipe_name(self.options.recipe),
-            emulate=self.spec.fp8 is Fp8Mode.EMULATED,
+            emulate=self.spec.emulated,
             enable_fsdp_float8_all_gather=self.options.fsdp_all_gather,
         )
         options = self.options

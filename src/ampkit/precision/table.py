@@ -7,22 +7,12 @@ adding a precision is one entry in `SPECS`, and every command (bench, train, doc
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import torch
 
 from ampkit.errors import UsageError
-from ampkit.formats import short_name
-
-
-class Fp8Mode(enum.Enum):
-    """How an fp8 precision runs its float8 Linear matmuls."""
-
-    NATIVE = "native"
-    """float8 tensor cores (CUDA sm89+): the speedup fp8 is for."""
-    EMULATED = "emulated"
-    """torchao rounds to float8 in software, on any device: exercises the code path, no speedup."""
+from ampkit.formats import NumericFormat, get_format, short_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,8 +30,12 @@ class PrecisionSpec:
     """whether a dynamic GradScaler guards the backward pass."""
     tf32: bool
     """whether TF32 tensor-core matmuls (cuBLAS and cuDNN) are allowed."""
-    fp8: Fp8Mode | None = None
-    """float8 Linear layers: NATIVE (CUDA sm89+), EMULATED (software, any device), or None (no fp8)."""
+    linears: str
+    """the numeric format (`ampkit.formats`) its Linear layers multiply in: the compute dtype's, "tf32",
+    or a low-bit one ("fp8-e4m3") whose converter swaps the Linears (torchao's Float8Linear)"""
+    emulated: bool = False
+    """the low-bit matmuls are rounded in software and multiplied in bf16, on every device: a test
+    path with no speedup (fp8-emulated)"""
     simplicity: int
     """rank that breaks ties in `bench`'s recommendation, simpler first (unique per precision): fewer
     moving parts (no loss scaler, fp32 master weights) and fewer ways to lose fidelity rank lower."""
@@ -56,11 +50,7 @@ class PrecisionSpec:
         """The dtype key ("fp32", "tf32", "bf16", "fp16", "fp8") its matmuls run at: the column of the
         GPU peak-FLOP tables (MFU, plan's compute time) and the argument of `DeviceInfo.is_native`.
         Emulated fp8 rounds in software and multiplies in bf16, so it runs at bf16's peak."""
-        if self.tf32:
-            return "tf32"
-        if self.fp8 is Fp8Mode.NATIVE:
-            return "fp8"
-        return short_name(self.compute_dtype)
+        return short_name(self.compute_dtype) if self.emulated else self.linear_format.key
 
     @property
     def compute_dtype_key(self) -> str:
@@ -82,13 +72,22 @@ class PrecisionSpec:
         return self.param_dtype != torch.float32
 
     @property
-    def emulated(self) -> bool:
-        """Runs by software emulation on every device: a test path with no speedup (fp8-emulated)."""
-        return self.fp8 is Fp8Mode.EMULATED
+    def linear_format(self) -> NumericFormat:
+        return get_format(self.linears)
+
+    @property
+    def converts_linears(self) -> bool:
+        """Its Linear layers are swapped for low-bit ones (a format narrower than 16 bits: fp8, and the
+        microscaling formats to come); the rest of the model runs autocast in `compute_dtype`."""
+        return self.linear_format.bits < 16
+
+    @property
+    def native_low_bit(self) -> bool:
+        """Low-bit Linears on the hardware's own matrix units (needs the device to have them)."""
+        return self.converts_linears and not self.emulated
 
 
 _f32, _bf16, _f16 = torch.float32, torch.bfloat16, torch.float16
-_NATIVE, _EMULATED = Fp8Mode.NATIVE, Fp8Mode.EMULATED
 
 
 def _spec(
@@ -100,7 +99,8 @@ def _spec(
     *,
     loss_scaling: bool = False,
     tf32: bool = False,
-    fp8: Fp8Mode | None = None,
+    linears: str = "",
+    emulated: bool = False,
     is_reference: bool = False,
 ) -> PrecisionSpec:
     """One row of `SPECS`. Autocast is what makes a regime mixed: fp32 weights computing in a 16-bit dtype."""
@@ -114,7 +114,8 @@ def _spec(
         autocast=mixed,
         loss_scaling=loss_scaling,
         tf32=tf32,
-        fp8=fp8,
+        linears=linears or ("tf32" if tf32 else short_name(compute_dtype)),
+        emulated=emulated,
         summary=summary,
     )
 
@@ -131,8 +132,16 @@ _TABLE = (
     _spec("bf16-mixed", 2, _f32, _bf16, "fp32 weights, bf16 autocast (default on Ampere+)"),
     _spec("bf16-true", 4, _bf16, _bf16, "bf16 weights and compute: memory-lean, costs fidelity"),
     _spec("fp16-true", 5, _f16, _f16, "model.half(): kept to show why it fails"),
-    _spec("fp8", 6, _f32, _bf16, "float8 Linear matmuls (torchao), bf16 elsewhere; CUDA sm89+", fp8=_NATIVE),
-    _spec("fp8-emulated", 7, _f32, _bf16, "fp8 with software emulation: tests the path, no speedup", fp8=_EMULATED),
+    _spec("fp8", 6, _f32, _bf16, "float8 Linear matmuls (torchao), bf16 elsewhere; CUDA sm89+", linears="fp8-e4m3"),
+    _spec(
+        "fp8-emulated",
+        7,
+        _f32,
+        _bf16,
+        "fp8 with software emulation: tests the path, no speedup",
+        linears="fp8-e4m3",
+        emulated=True,
+    ),
 )
 SPECS: dict[str, PrecisionSpec] = {s.name: s for s in _TABLE}
 

@@ -205,7 +205,7 @@ def mixed_precision_notes(rows: list[dict[str, Any]]) -> list[str]:
         (r, fp32[same(r)])
         for r in rows
         if spec(r).autocast
-        and spec(r).fp8 is None  # fp32 weights computing in fp16/bf16 (the -mixed regimes)
+        and not spec(r).converts_linears  # fp32 weights computing in fp16/bf16 (the -mixed regimes)
         and same(r) in fp32
         and primary(r)["total_bytes"] > primary(fp32[same(r)])["total_bytes"]
         and _group_bytes(r, ("weight_copies",)) > 0  # the note's reason: not the loss scaler's few bytes
