@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from rich.console import Console
 
+from ampkit.cli.train import _print_summary
 from ampkit.data import IGNORE_INDEX
 from ampkit.tasks.lm import LanguageModelTask
 
@@ -32,6 +34,9 @@ def test_train_on_instruction_data_counts_the_answers_tokens(request, tmp_path, 
     assert summary["final_loss"] == summary["final_loss"]  # finite, not NaN
     assert summary["processed_per_s"] > summary["items_per_s"] > 0  # the prompts were read, not trained
     assert summary["data"]["format"] == format
+    console = Console(record=True, width=80)
+    _print_summary(console, summary, tmp_path / "run")  # the end-of-run table says what it found
+    assert f"{path.name} ({format})" in console.export_text()
 
 
 def test_lora_on_an_hf_model_with_its_own_chat_template(tmp_path, run_cli, bpe_model_dir, chat_file):

@@ -145,7 +145,9 @@ def _processed_row(summary: dict) -> list[tuple[str, str]]:
 
 def _print_summary(console: Console, summary: dict, run_dir: Path) -> None:
     """The end-of-run lines: metric and value (a value wraps between words), then the run directory."""
+    data = summary.get("data") or {}
     rows = [
+        *([("data", f"{data['corpus']} ({data['format']})")] if data.get("format") and data.get("corpus") else []),
         ("steps", f"{summary['steps']}"),
         ("first / final train loss", f"{summary['first_loss']:.4f} / {summary['final_loss']:.4f}"),
         ("held-out loss (start -> end)", _fmt_pair(summary["eval_loss_initial"], summary["eval_loss"])),
