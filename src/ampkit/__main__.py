@@ -1,3 +1,3 @@
-from ampkit.cli import main
+from ampkit.cli import console_main
 
-raise SystemExit(main())
+console_main()

@@ -20,3 +20,19 @@ def test_a_gpu_too_small_for_the_weights_gets_a_warning(parse, tmp_path, capsys)
     assert kv_cli.run(args) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "= KV pool: " in text and "nothing is left for the KV cache" in text
+
+
+def test_the_command_ends_without_teardown_and_delivers_everything(tmp_path):
+    """`python -m ampkit kv` (a `QUICK_EXIT` command) ends by os._exit after the answer: the whole JSON on
+    stdout, the run directory complete, and the exit codes of success and of bad input as ever."""
+    from ampkit.cli import QUICK_EXIT
+    from helpers import ampkit_process
+
+    assert "kv" in QUICK_EXIT and "train" not in QUICK_EXIT  # train closes writers and checkpoints itself
+    out = tmp_path / "kv"
+    done = ampkit_process("kv", "--model", "7b", "--gpu", "A100-80GB", "--json", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == json.loads((out / "summary.json").read_text())
+    assert (out / "report.html").read_text().rstrip().endswith("</html>")
+    bad = ampkit_process("kv", "--model", "7b", "--gpu", "no-such-gpu", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
