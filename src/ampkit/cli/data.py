@@ -43,7 +43,9 @@ def register(subparsers) -> argparse.ArgumentParser:
         default=DEFAULT_SHARD_TOKENS,
         help=f"tokens a shard holds at least before it closes at a document end (default {DEFAULT_SHARD_TOKENS})",
     )
-    p.add_argument("--workers", type=int, default=None, help="tokenizing processes (default: one a core on large input)")
+    p.add_argument(
+        "--workers", type=int, default=None, help="tokenizing processes (default: one a core on large input)"
+    )
     p.add_argument("--text-field", default="text", help='the .jsonl field holding the text (default "text")')
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
     return parser

@@ -210,23 +210,48 @@ class BatchSampler:
 
     def next_batch(self) -> Batch:
         """The next batch by the strategy (see the module docstring); advances the stream."""
+        rows = self._take_rows()
         if self.strategy == "pack":
-            return self._next_packed_batch()
+            units = [[self.units[i] for i in r] for r in rows]
+            labels = [self._labels_of(r, u) for r, u in zip(rows, units, strict=True)]
+            return collate_pack(units, seq_len=self.seq_len, pad_id=self.pad_id, labels=labels)
+        chosen = [r[0] for r in rows]
+        flat = [self.units[i] for i in chosen]
+        return collate_pad(flat, pad_id=self.pad_id, labels=self._labels_of(chosen, flat))
+
+    def skip_batch(self) -> tuple[int, int, int]:
+        """Advance past the next batch without reading its tokens: its token account (trained,
+        processed, slots: what `ampkit.core.step.lm_count` of `next_batch()` would be), from the units' lengths
+        and, for masked units, their labels (in memory). A rank skips the batches other ranks train
+        on (`ampkit.distributed.sampler`), so with shards each rank reads only its own windows."""
+        rows = self._take_rows()
+        sizes = [[self._length(i) - 1 for i in r] for r in rows]
+        processed = sum(sum(r) for r in sizes)
+        width = self.seq_len if self.strategy == "pack" else max(n for r in sizes for n in r)
+        return sum(self._trained(i) for r in rows for i in r), processed, len(rows) * width
+
+    def _trained(self, index: int) -> int:
+        """Targets with a loss in unit `index` (all of them when it is its own labels)."""
+        if self.labels is self.units or self.labels[index] is self.units[index]:
+            return self._length(index) - 1
+        return int((self.labels[index][1:] != IGNORE_INDEX).sum())
+
+    def _take_rows(self) -> list[list[int]]:
+        """The next batch's unit indices, a list per row (pad and bucket: one unit a row); advances."""
+        if self.strategy == "pack":
+            return self._take_packed_rows()
         if self.strategy == "bucket":
             self._wrap_epoch()
             self._epoch_order()  # (re)builds this epoch's order and its group boundaries
             end = int(self._group_ends[np.searchsorted(self._group_ends, self.cursor, side="right")])
-            chosen = [self._next_index() for _ in range(end - self.cursor)]
-        else:
-            chosen = [self._next_index() for _ in range(self.batch_size)]
-        units = [self.units[i] for i in chosen]
-        return collate_pad(units, pad_id=self.pad_id, labels=self._labels_of(chosen, units))
+            return [[self._next_index()] for _ in range(end - self.cursor)]
+        return [[self._next_index()] for _ in range(self.batch_size)]
 
     def _labels_of(self, chosen: list[int], units: list[torch.Tensor]) -> list[torch.Tensor]:
         """The chosen units' labels; units that are their own labels are not read twice."""
         return units if self.labels is self.units else [self.labels[i] for i in chosen]
 
-    def _next_packed_batch(self) -> Batch:
+    def _take_packed_rows(self) -> list[list[int]]:
         """Best-fit units into `batch_size` rows, deferring misfits (see the module docstring).
 
         Never empty: the first deferred unit (or, with none, the first new unit) meets empty rows,
@@ -251,14 +276,7 @@ class BatchSampler:
             if not place(index):
                 waiting.append(index)
         self._pending = waiting
-        used = [r for r in rows if r]  # rows left empty (tiny corpora) are not sent to the model
-        units = [[self.units[i] for i in r] for r in used]
-        return collate_pack(
-            units,
-            seq_len=self.seq_len,
-            pad_id=self.pad_id,
-            labels=[self._labels_of(r, u) for r, u in zip(used, units, strict=True)],
-        )
+        return [r for r in rows if r]  # rows left empty (tiny corpora) are not sent to the model
 
     def __iter__(self) -> Iterator[Batch]:
         while True:
