@@ -3,9 +3,9 @@
 The source is read as the in-memory pipeline reads it (`ampkit.data.corpus`: a .txt/.md file, a
 directory of them, a .jsonl with a text field, "default" for the embedded corpus), one paragraph a
 document, streamed: a file at a time, a .jsonl a line at a time. Paragraphs are tokenized in chunks,
-in order, by a pool of worker processes when there is enough text to pay for them (fork; one per
-core), and appended to the open shard; a shard closes at the first document boundary at or past
-`shard_tokens`.
+in order, by a pool of worker processes when it pays (fork; one per core; enough text and a tokenizer
+slower than the pipe: a BPE, not raw bytes), and appended to the open shard; a shard closes at the
+first document boundary at or past `shard_tokens`.
 
 Nothing half-written is left: a shard is written to `NAME.tmp`, fsync'ed and renamed; after each
 shard `prepare.state.json` (atomic) records the shards done and how many paragraphs they hold; the
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ampkit.data.corpus import JSONL_SUFFIX, TEXT_SUFFIXES, _read_text, load_default_corpus, split_documents
-from ampkit.data.shards import INDEX_FILE, SCHEMA, TOKEN_DTYPES, token_dtype_for, tokenizer_identity
+from ampkit.data.shards import INDEX_FILE, PROBE_TEXT, SCHEMA, TOKEN_DTYPES, token_dtype_for, tokenizer_identity
 from ampkit.data.tokenizer import Tokenizer
 from ampkit.errors import UsageError
 from ampkit.records import Record
@@ -41,6 +41,7 @@ STATE_FILE = "prepare.state.json"
 DEFAULT_SHARD_TOKENS = 1 << 28  # 256 Mi tokens: 512 MiB a uint16 shard
 CHUNK_PARAGRAPHS = 512  # paragraphs a worker tokenizes per task
 POOL_MIN_CHARS = 4 << 20  # below ~4 MiB of text one process is faster than starting a pool
+POOL_MIN_SLOWNESS = 5e6  # characters/s: a tokenizer faster than this is not worth a pool (bytes: ~1e8)
 
 
 @dataclass(kw_only=True)
@@ -132,34 +133,53 @@ def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:
 
 # -- tokenizing, in a pool when it pays -----------------------------------------------------------
 _WORKER_TOKENIZER: Tokenizer | None = None  # set in each forked worker (inherited from the parent)
+_WORKER_DTYPE: np.dtype[Any] = TOKEN_DTYPES["uint32"]
+
+Encoded = tuple[np.ndarray, np.ndarray]
+"""A chunk's ids back to back (the shards' dtype) and each paragraph's token count: two buffers,
+which cross the pool's pipe as bytes (a list of Python ints pickles ~5x slower than tokenizing bytes)."""
 
 
-def _encode_chunk(paragraphs: Sequence[str]) -> list[list[int]]:
+def _encode_with(tokenizer: Tokenizer, dtype: np.dtype[Any], paragraphs: Sequence[str]) -> Encoded:
+    ids = [tokenizer.encode(p) for p in paragraphs]
+    flat = np.fromiter((i for piece in ids for i in piece), dtype=dtype, count=sum(len(x) for x in ids))
+    return flat, np.array([len(x) for x in ids], dtype=np.int64)
+
+
+def _encode_chunk(paragraphs: Sequence[str]) -> Encoded:
     assert _WORKER_TOKENIZER is not None
-    return [_WORKER_TOKENIZER.encode(p) for p in paragraphs]
+    return _encode_with(_WORKER_TOKENIZER, _WORKER_DTYPE, paragraphs)
 
 
 @contextlib.contextmanager
 def _encoder(
-    tokenizer: Tokenizer, workers: int
-) -> Iterator[Callable[[Iterator[list[str]]], Iterator[list[list[int]]]]]:
+    tokenizer: Tokenizer, dtype: np.dtype[Any], workers: int
+) -> Iterator[Callable[[Iterator[list[str]]], Iterator[Encoded]]]:
     """chunks of paragraphs -> their ids, in order; `workers` > 1: a forked pool (the tokenizer is
     inherited, not pickled), else this process."""
-    global _WORKER_TOKENIZER
+    global _WORKER_TOKENIZER, _WORKER_DTYPE
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        yield lambda chunks: ([tokenizer.encode(p) for p in chunk] for chunk in chunks)
+        yield lambda chunks: (_encode_with(tokenizer, dtype, chunk) for chunk in chunks)
         return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # HF's own threads would fight the pool
-    _WORKER_TOKENIZER = tokenizer
+    _WORKER_TOKENIZER, _WORKER_DTYPE = tokenizer, dtype
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         yield lambda chunks: pool.imap(_encode_chunk, chunks)
 
 
-def default_workers(src: str) -> int:
-    """One per usable core when the source holds enough text to pay for the pool, else 1."""
+def default_workers(src: str, tokenizer: Tokenizer) -> int:
+    """One per usable core when the pool pays: enough text (`POOL_MIN_CHARS`) and a tokenizer slower
+    than `POOL_MIN_SLOWNESS` characters/s on the probe text (raw bytes tokenize faster than the
+    parent can take the ids from a pipe), else 1."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     size = sum(f.stat().st_size for f in source_files(src)) if src != "default" else 0
-    return cores if size >= POOL_MIN_CHARS else 1
+    if cores == 1 or size < POOL_MIN_CHARS:
+        return 1
+    probe = PROBE_TEXT * 256  # ~20 K characters
+    started = time.perf_counter()
+    tokenizer.encode(probe)
+    chars_per_s = len(probe) / max(time.perf_counter() - started, 1e-9)
+    return cores if chars_per_s < POOL_MIN_SLOWNESS else 1
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -304,17 +324,17 @@ def prepare(
     writer = ShardWriter(out_dir, identity=identity, shard_tokens=shard_tokens, source=source_identity(src))
     writer.resume()
     resumed, skip = len(writer.done), writer.paragraphs_done
-    workers = default_workers(src) if workers is None else max(1, workers)
+    workers = default_workers(src, tokenizer) if workers is None else max(1, workers)
     paragraphs = iter_paragraphs(src, text_field=text_field)
     for _ in zip(range(skip), paragraphs, strict=False):  # held by finished shards: split, not tokenized
         pass
     seen, written = skip, 0
-    with _encoder(tokenizer, workers) as encode:
-        for ids_chunk in encode(_chunks(paragraphs, CHUNK_PARAGRAPHS)):
-            for ids in ids_chunk:
-                writer.add(ids)
-                written += len(ids)
-            seen += len(ids_chunk)
+    with _encoder(tokenizer, writer.dtype, workers) as encode:
+        for flat, lengths in encode(_chunks(paragraphs, CHUNK_PARAGRAPHS)):
+            for piece in np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else ():
+                writer.add(piece)
+            written += len(flat)
+            seen += len(lengths)
             if progress is not None:
                 progress(seen, written)
     index = writer.finish()
