@@ -185,3 +185,18 @@ def test_document_ends_that_do_not_match_are_refused(tmp_path):
 def test_a_finished_set_is_not_prepared_over(shard_dir):
     with pytest.raises(UsageError, match="already holds a prepared shard set"):
         prepare("default", shard_dir, tokenizer=ByteTokenizer())
+
+
+def test_an_hf_tokenizer_prepared_in_a_pool_gives_the_in_memory_batches(tmp_path, bpe_model_dir):
+    from ampkit.data.hf_tokenizer import load_hf_tokenizer
+
+    tok = load_hf_tokenizer(bpe_model_dir)
+    prepare("default", tmp_path / "bpe", tokenizer=tok, workers=2)
+    options = {"seq_len": SEQ_LEN, "batch_size": BATCH, "seed": 2, "strategy": "pack"}
+    again = load_hf_tokenizer(bpe_model_dir)  # a fresh load has the same identity
+    memory, mapped = (
+        build_data(load_corpus(None), again, **options),
+        build_data(load_data(tmp_path / "bpe"), again, **options),
+    )
+    for _ in range(5):
+        assert torch.equal(memory.train.next_batch().input_ids, mapped.train.next_batch().input_ids)
