@@ -69,3 +69,27 @@ def test_shards_of_another_tokenizer_are_refused_in_one_line(tmp_path, run_cli):
         and "was prepared with tokenizer hf:other" in err
         and "this run tokenizes with bytes" in err
     )
+
+
+def test_the_console_summary_reads_at_80_columns(tmp_path, run_cli, monkeypatch, capsys):
+    from ampkit.cli.data import _print
+    from ampkit.data.prepare import PrepareSummary
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_cli("data", "prepare", "default", str(tmp_path / "s"), "--tokenizer", "tiny")
+    assert code == 0, err
+    record = PrepareSummary(
+        **{
+            **json.loads(
+                run_cli("data", "prepare", "default", str(tmp_path / "t"), "--tokenizer", "tiny", "--json")[1]
+            ),
+            "resumed_shards": 2,
+        }
+    )
+    _print(record)
+    resumed = capsys.readouterr().out
+    for text in (out, resumed):
+        assert max(len(line) for line in text.splitlines()) <= 80
+    assert "train from it: ampkit train --data" in out and "2 shard(s) kept from an interrupted prepare" in resumed
+    code, _, err = run_cli("data", "prepare", "default", str(tmp_path / "u"))
+    assert code == 2 and err.count("\n") == 1 and "--tokenizer" in err
