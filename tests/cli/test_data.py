@@ -93,3 +93,17 @@ def test_the_console_summary_reads_at_80_columns(tmp_path, run_cli, monkeypatch,
     assert "train from it: ampkit train --data" in out and "2 shard(s) kept from an interrupted prepare" in resumed
     code, _, err = run_cli("data", "prepare", "default", str(tmp_path / "u"))
     assert code == 2 and err.count("\n") == 1 and "--tokenizer" in err
+
+
+def test_stats_prints_its_record_and_a_table_at_80_columns(run_cli, monkeypatch, prepared):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_cli("data", "stats", str(prepared), "--seq-len", "256", "--json")
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["schema"] == "ampkit.data-stats/1" and record["format"] == "shards"
+    assert set(record["padding_waste"]) == {"pad-to-max", "pad-to-longest", "bucket", "pack"}
+    code, out, err = run_cli("data", "stats", "default", "--seq-len", "256")
+    assert code == 0, err
+    assert "padding waste at 256 x 8" in out and max(len(line) for line in out.splitlines()) <= 80
+    code, _, err = run_cli("data", "stats", "default", "--seq-len", "0")
+    assert code == 2 and err.count("\n") == 1 and "--seq-len must be >= 1" in err
