@@ -102,7 +102,7 @@ def test_every_strategy_keeps_each_units_mask(labeled, strategy):
     reference, order = stream(), []
     for epoch in range(sampler.epoch + 1):
         reference.epoch, reference._order = epoch, None
-        order += reference._epoch_order()
+        order += reference._epoch_order().tolist()
     consumed = order[: sampler.epoch * len(sampler.units) + sampler.cursor]
     for index in sampler.state_dict()["pending"]:
         consumed.remove(index)

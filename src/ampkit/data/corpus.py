@@ -18,6 +18,7 @@ import torch
 
 from ampkit.data.instructions import InstructionSet, detect_format, parse_examples, read_jsonl_records
 from ampkit.data.samples import Sample, check_train_on
+from ampkit.data.shards import ShardSet, is_shard_dir
 from ampkit.errors import UsageError
 
 DEFAULT_CORPUS_NAME = "pydoc-topics"
@@ -80,9 +81,12 @@ def load_default_corpus() -> Corpus:
     return Corpus(name=DEFAULT_CORPUS_NAME, documents=tuple(d for d in documents if d.strip()))
 
 
-def load_data(path: str | os.PathLike[str] | None, *, text_field: str = "text") -> Corpus | InstructionSet:
-    """What `--data` names, by content: a .jsonl of chat or prompt/completion records is instruction
-    data (`ampkit.data.instructions`); anything else is a text corpus (`load_corpus`)."""
+def load_data(path: str | os.PathLike[str] | None, *, text_field: str = "text") -> Corpus | InstructionSet | ShardSet:
+    """What `--data` names, by content: a directory with a shard index is token shards
+    (`ampkit.data.shards`, opened, not read); a .jsonl of chat or prompt/completion records is
+    instruction data (`ampkit.data.instructions`); anything else is a text corpus (`load_corpus`)."""
+    if path is not None and str(path) != "default" and is_shard_dir(path):
+        return ShardSet(path)
     if path is not None and str(path) != "default" and Path(path).suffix.lower() == JSONL_SUFFIX:
         p = _existing(Path(path))
         records = read_jsonl_records(p, _read_text(p))

@@ -25,11 +25,11 @@ How each strategy takes units from the epoch order:
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from ampkit.data.batching import (
@@ -45,6 +45,7 @@ from ampkit.data.corpus import Corpus, train_val_split
 from ampkit.data.dedup import DedupStats, dedup_indices
 from ampkit.data.instructions import InstructionSet
 from ampkit.data.samples import encode_sample
+from ampkit.data.shards import ShardSet, ShardWindows, split_documents
 from ampkit.data.tokenizer import Tokenizer
 from ampkit.errors import UsageError
 
@@ -112,7 +113,7 @@ class BatchSampler:
 
     def __init__(
         self,
-        units: Sequence[Sequence[int]] | Sequence[torch.Tensor],
+        units: Sequence[Sequence[int]] | Sequence[torch.Tensor] | ShardWindows,
         *,
         batch_size: int,
         seq_len: int,
@@ -124,14 +125,26 @@ class BatchSampler:
         truncate: bool = False,
     ) -> None:
         """`units`: token lists, cut into units here (`make_labeled_units`, with `labels` and
-        `truncate`: one label list per token list, None where every token carries a loss)."""
+        `truncate`: one label list per token list, None where every token carries a loss), or a
+        `ShardWindows`, units already cut and read from the shards' memory map one at a time (trained
+        everywhere: its labels are its units)."""
         _check_positive("batch_size", batch_size)
         _check_positive("seq_len", seq_len)
         if strategy not in BATCHING_STRATEGIES:
             known = ", ".join(BATCHING_STRATEGIES)
             raise UsageError(f"unknown batching strategy {strategy!r}; choose one of: {known}")
-        self.units, self.labels = make_labeled_units(units, labels, seq_len=seq_len, truncate=truncate)
-        if not self.units:
+        self.units: Sequence[torch.Tensor] | ShardWindows
+        self.labels: Sequence[torch.Tensor] | ShardWindows
+        if isinstance(units, ShardWindows):
+            self.units = self.labels = units  # the same object: collate reads each window once
+            self.num_tokens = self.num_trained = units.num_tokens
+            self._length = units.length
+        else:
+            self.units, self.labels = make_labeled_units(units, labels, seq_len=seq_len, truncate=truncate)
+            self.num_tokens = sum(len(u) - 1 for u in self.units)  # real target slots per epoch, masked or not
+            self.num_trained = sum(int((lab[1:] != IGNORE_INDEX).sum()) for lab in self.labels)  # with a loss
+            self._length = lambda i: len(self.units[i])
+        if not len(self.units):
             raise UsageError(
                 "no training text: every unit has fewer than 2 tokens or no token with a loss; give more text "
                 "(instruction data: answers within --seq-len)"
@@ -142,12 +155,10 @@ class BatchSampler:
         self.strategy = strategy
         self.pad_id = pad_id
         self.shuffle = shuffle
-        self.num_tokens = sum(len(u) - 1 for u in self.units)  # real target slots per epoch, masked or not
-        self.num_trained = sum(int((lab[1:] != IGNORE_INDEX).sum()) for lab in self.labels)  # with a loss
         self.epoch = 0
         self.cursor = 0  # index into this epoch's order of the next unit to take
-        self._order: list[int] | None = None  # cached unit order for self.epoch
-        self._group_ends: list[int] = []  # bucket only: sorted cursor values where a batch ends
+        self._order: np.ndarray | None = None  # cached unit order for self.epoch (int64, 8 bytes a unit)
+        self._group_ends = np.zeros(0, dtype=np.int64)  # bucket only: sorted cursor values where a batch ends
         self._pending: list[int] = []  # pack only: deferred unit indices, first into the next batch
 
     def __len__(self) -> int:
@@ -160,24 +171,30 @@ class BatchSampler:
             return max(1, -(-self.num_tokens // (self.batch_size * self.seq_len)))
         return -(-len(self.units) // self.batch_size)
 
-    def _epoch_order(self) -> list[int]:
+    def _epoch_order(self) -> np.ndarray:
         if self._order is None:
             n = len(self.units)
             gen = torch.Generator().manual_seed(self.seed + self.epoch)
-            order = torch.randperm(n, generator=gen).tolist() if self.shuffle else list(range(n))
+            order = torch.randperm(n, generator=gen).numpy() if self.shuffle else np.arange(n, dtype=np.int64)
             if self.strategy == "bucket":
                 order = self._bucket_order(order, gen)
             self._order = order
         return self._order
 
-    def _bucket_order(self, order: list[int], gen: torch.Generator) -> list[int]:
+    def _unit_lengths(self) -> np.ndarray:
+        if isinstance(self.units, ShardWindows):
+            return self.units.lengths()  # from its document table: no reads
+        return np.array([len(u) for u in self.units], dtype=np.int64)
+
+    def _bucket_order(self, order: np.ndarray, gen: torch.Generator) -> np.ndarray:
         """Sort by length (a stable sort: ties keep the random order), cut into groups, shuffle groups."""
-        order = sorted(order, key=lambda i: len(self.units[i]))
-        groups = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        order = order[np.argsort(self._unit_lengths()[order], kind="stable")]
+        starts = np.arange(0, len(order), self.batch_size)
         if self.shuffle:
-            groups = [groups[g] for g in torch.randperm(len(groups), generator=gen).tolist()]
-        self._group_ends = list(itertools.accumulate(len(g) for g in groups))
-        return [i for g in groups for i in g]
+            starts = starts[torch.randperm(len(starts), generator=gen).numpy()]
+        groups = [order[g : g + self.batch_size] for g in starts]
+        self._group_ends = np.cumsum([len(g) for g in groups])
+        return np.concatenate(groups)
 
     def _wrap_epoch(self) -> None:
         if self.cursor >= len(self.units):
@@ -187,25 +204,54 @@ class BatchSampler:
 
     def _next_index(self) -> int:
         self._wrap_epoch()
-        index = self._epoch_order()[self.cursor]
+        index = int(self._epoch_order()[self.cursor])
         self.cursor += 1
         return index
 
     def next_batch(self) -> Batch:
         """The next batch by the strategy (see the module docstring); advances the stream."""
+        rows = self._take_rows()
         if self.strategy == "pack":
-            return self._next_packed_batch()
+            units = [[self.units[i] for i in r] for r in rows]
+            labels = [self._labels_of(r, u) for r, u in zip(rows, units, strict=True)]
+            return collate_pack(units, seq_len=self.seq_len, pad_id=self.pad_id, labels=labels)
+        chosen = [r[0] for r in rows]
+        flat = [self.units[i] for i in chosen]
+        return collate_pad(flat, pad_id=self.pad_id, labels=self._labels_of(chosen, flat))
+
+    def skip_batch(self) -> tuple[int, int, int]:
+        """Advance past the next batch without reading its tokens: its token account (trained,
+        processed, slots: what `ampkit.core.step.lm_count` of `next_batch()` would be), from the units' lengths
+        and, for masked units, their labels (in memory). A rank skips the batches other ranks train
+        on (`ampkit.distributed.sampler`), so with shards each rank reads only its own windows."""
+        rows = self._take_rows()
+        sizes = [[self._length(i) - 1 for i in r] for r in rows]
+        processed = sum(sum(r) for r in sizes)
+        width = self.seq_len if self.strategy == "pack" else max(n for r in sizes for n in r)
+        return sum(self._trained(i) for r in rows for i in r), processed, len(rows) * width
+
+    def _trained(self, index: int) -> int:
+        """Targets with a loss in unit `index` (all of them when it is its own labels)."""
+        if self.labels is self.units or self.labels[index] is self.units[index]:
+            return self._length(index) - 1
+        return int((self.labels[index][1:] != IGNORE_INDEX).sum())
+
+    def _take_rows(self) -> list[list[int]]:
+        """The next batch's unit indices, a list per row (pad and bucket: one unit a row); advances."""
+        if self.strategy == "pack":
+            return self._take_packed_rows()
         if self.strategy == "bucket":
             self._wrap_epoch()
             self._epoch_order()  # (re)builds this epoch's order and its group boundaries
-            end = next(e for e in self._group_ends if e > self.cursor)
-            chosen = [self._next_index() for _ in range(end - self.cursor)]
-        else:
-            chosen = [self._next_index() for _ in range(self.batch_size)]
-        units = [self.units[i] for i in chosen]
-        return collate_pad(units, pad_id=self.pad_id, labels=[self.labels[i] for i in chosen])
+            end = int(self._group_ends[np.searchsorted(self._group_ends, self.cursor, side="right")])
+            return [[self._next_index()] for _ in range(end - self.cursor)]
+        return [[self._next_index()] for _ in range(self.batch_size)]
 
-    def _next_packed_batch(self) -> Batch:
+    def _labels_of(self, chosen: list[int], units: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The chosen units' labels; units that are their own labels are not read twice."""
+        return units if self.labels is self.units else [self.labels[i] for i in chosen]
+
+    def _take_packed_rows(self) -> list[list[int]]:
         """Best-fit units into `batch_size` rows, deferring misfits (see the module docstring).
 
         Never empty: the first deferred unit (or, with none, the first new unit) meets empty rows,
@@ -215,7 +261,7 @@ class BatchSampler:
         free = [self.seq_len] * self.batch_size
 
         def place(index: int) -> bool:
-            need = len(self.units[index]) - 1
+            need = self._length(index) - 1
             row = best_fit_row(free, need)
             if row is not None:
                 rows[row].append(index)
@@ -230,13 +276,7 @@ class BatchSampler:
             if not place(index):
                 waiting.append(index)
         self._pending = waiting
-        used = [r for r in rows if r]  # rows left empty (tiny corpora) are not sent to the model
-        return collate_pack(
-            [[self.units[i] for i in r] for r in used],
-            seq_len=self.seq_len,
-            pad_id=self.pad_id,
-            labels=[[self.labels[i] for i in r] for r in used],
-        )
+        return [r for r in rows if r]  # rows left empty (tiny corpora) are not sent to the model
 
     def __iter__(self) -> Iterator[Batch]:
         while True:
@@ -307,7 +347,7 @@ class TrainData:
 
 
 def build_data(
-    corpus: Corpus | InstructionSet,
+    corpus: Corpus | InstructionSet | ShardSet,
     tokenizer: Tokenizer,
     *,
     seq_len: int,
@@ -332,6 +372,19 @@ def build_data(
     Instruction examples are truncated to seq_len + 1 tokens, not windowed (`make_labeled_units`).
     """
     _check_positive("max_val_batches", max_val_batches)
+    if isinstance(corpus, ShardSet):
+        return build_shard_data(
+            corpus,
+            tokenizer,
+            seq_len=seq_len,
+            batch_size=batch_size,
+            seed=seed,
+            val_fraction=val_fraction,
+            max_val_batches=max_val_batches,
+            strategy=strategy,
+            dedup=dedup,
+            train_on=train_on,
+        )
     samples = corpus.samples(template, train_on=train_on)
     encoded = [encode_sample(tokenizer, sample) for sample in samples]
     level = "paragraph" if corpus.format == "text" else "example"
@@ -361,6 +414,51 @@ def build_data(
         collate_pad(val_units[s : s + batch_size], pad_id=0, labels=val_labels[s : s + batch_size]) for s in starts
     ]
     return TrainData(train=train, val_batches=val_batches, dedup=stats)
+
+
+def build_shard_data(
+    shards: ShardSet,
+    tokenizer: Tokenizer,
+    *,
+    seq_len: int,
+    batch_size: int,
+    seed: int,
+    val_fraction: float = 0.05,
+    max_val_batches: int = 16,
+    strategy: str = "pad",
+    dedup: str = "none",
+    train_on: str = "auto",
+) -> TrainData:
+    """`build_data` on token shards: the documents split as paragraphs are (`split_documents`, the
+    same seeded choice), the train stream's units read from the memory map (`ShardWindows`), the
+    held-out batches collated once. A tokenizer other than the shards' is refused; so are dedup
+    (it needs the text: deduplicate before preparing) and --train-on completion (shards are text)."""
+    shards.check_tokenizer(tokenizer)
+    if dedup != "none":
+        raise UsageError(
+            f"--dedup {dedup} needs the text, and {shards.path} holds token shards; "
+            "deduplicate the source before preparing it"
+        )
+    if train_on == "completion":
+        raise UsageError(
+            f"--train-on completion needs instruction data, and {shards.path} holds text shards; "
+            "drop it or pass --train-on all"
+        )
+    train_docs, val_docs = split_documents(shards.num_documents, val_fraction=val_fraction, seed=seed)
+    windows = ShardWindows(shards, train_docs, seq_len=seq_len, vocab_size=tokenizer.vocab_size)
+    train = BatchSampler(windows, batch_size=batch_size, seq_len=seq_len, seed=seed, strategy=strategy, pad_id=0)
+    val = ShardWindows(shards, val_docs, seq_len=seq_len, vocab_size=tokenizer.vocab_size)
+    val_units = [val[i] for i in range(min(len(val), batch_size * max_val_batches))]
+    val_batches = [collate_pad(val_units[s : s + batch_size], pad_id=0) for s in range(0, len(val_units), batch_size)]
+    nothing_removed = DedupStats(
+        mode="none",
+        level="document",
+        items_before=shards.num_documents,
+        items_removed=0,
+        tokens_before=shards.num_tokens,
+        tokens_removed=0,
+    )
+    return TrainData(train=train, val_batches=val_batches, dedup=nothing_removed)
 
 
 def build_samplers(corpus: Corpus, tokenizer: Tokenizer, **options: Any) -> tuple[BatchSampler, list[Batch]]:

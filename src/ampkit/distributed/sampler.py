@@ -6,10 +6,13 @@ one-process step with `grad_accum * W` micro-batches: the **global batch** is
 `world_size * grad_accum * batch_size` sequences, and a one-process run with `--grad-accum
 (grad_accum * world_size)` sees the same data in every step (the equivalence the tests check).
 
-Every rank builds all W batches of a round and keeps one (the others are dropped after counting
-their tokens). The stream is cheap next to a training step at the world sizes one node holds; in
-exchange the position is the same on every rank, resuming needs no coordination, and each rank
-knows every rank's token count without a collective (the loss weights need them).
+Every rank draws all W batches of a round and keeps one. A stream with `skip_batch()` (ampkit's
+`BatchSampler`) skips the others without reading their tokens, returning their token account
+(trained, processed, slots); so from token shards each rank reads only its own windows, the ranks'
+shares are disjoint and together they read every window once per epoch. A stream without it builds
+the others' batches and counts them with the task's `count`. Either way the position is the same
+on every rank, resuming needs no coordination, and each rank knows every rank's token count without
+a collective (the loss weights need them).
 """
 
 from __future__ import annotations
@@ -32,10 +35,17 @@ class RankShardedSampler:
         self._counts = NO_COUNTS  # every rank's token account drawn since take_step_counts()
 
     def next_batch(self):
-        drawn = [self.inner.next_batch() for _ in range(self.world_size)]
-        for batch in drawn:
-            self._counts = self._counts + as_counts(self.count(batch))
-        return drawn[self.rank]
+        skip = getattr(self.inner, "skip_batch", None)
+        mine = None
+        for r in range(self.world_size):
+            if r == self.rank or skip is None:
+                batch = self.inner.next_batch()
+                mine = batch if r == self.rank else mine
+                self._counts = self._counts + as_counts(self.count(batch))
+            else:
+                trained, processed, slots = skip()
+                self._counts = self._counts + Counts(trained=trained, processed=processed, slots=slots)
+        return mine
 
     def take_step_counts(self) -> Counts:
         """The token account (trained, processed, slots) of every rank's batches since the last

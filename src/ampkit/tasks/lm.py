@@ -36,6 +36,7 @@ from ampkit.data import (
     paragraphs,
 )
 from ampkit.data.hf_tokenizer import tokenizer_for_model
+from ampkit.data.shards import ShardSet
 from ampkit.errors import UsageError
 from ampkit.models import LlamaLM, ModelConfig, get_preset
 from ampkit.models.flops import training_flops_per_token
@@ -113,7 +114,7 @@ class LanguageModelTask(LMObjective):
         self._data: dict[tuple[int, int], TrainData] = {}
         self._val_cap: dict[tuple[int, int], int] = {}
         self._streams_given: set[tuple[int, int]] = set()
-        self._corpus: Corpus | InstructionSet | None = None
+        self._corpus: Corpus | InstructionSet | ShardSet | None = None
         self._template: ChatTemplate | None = None
 
     # -- the contract ------------------------------------------------------------------------
@@ -168,7 +169,7 @@ class LanguageModelTask(LMObjective):
         )
 
     @property
-    def corpus(self) -> Corpus | InstructionSet:
+    def corpus(self) -> Corpus | InstructionSet | ShardSet:
         """What --data holds, found by content (`ampkit.data.load_data`): a text corpus or instruction data."""
         if self._corpus is None:
             spec = None if self.data_spec == "default" else self.data_spec
@@ -178,7 +179,7 @@ class LanguageModelTask(LMObjective):
     @property
     def chat_template(self) -> ChatTemplate | None:
         """The template instruction data is rendered with (None for a text corpus: nothing to render)."""
-        if self._template is None and self.corpus.format != "text":
+        if self._template is None and isinstance(self.corpus, InstructionSet):
             self._template = chat_template_for(self.tokenizer, self.chat_template_path or None)
         return self._template
 

@@ -1,0 +1,355 @@
+"""`ampkit data prepare`: tokenize a text source once into token shards (`ampkit.data.shards`).
+
+The source is read as the in-memory pipeline reads it (`ampkit.data.corpus`: a .txt/.md file, a
+directory of them, a .jsonl with a text field, "default" for the embedded corpus), one paragraph a
+document, streamed: a file at a time, a .jsonl a line at a time. Paragraphs are tokenized in chunks,
+in order, by a pool of worker processes when it pays (fork; one per core; enough text and a tokenizer
+slower than the pipe: a BPE, not raw bytes), and appended to the open shard; a shard closes at the
+first document boundary at or past `shard_tokens`.
+
+Nothing half-written is left: a shard is written to `NAME.tmp`, fsync'ed and renamed; after each
+shard `prepare.state.json` (atomic) records the shards done and how many paragraphs they hold; the
+index is written last, and then the state file is removed. A rerun on the same OUT after an
+interrupt (even SIGKILL) removes `*.tmp`, keeps the finished shards, skips the paragraphs they hold
+(split again, not tokenized again) and continues: the shards come out byte for byte as an
+uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ampkit.data.corpus import JSONL_SUFFIX, TEXT_SUFFIXES, _read_text, load_default_corpus, split_documents
+from ampkit.data.shards import INDEX_FILE, PROBE_TEXT, SCHEMA, TOKEN_DTYPES, token_dtype_for, tokenizer_identity
+from ampkit.data.tokenizer import Tokenizer
+from ampkit.errors import UsageError
+from ampkit.records import Record
+from ampkit.runs import atomic_write, fsync_dir, make_dir, remove_quietly, write_json_atomic
+
+STATE_FILE = "prepare.state.json"
+DEFAULT_SHARD_TOKENS = 1 << 28  # 256 Mi tokens: 512 MiB a uint16 shard
+CHUNK_PARAGRAPHS = 512  # paragraphs a worker tokenizes per task
+POOL_MIN_CHARS = 4 << 20  # below ~4 MiB of text one process is faster than starting a pool
+POOL_MIN_SLOWNESS = 5e6  # characters/s: a tokenizer faster than this is not worth a pool (bytes: ~1e8)
+
+
+@dataclass(kw_only=True)
+class PrepareSummary(Record):
+    """What `ampkit data prepare` did (`--json` prints it)."""
+
+    schema: str = "ampkit.data-prepare/1"
+    out: str
+    source: str
+    tokenizer: dict[str, Any]
+    dtype: str
+    shards: int
+    documents: int
+    tokens: int
+    resumed_shards: int
+    """shards a previous, interrupted run had finished (kept, not tokenized again)"""
+    workers: int
+    seconds: float
+    tokens_per_s: float
+    """tokens written by this run per second of wall time (the resumed shards not counted)"""
+    files: list[str] = field(default_factory=list)
+
+
+# -- the source, a paragraph at a time ----------------------------------------------------------
+def source_files(src: str) -> list[Path]:
+    """The files `src` names, in the order they are read ("default": none, the embedded corpus)."""
+    if src == "default":
+        return []
+    p = Path(src)
+    if not p.exists():
+        raise UsageError(f"prepare: source {src!r} does not exist; pass a .txt/.md file, a .jsonl or a directory")
+    if p.is_dir():
+        files = sorted(
+            (f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES),
+            key=lambda f: f.relative_to(p).as_posix(),
+        )
+        files = [f for f in files if not any(part.startswith(".") for part in f.relative_to(p).parts)]
+        if not files:
+            raise UsageError(f"prepare: directory {src!r} has no .txt or .md files; put text files in it")
+        return files
+    if p.suffix.lower() not in (*TEXT_SUFFIXES, JSONL_SUFFIX):
+        raise UsageError(f"prepare: {src!r} is not a .txt/.md/.jsonl file or a directory; pass one of those")
+    return [p]
+
+
+def iter_paragraphs(src: str, *, text_field: str = "text") -> Iterator[str]:
+    """Every paragraph of `src`, in corpus order (`ampkit.data.paragraphs` on `load_corpus(src)`)."""
+    if src == "default":
+        for doc in load_default_corpus().documents:
+            yield from split_documents(doc)
+        return
+    for f in source_files(src):
+        if f.suffix.lower() == JSONL_SUFFIX:
+            yield from _jsonl_paragraphs(f, text_field)
+        else:
+            yield from split_documents(_read_text(f))
+
+
+def _jsonl_paragraphs(path: Path, text_field: str) -> Iterator[str]:
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise UsageError(
+                    f"{path} line {line_no}: not JSON ({err.msg}); make every line one JSON object"
+                ) from None
+            text = record.get(text_field) if isinstance(record, dict) else None
+            if not isinstance(text, str):
+                raise UsageError(
+                    f'{path} line {line_no} has no string "{text_field}" field; shards hold text (instruction '
+                    "data trains from its .jsonl)"
+                )
+            yield from split_documents(text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+# -- tokenizing, in a pool when it pays -----------------------------------------------------------
+_WORKER_TOKENIZER: Tokenizer | None = None  # set in each forked worker (inherited from the parent)
+_WORKER_DTYPE: np.dtype[Any] = TOKEN_DTYPES["uint32"]
+
+Encoded = tuple[np.ndarray, np.ndarray]
+"""A chunk's ids back to back (the shards' dtype) and each paragraph's token count: two buffers,
+which cross the pool's pipe as bytes (a list of Python ints pickles ~5x slower than tokenizing bytes)."""
+
+
+def _encode_with(tokenizer: Tokenizer, dtype: np.dtype[Any], paragraphs: Sequence[str]) -> Encoded:
+    ids = [tokenizer.encode(p) for p in paragraphs]
+    flat = np.fromiter((i for piece in ids for i in piece), dtype=dtype, count=sum(len(x) for x in ids))
+    return flat, np.array([len(x) for x in ids], dtype=np.int64)
+
+
+def _encode_chunk(paragraphs: Sequence[str]) -> Encoded:
+    assert _WORKER_TOKENIZER is not None
+    return _encode_with(_WORKER_TOKENIZER, _WORKER_DTYPE, paragraphs)
+
+
+@contextlib.contextmanager
+def _encoder(
+    tokenizer: Tokenizer, dtype: np.dtype[Any], workers: int
+) -> Iterator[Callable[[Iterator[list[str]]], Iterator[Encoded]]]:
+    """chunks of paragraphs -> their ids, in order; `workers` > 1: a forked pool (the tokenizer is
+    inherited, not pickled), else this process."""
+    global _WORKER_TOKENIZER, _WORKER_DTYPE
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield lambda chunks: (_encode_with(tokenizer, dtype, chunk) for chunk in chunks)
+        return
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # HF's own threads would fight the pool
+    _WORKER_TOKENIZER, _WORKER_DTYPE = tokenizer, dtype
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield lambda chunks: pool.imap(_encode_chunk, chunks)
+
+
+def default_workers(src: str, tokenizer: Tokenizer) -> int:
+    """One per usable core when the pool pays: enough text (`POOL_MIN_CHARS`) and a tokenizer slower
+    than `POOL_MIN_SLOWNESS` characters/s on the probe text (raw bytes tokenize faster than the
+    parent can take the ids from a pipe), else 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    size = sum(f.stat().st_size for f in source_files(src)) if src != "default" else 0
+    if cores == 1 or size < POOL_MIN_CHARS:
+        return 1
+    probe = PROBE_TEXT * 256  # ~20 K characters
+    started = time.perf_counter()
+    tokenizer.encode(probe)
+    chars_per_s = len(probe) / max(time.perf_counter() - started, 1e-9)
+    return cores if chars_per_s < POOL_MIN_SLOWNESS else 1
+
+
+# -- writing ---------------------------------------------------------------------------------------
+class ShardWriter:
+    """Appends documents to the open shard and closes it, atomically, past `shard_tokens`; keeps the
+    state file a rerun resumes from. Usable on its own (the benchmark writes synthetic ids with it)."""
+
+    def __init__(self, out: Path, *, identity: dict[str, Any], shard_tokens: int, source: dict[str, Any]):
+        self.out, self.identity, self.shard_tokens, self.source = out, identity, shard_tokens, source
+        self.dtype_name = token_dtype_for(identity["vocab_size"])
+        self.dtype = TOKEN_DTYPES[self.dtype_name]
+        self.done: list[dict[str, Any]] = []
+        self.paragraphs_done = 0  # paragraphs held by the finished shards
+        self._parts: list[np.ndarray] = []
+        self._ends: list[int] = []
+        self._size = 0
+        self._open_paragraphs = 0
+
+    def resume(self) -> None:
+        """Take up an interrupted run's state in `out` (its finished shards checked by size)."""
+        for tmp in self.out.glob("*.tmp"):
+            remove_quietly(tmp)
+        state_file = self.out / STATE_FILE
+        if not state_file.is_file():
+            return
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        mine = {"tokenizer": self.identity, "source": self.source, "shard_tokens": self.shard_tokens}
+        theirs = {k: state.get(k) for k in mine}
+        if theirs != mine:
+            changed = ", ".join(k for k in mine if mine[k] != theirs[k])
+            raise UsageError(
+                f"{self.out} holds an interrupted prepare of another {changed}; rerun it with the same "
+                "source, --tokenizer and --shard-tokens, or pass another OUT"
+            )
+        for entry in state["shards"]:
+            f = self.out / entry["file"]
+            if not f.is_file() or f.stat().st_size != entry["tokens"] * self.dtype.itemsize:
+                break
+            self.done.append(entry)
+        self.paragraphs_done = sum(int(e["paragraphs"]) for e in self.done)
+
+    def add(self, ids: Sequence[int] | np.ndarray) -> None:
+        """One document (a paragraph's ids)."""
+        arr = np.asarray(ids, dtype=self.dtype)
+        self._parts.append(arr)
+        self._size += len(arr)
+        self._ends.append(self._size)
+        self._open_paragraphs += 1
+        if self._size >= self.shard_tokens:
+            self.close_shard()
+
+    def close_shard(self) -> None:
+        if not self._ends:
+            return
+        name = f"shard-{len(self.done):05d}"
+        data = np.concatenate(self._parts) if self._parts else np.zeros(0, self.dtype)
+        digest = hashlib.sha256(data.tobytes()).hexdigest()
+        with atomic_write(self.out / f"{name}.bin") as fh:
+            data.tofile(fh)
+        with atomic_write(self.out / f"{name}.docs.npy") as fh:
+            np.save(fh, np.asarray(self._ends, dtype=np.uint64))
+        self.done.append(
+            {
+                "file": f"{name}.bin",
+                "docs": f"{name}.docs.npy",
+                "tokens": len(data),
+                "documents": len(self._ends),
+                "paragraphs": self._open_paragraphs,
+                "max_id": int(data.max()) if len(data) else 0,
+                "sha256": digest,
+            }
+        )
+        self.paragraphs_done += self._open_paragraphs
+        self._parts, self._ends, self._size, self._open_paragraphs = [], [], 0, 0
+        write_json_atomic(self.out / STATE_FILE, self._state())
+        fsync_dir(self.out)
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "tokenizer": self.identity,
+            "source": self.source,
+            "shard_tokens": self.shard_tokens,
+            "shards": self.done,
+        }
+
+    def finish(self) -> dict[str, Any]:
+        """Close the open shard, write the index (last), drop the state file; the index."""
+        self.close_shard()
+        if not self.done:
+            raise UsageError(f"prepare: {self.source.get('path')} holds no text; nothing was written")
+        index = {
+            "schema": SCHEMA,
+            "dtype": self.dtype_name,
+            "tokenizer": self.identity,
+            "source": self.source,
+            "tokens": sum(e["tokens"] for e in self.done),
+            "documents": sum(e["documents"] for e in self.done),
+            "shards": self.done,
+        }
+        write_json_atomic(self.out / INDEX_FILE, index)
+        remove_quietly(self.out / STATE_FILE)
+        fsync_dir(self.out)
+        return index
+
+
+def open_out(out: str | Path) -> Path:
+    """OUT, new or empty or holding an interrupted prepare; a finished shard set or other files are refused."""
+    p = Path(out)
+    if (p / INDEX_FILE).exists():
+        raise UsageError(f"{p} already holds a prepared shard set; pass another OUT or remove it")
+    if p.is_dir() and not (p / STATE_FILE).exists() and any(p.iterdir()):
+        raise UsageError(f"{p} is not empty and holds no interrupted prepare; pass a new or empty OUT")
+    return make_dir(p)
+
+
+def source_identity(src: str) -> dict[str, Any]:
+    """What a resumed prepare must find unchanged: the source's path, its files and their sizes."""
+    files = source_files(src)
+    return {
+        "path": src if src == "default" else str(Path(src).resolve()),
+        "bytes": sum(f.stat().st_size for f in files),
+    }
+
+
+def prepare(
+    src: str,
+    out: str | Path,
+    *,
+    tokenizer: Tokenizer,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    workers: int | None = None,
+    text_field: str = "text",
+    progress: Callable[[int, int], None] | None = None,
+) -> PrepareSummary:
+    """Tokenize `src` into shards in `out` (module docstring); `progress(paragraphs, tokens)` after
+    each chunk. Resumes an interrupted prepare in `out`."""
+    if shard_tokens < 1:
+        raise UsageError(f"--shard-tokens must be >= 1, got {shard_tokens}")
+    began = time.perf_counter()
+    identity = tokenizer_identity(tokenizer)
+    out_dir = open_out(out)
+    writer = ShardWriter(out_dir, identity=identity, shard_tokens=shard_tokens, source=source_identity(src))
+    writer.resume()
+    resumed, skip = len(writer.done), writer.paragraphs_done
+    workers = default_workers(src, tokenizer) if workers is None else max(1, workers)
+    paragraphs = iter_paragraphs(src, text_field=text_field)
+    for _ in zip(range(skip), paragraphs, strict=False):  # held by finished shards: split, not tokenized
+        pass
+    seen, written = skip, 0
+    with _encoder(tokenizer, writer.dtype, workers) as encode:
+        for flat, lengths in encode(_chunks(paragraphs, CHUNK_PARAGRAPHS)):
+            for piece in np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else ():
+                writer.add(piece)
+            written += len(flat)
+            seen += len(lengths)
+            if progress is not None:
+                progress(seen, written)
+    index = writer.finish()
+    seconds = time.perf_counter() - began
+    return PrepareSummary(
+        out=str(out_dir),
+        source=writer.source["path"],
+        tokenizer=identity,
+        dtype=index["dtype"],
+        shards=len(index["shards"]),
+        documents=index["documents"],
+        tokens=index["tokens"],
+        resumed_shards=resumed,
+        workers=workers,
+        seconds=round(seconds, 3),
+        tokens_per_s=round(written / seconds, 1) if seconds > 0 else 0.0,
+        files=[INDEX_FILE, *(f for e in index["shards"] for f in (e["file"], e["docs"]))],
+    )
