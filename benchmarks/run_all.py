@@ -95,6 +95,12 @@ BENCHMARKS = [
         "(target >= 1.0) and ampkit / Trainer peak RSS",
     ),
     (
+        "data_shards",
+        ["benchmarks/data_shards.py", "--prepare-mib", "16"],
+        "training from >= 1 GiB of token shards and from 4x that: peak anonymous memory (RssAnon, not the page "
+        "cache; target under 1 GB both) over 200 steps of tiny, and `ampkit data prepare` tokens/s",
+    ),
+    (
         "gpu_check_dry_run",
         ["benchmarks/gpu_check.py", "--dry-run", "--out", "benchmarks/results/gpu_check_dry_run.json"],
         "the GPU check's code paths, on CPU",
