@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
+# One OpenMP thread per process, set before torch is imported so that every command a test starts inherits
+# it too (`python -m ampkit`, bench workers). The tests' tensors are small (tiny models), so a second
+# thread buys little, while on a 2-core machine running two pytest-xdist workers two spinning OpenMP
+# threads per process thrash: measured on a busy machine, tests/train/test_features.py's pack-vs-pad
+# run took 3 s alone and 59 s beside one other 2-thread process.
+os.environ["OMP_NUM_THREADS"] = "1"
+
 import io
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -55,12 +64,12 @@ def _trace_cache_per_test(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _two_threads():
-    """Deterministic thread count (bitwise-comparable results within one process)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
+def _one_thread():
+    """Deterministic thread count (bitwise-comparable results within one process and with the commands a
+    test starts), restored after a test that sets its own."""
+    torch.set_num_threads(1)
     yield
-    torch.set_num_threads(before)
+    torch.set_num_threads(1)
 
 
 @pytest.fixture

@@ -97,7 +97,7 @@ def limit_file_size(limit_bytes: int):
 
 def ampkit_process(*argv: str, file_size_limit: int | None = None, timeout: float = 600, **kwargs):
     """`python -m ampkit ARGV` in a fresh process; returns the CompletedProcess (text output)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as the suite (tests/conftest.py)
     env.pop("RANK", None)
     preexec = limit_file_size(file_size_limit) if file_size_limit else None
     return subprocess.run(
