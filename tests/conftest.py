@@ -118,12 +118,60 @@ class RealRuns:
         return SimpleNamespace(run_dir=run_dir, out=out.getvalue(), err=err.getvalue(), tables=tables, argv=argv)
 
 
+def _shared_fixtures(item) -> list[tuple[str, str]]:
+    """The module-, class-, package- and session-scoped fixtures of the suite's own that `item` uses, each
+    as (name, the one place its value lives: its module, class or defining folder)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    shared = []
+    for name in info.names_closure:
+        defs = info.name2fixturedefs.get(name)
+        if not defs:
+            continue
+        fixturedef = defs[-1]
+        if fixturedef.scope == "function" or not fixturedef.baseid:  # per test, or a plugin's own
+            continue
+        if fixturedef.scope == "module":
+            where = item.module.__name__ if item.module is not None else item.nodeid
+        elif fixturedef.scope == "class":
+            where = item.cls.__qualname__ if item.cls is not None else item.nodeid
+        else:
+            where = fixturedef.baseid
+        shared.append((name, where))
+    return shared
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that reads the shared real
-    runs goes to one worker, so each of `REAL_RUNS` still runs once per session, not once per worker."""
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), the tests that share a fixture wider
+    than one test (module or session scope: a real run, a launched job, a built folder) go to one worker
+    together, so each such value is still made once per session, not once per worker that gets one of
+    its tests (tests that share two such fixtures tie their groups together). The group of the shared
+    real runs (`REAL_RUNS`) is named `real_runs`."""
+    parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def root(key):
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    uses = {}
     for item in items:
-        if "real_runs" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("real_runs"))
+        keys = _shared_fixtures(item)
+        uses[item] = keys
+        for key in keys[1:]:
+            parent[root(key)] = root(keys[0])
+    members: dict[tuple[str, str], set] = {}
+    for keys in uses.values():
+        for key in keys:
+            members.setdefault(root(key), set()).add(key)
+    names = {
+        top: "real_runs" if any(name == "real_runs" for name, _ in keys) else "{}:{}".format(*min(keys))
+        for top, keys in members.items()
+    }
+    for item, keys in uses.items():
+        if keys:
+            item.add_marker(pytest.mark.xdist_group(names[root(keys[0])]))
 
 
 @pytest.fixture(scope="session")
