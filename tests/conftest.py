@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import tqdm
+from _pytest.nodeid import NodeId
 
 import ampkit.report.console as console_mod
 from ampkit.cli import main
@@ -171,7 +172,13 @@ def pytest_collection_modifyitems(config, items):
     }
     for item, keys in uses.items():
         if keys:
-            item.add_marker(pytest.mark.xdist_group(names[root(keys[0])]))
+            group = names[root(keys[0])]
+            item.add_marker(pytest.mark.xdist_group(group))
+            if config.getoption("loadgroup", False) and isinstance(getattr(item, "_id", None), NodeId):
+                # pytest-xdist 3.8 tells its scheduler the group by renaming the test `<nodeid>@<group>`
+                # through `item._nodeid`, which pytest 9 no longer reads (the id is `item._id`): without
+                # this every test was scheduled alone and each shared run made once per worker
+                item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture(scope="session")
