@@ -12,6 +12,7 @@ import os
 os.environ["OMP_NUM_THREADS"] = "1"
 
 import io
+import threading
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from types import SimpleNamespace
@@ -185,3 +186,17 @@ def pytest_collection_modifyitems(config, items):
 def real_runs(tmp_path_factory) -> RealRuns:
     """The shared real runs of `REAL_RUNS` (read them, never change them)."""
     return RealRuns(tmp_path_factory.mktemp("real-runs"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test skipped because this process runs another Python thread (plan/traced/forked.py forks only
+    from a thread-free process) names the threads alive in its skip reason (`make test` lists skips with
+    -rs), so the test that left one behind can be found."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple) and "forking is not offered" in report.longrepr[2]:
+        alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+        if alive:
+            path, line, reason = report.longrepr
+            report.longrepr = (path, line, f"{reason}; threads alive: {', '.join(alive)}")
+    return report

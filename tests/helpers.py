@@ -24,14 +24,14 @@ REAL_RUNS: dict[str, list[str]] = {
         "--warmup-steps",
         "1",
     ],
-    # bench with LoRA adapters, fp32 alone (an emulated bf16 LoRA step is slow on CPU; tests/bench/test_bench_lora.py
-    # compares bf16-mixed on the adapters)
+    # bench with LoRA adapters, fp32 and bf16-mixed (tests/bench/test_bench_lora.py compares them on the
+    # adapters' gradients; bf16's 1 warmup + 2 steps are emulated, hence slow, on an AVX2-only CPU)
     "bench-lora": [
         "bench",
         "--lora",
         "4",
         "--precisions",
-        "fp32",
+        "fp32,bf16-mixed",
         "--model",
         "tiny",
         "--seq-len",
