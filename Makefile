@@ -35,7 +35,7 @@ test: $(STAMP)
 	$(PY) -m ruff format --check src tests benchmarks examples
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest tests -n 2 --dist loadgroup --durations=25
+	$(PY) -m pytest tests -n 2 --dist loadgroup --durations=25 -rs
 
 demo: $(STAMP)
 	$(VENV)/bin/ampkit bench

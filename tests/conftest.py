@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
+# One OpenMP thread per process, set before torch is imported so that every command a test starts inherits
+# it too (`python -m ampkit`, bench workers). The tests' tensors are small (tiny models), so a second
+# thread buys little, while on a 2-core machine running two pytest-xdist workers two spinning OpenMP
+# threads per process thrash: measured on a busy machine, tests/train/test_features.py's pack-vs-pad
+# run took 3 s alone and 59 s beside one other 2-thread process.
+os.environ["OMP_NUM_THREADS"] = "1"
+
 import io
+import threading
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import tqdm
+from _pytest.nodeid import NodeId
 
 import ampkit.report.console as console_mod
 from ampkit.cli import main
@@ -55,12 +66,12 @@ def _trace_cache_per_test(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _two_threads():
-    """Deterministic thread count (bitwise-comparable results within one process)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
+def _one_thread():
+    """Deterministic thread count (bitwise-comparable results within one process and with the commands a
+    test starts), restored after a test that sets its own."""
+    torch.set_num_threads(1)
     yield
-    torch.set_num_threads(before)
+    torch.set_num_threads(1)
 
 
 @pytest.fixture
@@ -109,15 +120,83 @@ class RealRuns:
         return SimpleNamespace(run_dir=run_dir, out=out.getvalue(), err=err.getvalue(), tables=tables, argv=argv)
 
 
+def _shared_fixtures(item) -> list[tuple[str, str]]:
+    """The module-, class-, package- and session-scoped fixtures of the suite's own that `item` uses, each
+    as (name, the one place its value lives: its module, class or defining folder)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    shared = []
+    for name in info.names_closure:
+        defs = info.name2fixturedefs.get(name)
+        if not defs:
+            continue
+        fixturedef = defs[-1]
+        if fixturedef.scope == "function" or not fixturedef.baseid:  # per test, or a plugin's own
+            continue
+        if fixturedef.scope == "module":
+            where = item.module.__name__ if item.module is not None else item.nodeid
+        elif fixturedef.scope == "class":
+            where = item.cls.__qualname__ if item.cls is not None else item.nodeid
+        else:
+            where = fixturedef.baseid
+        shared.append((name, where))
+    return shared
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that reads the shared real
-    runs goes to one worker, so each of `REAL_RUNS` still runs once per session, not once per worker."""
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), the tests that share a fixture wider
+    than one test (module or session scope: a real run, a launched job, a built folder) go to one worker
+    together, so each such value is still made once per session, not once per worker that gets one of
+    its tests (tests that share two such fixtures tie their groups together). The group of the shared
+    real runs (`REAL_RUNS`) is named `real_runs`."""
+    parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def root(key):
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    uses = {}
     for item in items:
-        if "real_runs" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("real_runs"))
+        keys = _shared_fixtures(item)
+        uses[item] = keys
+        for key in keys[1:]:
+            parent[root(key)] = root(keys[0])
+    members: dict[tuple[str, str], set] = {}
+    for keys in uses.values():
+        for key in keys:
+            members.setdefault(root(key), set()).add(key)
+    names = {
+        top: "real_runs" if any(name == "real_runs" for name, _ in keys) else "{}:{}".format(*min(keys))
+        for top, keys in members.items()
+    }
+    for item, keys in uses.items():
+        if keys:
+            group = names[root(keys[0])]
+            item.add_marker(pytest.mark.xdist_group(group))
+            if config.getoption("loadgroup", False) and isinstance(getattr(item, "_id", None), NodeId):
+                # pytest-xdist 3.8 tells its scheduler the group by renaming the test `<nodeid>@<group>`
+                # through `item._nodeid`, which pytest 9 no longer reads (the id is `item._id`): without
+                # this every test was scheduled alone and each shared run made once per worker
+                item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture(scope="session")
 def real_runs(tmp_path_factory) -> RealRuns:
     """The shared real runs of `REAL_RUNS` (read them, never change them)."""
     return RealRuns(tmp_path_factory.mktemp("real-runs"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test skipped because this process runs another Python thread (plan/traced/forked.py forks only
+    from a thread-free process) names the threads alive in its skip reason (`make test` lists skips with
+    -rs), so the test that left one behind can be found."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple) and "forking is not offered" in report.longrepr[2]:
+        alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+        if alive:
+            path, line, reason = report.longrepr
+            report.longrepr = (path, line, f"{reason}; threads alive: {', '.join(alive)}")
+    return report

@@ -24,14 +24,14 @@ REAL_RUNS: dict[str, list[str]] = {
         "--warmup-steps",
         "1",
     ],
-    # bench with LoRA adapters, fp32 alone (an emulated bf16 LoRA step is slow on CPU; tests/bench/test_bench_lora.py
-    # compares bf16-mixed on the adapters)
+    # bench with LoRA adapters, fp32 and bf16-mixed (tests/bench/test_bench_lora.py compares them on the
+    # adapters' gradients; bf16's 1 warmup + 2 steps are emulated, hence slow, on an AVX2-only CPU)
     "bench-lora": [
         "bench",
         "--lora",
         "4",
         "--precisions",
-        "fp32",
+        "fp32,bf16-mixed",
         "--model",
         "tiny",
         "--seq-len",
@@ -97,7 +97,7 @@ def limit_file_size(limit_bytes: int):
 
 def ampkit_process(*argv: str, file_size_limit: int | None = None, timeout: float = 600, **kwargs):
     """`python -m ampkit ARGV` in a fresh process; returns the CompletedProcess (text output)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as the suite (tests/conftest.py)
     env.pop("RANK", None)
     preexec = limit_file_size(file_size_limit) if file_size_limit else None
     return subprocess.run(

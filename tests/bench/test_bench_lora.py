@@ -4,21 +4,22 @@ layers LoRA adapts) refused before any worker starts."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-import ampkit.bench
 from ampkit.bench.config import BenchConfig, resolve_for_device
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
 from ampkit.lora import LoraSettings
 
 pytest.importorskip("peft")
-SMALL = dict(model="tiny", seq_len=32, batch_size=2, steps=2, warmup_steps=1)
 
 
 @pytest.mark.slow
-def test_bench_compares_precisions_on_the_adapters(tmp_path):
-    summary = ampkit.bench.run(None, out=tmp_path / "bench", precisions="bf16-mixed", lora=4, **SMALL)
+def test_bench_compares_precisions_on_the_adapters(real_runs):
+    """The shared `bench --lora 4 --precisions fp32,bf16-mixed` run on tiny shapes (tests/helpers.py)."""
+    summary = json.loads((real_runs["bench-lora"].run_dir / "summary.json").read_text())
     assert summary["config"]["lora"]["lora"] == 4
     results = {r["name"]: r for r in summary["precisions"]}
     assert set(results) == {"fp32", "bf16-mixed"} and all(r["status"] == "ok" for r in results.values())

@@ -150,7 +150,7 @@ def test_bench_sweep_tables_fit(tables, real_runs):
 @pytest.mark.slow
 def test_bench_lora_tables_fit(real_runs):
     pytest.importorskip("peft")
-    run = real_runs["bench-lora"]  # bench --lora 4 --precisions fp32, tiny shapes (tests/helpers.py)
+    run = real_runs["bench-lora"]  # bench --lora 4 --precisions fp32,bf16-mixed, tiny shapes (tests/helpers.py)
     assert "--lora" in run.argv
     assert_fits(run.out, 80, run.tables)
 
