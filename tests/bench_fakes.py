@@ -89,6 +89,7 @@ class _Trainer:
             grad_norm=torch.tensor(1.0),
             n_tokens=items,
             n_slots=items,
+            n_processed=items,
             stepped=True,
         )
 

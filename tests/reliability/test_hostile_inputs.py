@@ -93,6 +93,8 @@ CASES = [
     ("bench: zero budget", ["bench", "--budget-s", "0"], "budget"),
     ("bench: out exists", ["bench", "--out", "{d}/existing"], "already exists"),
     ("report: no such run", ["report", "{d}/nowhere"], "nowhere"),
+    ("data: prepare from nothing", ["data", "prepare", "{d}/nowhere", "{d}/shards", "--tokenizer", "tiny"], "nowhere"),
+    ("data: stats at length 0", ["data", "stats", "default", "--seq-len", "0"], "--seq-len"),
     ("report: folder without summary", ["report", "{d}/no_summary"], "summary.json"),
 ]
 if not torch.cuda.is_available():
