@@ -10,6 +10,10 @@ import os
 # threads per process thrash: measured on a busy machine, tests/train/test_features.py's pack-vs-pad
 # run took 3 s alone and 59 s beside one other 2-thread process.
 os.environ["OMP_NUM_THREADS"] = "1"
+# torch.compile's inductor compiles in this process, not in a thread pool whose idle workers outlive the
+# test: a thread alive keeps plan/traced/forked.py from forking (it declines beside other threads), which
+# skipped the forked-planner tests in any xdist worker that had run a compile test first.
+os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
 import io
 import threading
