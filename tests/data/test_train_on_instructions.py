@@ -52,3 +52,10 @@ def test_train_on_completion_with_text_data_is_one_line(tmp_path, run_cli):
     argv = ["--data", str(path), "--train-on", "completion", "--out", str(tmp_path / "r")]
     code, _, err = run_cli("train", *COMMON, *argv)
     assert code == 2 and "--train-on completion needs instruction data" in err and err.count("\n") == 1
+
+
+def test_a_single_example_is_one_line_naming_the_file(tmp_path, run_cli):
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"prompt": "Say hi.", "completion": "Hi!"}) + "\n")
+    code, _, err = run_cli("train", *COMMON, "--data", str(path), "--out", str(tmp_path / "r"))
+    assert code == 2 and "'one.jsonl' holds 1 example(s)" in err and err.count("\n") == 1

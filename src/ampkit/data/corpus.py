@@ -197,8 +197,11 @@ def paragraphs(corpus: Corpus) -> list[str]:
     return [p for doc in corpus.documents for p in split_documents(doc)]
 
 
-def train_val_split(items: Sequence[T], *, val_fraction: float = 0.05, seed: int = 0) -> tuple[list[T], list[T]]:
+def train_val_split(
+    items: Sequence[T], *, val_fraction: float = 0.05, seed: int = 0, source: str = ""
+) -> tuple[list[T], list[T]]:
     """Split `items` into (train, val) with a seeded permutation; both keep the original order.
+    `source`: the file the items are a jsonl's records of (instruction data), named when too few.
 
     The val size is round(len * val_fraction) clamped to [1, len - 1], so both sides are non-empty.
     Uses its own `torch.Generator`: the global RNG is untouched.
@@ -206,6 +209,11 @@ def train_val_split(items: Sequence[T], *, val_fraction: float = 0.05, seed: int
     if not 0.0 < val_fraction < 1.0:
         raise UsageError(f"val_fraction must be between 0 and 1 (exclusive), got {val_fraction}; use e.g. 0.05")
     n = len(items)
+    if n < 2 and source:
+        raise UsageError(
+            f"{source!r} holds {n} example(s) (one a line); ampkit train holds some out for evaluation: give it "
+            "at least 2"
+        )
     if n < 2:
         raise UsageError(
             f"need at least 2 paragraphs to split into train and validation, got {n}; "

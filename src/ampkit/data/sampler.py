@@ -389,7 +389,8 @@ def build_data(
     encoded = [encode_sample(tokenizer, sample) for sample in samples]
     level = "paragraph" if corpus.format == "text" else "example"
     kept, stats = dedup_indices([s.text for s in samples], mode=dedup, sizes=[len(e.ids) for e in encoded], level=level)
-    train_idx, val_idx = train_val_split(kept, val_fraction=val_fraction, seed=seed)
+    source = corpus.name if corpus.format != "text" else ""
+    train_idx, val_idx = train_val_split(kept, val_fraction=val_fraction, seed=seed, source=source)
     truncate = corpus.format != "text"
     if truncate and not any(bool((encoded[i].labels[1 : seq_len + 1] != IGNORE_INDEX).any()) for i in train_idx):
         raise UsageError(
