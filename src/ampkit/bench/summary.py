@@ -22,7 +22,7 @@ from ampkit.bench.peaks import matmul_ratio, mfu_denominator, mfu_value
 from ampkit.bench.profile import CATEGORIES
 from ampkit.bench.ratios import matched_speedup, profile_ratios
 from ampkit.bench.recommend import Candidate, native_support, recommend
-from ampkit.bench.timing import summarize_steps
+from ampkit.bench.timing import StepStats, summarize_steps
 from ampkit.precision import REFERENCE
 from ampkit.provenance import summary_header
 
@@ -153,18 +153,7 @@ def precision_entry(
     stable, why = assess_stability(result)
     entry.update(
         steps={"warmup": result["warmup_steps"], "measured": stats.measured_steps, "stalled": stats.stalled_steps},
-        timing={
-            "items_per_s": stats.items_per_s,
-            "items_per_s_all": stats.items_per_s_all,
-            "processed_per_s": processed_per_s,
-            "measured_s": stats.measured_s,
-            "step_ms_median": stats.step_ms_median,
-            "step_ms_p10": stats.step_ms_p10,
-            "step_ms_p90": stats.step_ms_p90,
-            "step_ms_min": stats.step_ms_min,
-            "step_ms_max": stats.step_ms_max,
-            "step_ms": [1000.0 * s for s in result["step_s"]],
-        },
+        timing=_timing_block(stats, result["step_s"], processed_per_s),
         mfu=_mfu_block(processed_per_s, flops, _denominator(result, info, peaks)),
         memory={**result["memory"], "step_peak_bytes": result.get("step_peak_bytes")},
         profile=_profile(result),
@@ -179,6 +168,22 @@ def precision_entry(
         },
     )
     return entry
+
+
+def _timing_block(stats: StepStats, step_s: list[float], processed_per_s: float) -> dict[str, Any]:
+    """The timing block: `summarize_steps`' rates and step-time spread, each step in ms."""
+    return {
+        "items_per_s": stats.items_per_s,
+        "items_per_s_all": stats.items_per_s_all,
+        "processed_per_s": processed_per_s,
+        "measured_s": stats.measured_s,
+        "step_ms_median": stats.step_ms_median,
+        "step_ms_p10": stats.step_ms_p10,
+        "step_ms_p90": stats.step_ms_p90,
+        "step_ms_min": stats.step_ms_min,
+        "step_ms_max": stats.step_ms_max,
+        "step_ms": [1000.0 * s for s in step_s],
+    }
 
 
 def _profile(result: dict[str, Any]) -> dict[str, Any] | None:

@@ -387,16 +387,13 @@ def build_data(
         )
     samples = corpus.samples(template, train_on=train_on)
     encoded = [encode_sample(tokenizer, sample) for sample in samples]
-    level = "paragraph" if corpus.format == "text" else "example"
+    truncate = corpus.format != "text"  # instruction examples: cut at seq_len + 1, named when too few
+    level = "example" if truncate else "paragraph"
     kept, stats = dedup_indices([s.text for s in samples], mode=dedup, sizes=[len(e.ids) for e in encoded], level=level)
-    source = corpus.name if corpus.format != "text" else ""
+    source = corpus.name if truncate else ""
     train_idx, val_idx = train_val_split(kept, val_fraction=val_fraction, seed=seed, source=source)
-    truncate = corpus.format != "text"
-    if truncate and not any(bool((encoded[i].labels[1 : seq_len + 1] != IGNORE_INDEX).any()) for i in train_idx):
-        raise UsageError(
-            f"{corpus.name}: no training example has a token with a loss within its first --seq-len {seq_len} "
-            "tokens (examples are cut there); raise --seq-len or shorten the prompts"
-        )
+    if truncate:
+        _require_a_trained_target(corpus.name, [encoded[i].labels for i in train_idx], seq_len=seq_len)
     train = BatchSampler(
         [encoded[i].ids for i in train_idx],
         labels=[encoded[i].labels for i in train_idx],
@@ -410,11 +407,30 @@ def build_data(
     val_units, val_labels = make_labeled_units(
         [encoded[i].ids for i in val_idx], [encoded[i].labels for i in val_idx], seq_len=seq_len, truncate=truncate
     )
-    starts = range(0, min(len(val_units), batch_size * max_val_batches), batch_size)
-    val_batches = [
-        collate_pad(val_units[s : s + batch_size], pad_id=0, labels=val_labels[s : s + batch_size]) for s in starts
-    ]
+    val_batches = held_out_batches(val_units, val_labels, batch_size=batch_size, max_batches=max_val_batches)
     return TrainData(train=train, val_batches=val_batches, dedup=stats)
+
+
+def _require_a_trained_target(name: str, labels: list[torch.Tensor], *, seq_len: int) -> None:
+    """Refuse instruction data none of whose training examples has a target with a loss in the first
+    seq_len + 1 tokens it is cut to (all answers truncated away)."""
+    if not any(bool((row[1 : seq_len + 1] != IGNORE_INDEX).any()) for row in labels):
+        raise UsageError(
+            f"{name}: no training example has a token with a loss within its first --seq-len {seq_len} "
+            "tokens (examples are cut there); raise --seq-len or shorten the prompts"
+        )
+
+
+def held_out_batches(
+    units: Sequence[torch.Tensor], labels: Sequence[torch.Tensor] | None, *, batch_size: int, max_batches: int
+) -> list[Batch]:
+    """The held-out units once, in order, `batch_size` a batch (the last may be smaller), at most
+    `max_batches`, always padded (`labels`: each unit's, or None where the targets are the inputs')."""
+    end = min(len(units), batch_size * max_batches)
+    return [
+        collate_pad(units[s : s + batch_size], pad_id=0, labels=None if labels is None else labels[s : s + batch_size])
+        for s in range(0, end, batch_size)
+    ]
 
 
 def build_shard_data(
@@ -450,7 +466,7 @@ def build_shard_data(
     train = BatchSampler(windows, batch_size=batch_size, seq_len=seq_len, seed=seed, strategy=strategy, pad_id=0)
     val = ShardWindows(shards, val_docs, seq_len=seq_len, vocab_size=tokenizer.vocab_size)
     val_units = [val[i] for i in range(min(len(val), batch_size * max_val_batches))]
-    val_batches = [collate_pad(val_units[s : s + batch_size], pad_id=0) for s in range(0, len(val_units), batch_size)]
+    val_batches = held_out_batches(val_units, None, batch_size=batch_size, max_batches=max_val_batches)
     nothing_removed = DedupStats(
         mode="none",
         level="document",
