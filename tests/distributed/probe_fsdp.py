@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from ampkit.distributed.context import init_run
 from ampkit.distributed.wrap import mixed_precision_policy, shard_fsdp
 from ampkit.models import LlamaLM, ModelConfig, build_model
 from ampkit.models.init import materialize
@@ -180,7 +181,11 @@ def main(out: Path) -> None:
         "fsdp_init": probe_fsdp_init(),
     }
     (out / f"rank-{dist.get_rank()}.json").write_text(json.dumps(report, indent=2))
-    dist.destroy_process_group()
+    # ampkit's own teardown (barrier, then a meeting on the store): a bare destroy_process_group
+    # here aborted rank 0 about one run in six under load ("terminate called without an active
+    # exception": gloo's last barrier messages still in flight when the peer closed its pairs).
+    run, _ = init_run(parallel="fsdp", device=torch.device("cpu"))  # joins the group build_run made
+    run.close()
 
 
 if __name__ == "__main__":
