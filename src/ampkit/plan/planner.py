@@ -22,7 +22,7 @@ from ampkit.plan.kv.budget import activation_reserve_bytes, kv_budget, kv_pool_b
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import optimizer_state_bytes
 from ampkit.plan.setting import GIB, TENSOR_LINES, Ledger, Reserve, StepSetting
-from ampkit.precision import get_spec
+from ampkit.precision import ConversionRefused, get_spec
 
 PLAN_SCHEMA = "ampkit.plan/1"
 KV_SCHEMA = "ampkit.kv/1"
@@ -167,8 +167,11 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
     if engines[1] is not None:  # the rows' traces (and their fits'), two processes where there are two cores
         fits = target is not None and engines[1] is primary
         extra = _sure_fix_search(desc, config, target) if target is not None and fits else []
-        engines[1].prefetch(settings, fits=fits, extra=extra)
-    rows = [_row(desc, setting, config, target, engines) for setting in settings]
+        try:
+            engines[1].prefetch(settings, fits=fits, extra=extra)
+        except ConversionRefused:  # a low-bit converter refused the model: its rows say so, the rest trace on demand
+            pass
+    rows, refused = _rows(desc, settings, config, target, engines)
     return {
         "schema": PLAN_SCHEMA,
         "units": UNITS,
@@ -180,7 +183,26 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
         "rows": rows,
         "recommendation": recommendation(desc, config, target, primary),
         "fp8": _fp8_block(desc, config, target),
+        "refused": refused,
     }
+
+
+def _rows(desc: ModelDescription, settings: list[StepSetting], config: PlanConfig, target: Target | None, engines):
+    """The rows of `settings`, and {precision: why} for the low-bit precisions whose converter refused the
+    model (no Linear meets the format's shape rule): the other precisions are planned regardless; a plan
+    of refused precisions only is refused, in the converter's words."""
+    rows: list[dict[str, Any]] = []
+    refused: dict[str, str] = {}
+    for setting in settings:
+        if setting.precision in refused:
+            continue
+        try:
+            rows.append(_row(desc, setting, config, target, engines))
+        except ConversionRefused as err:
+            refused[setting.precision] = str(err)
+    if not rows and refused:
+        raise ConversionRefused(next(iter(refused.values())))
+    return rows, refused
 
 
 def _sure_fix_search(desc: ModelDescription, config: PlanConfig, target: Target) -> list[StepSetting]:
