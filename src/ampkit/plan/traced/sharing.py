@@ -6,8 +6,7 @@ of the same sizes:
 - bf16-true and fp16-true: the same ops on 2-byte weights, activations and states;
 - bf16-mixed and fp16-mixed: the same autocast ops on 2-byte copies of fp32 weights, and fp16's
   GradScaler on top (bf16's is torch's disabled pass-through object, which makes no tensor);
-- a low-bit format and its emulation (fp8 and fp8-emulated, mxfp8 and mxfp8-emulated, ...): the
-  native form is traced as its emulation (`traced_precision`).
+- fp8 and fp8-emulated: native fp8 is traced as its emulation (`traced_precision`).
 Each class is traced once, as its first member without loss scaling (`shared_precision`: fp32,
 bf16-mixed, bf16-true, fp8-emulated). A loss-scaled member's trace is that one plus the scaler's own
 tensors (`with_scaler`), each a scalar filed under temporaries while it is alive (the traced step
@@ -57,17 +56,15 @@ class StepTrace:
 
 
 def traced_precision(name: str) -> str:
-    """The precision whose step is traced: native low-bit Linears run on their GPUs only (fp8 sm89+,
-    the block-scaled formats sm100); the format's emulation allocates the same on CPU."""
-    return SPECS[name].emulated_twin or name if not get_numerics(name).traceable else name
+    """The precision whose step is traced: native fp8 runs on sm89+ GPUs only; its emulation
+    allocates the same on CPU."""
+    return "fp8-emulated" if not get_numerics(name).traceable else name
 
 
 def memory_class(precision: str) -> tuple:
-    """Precisions whose steps allocate the same bytes (loss scaling aside: `with_scaler`); each low-bit
-    format is its own (its converter decides which Linears convert and what they save)."""
+    """Precisions whose steps allocate the same bytes (loss scaling aside: `with_scaler`)."""
     num = get_numerics(traced_precision(precision))
-    low_bit = num.linears if num.float8_block_linears else ""  # tf32/fp32, bf16/fp16 still share
-    return (num.param_bytes, num.compute_bytes, num.autocast, num.float8_block_linears, low_bit)
+    return (num.param_bytes, num.compute_bytes, num.autocast, num.float8_block_linears)
 
 
 def scales_loss(precision: str) -> bool:

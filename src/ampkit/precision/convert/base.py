@@ -83,10 +83,12 @@ class LinearConverter:
         """Replace the Linears named `names` (module names under `model`) by this format's, in place."""
         raise NotImplementedError
 
-    def convert(self, model: nn.Module) -> ConversionReport:
-        """Convert `model`'s eligible Linears in place; refuse a model with none that meets the shape rule
-        (and a native conversion that no kernel exists for: `native_missing`)."""
-        if self.native_missing and not self.emulated:
+    def classify(self, model: nn.Module, *, kernels: bool = True) -> ConversionReport:
+        """Which of `model`'s Linears this converter would convert and which it would keep, and why,
+        without touching the model (a dry run: `ampkit plan` checks each format on a meta-device model).
+        Refuses a model with none that meets the shape rule, and (`kernels`) a native conversion that no
+        kernel exists for (`native_missing`)."""
+        if kernels and self.native_missing and not self.emulated:
             raise ConversionRefused(f"{self.precision}: {self.native_missing}; use {self.precision}-emulated")
         chosen: list[str] = []
         kept: dict[str, str] = {}
@@ -104,13 +106,18 @@ class LinearConverter:
                 kept[fqn] = why
         if not shaped:
             raise ConversionRefused(self._nothing_to_convert(kept))
-        self.swap(model, chosen)
-        if self.guards_outputs():
-            for fqn in chosen:
-                guard_inplace(model.get_submodule(fqn))
         return ConversionReport(
             precision=self.precision, format=self.fmt.name, emulated=self.emulated, converted=chosen, kept=kept
         )
+
+    def convert(self, model: nn.Module) -> ConversionReport:
+        """Convert `model`'s eligible Linears in place (`classify`'s choice) and report what it did."""
+        report = self.classify(model)
+        self.swap(model, report.converted)
+        if self.guards_outputs():
+            for fqn in report.converted:
+                guard_inplace(model.get_submodule(fqn))
+        return report
 
     def _nothing_to_convert(self, kept: dict[str, str]) -> str:
         others = {name: why for name, why in kept.items() if why != HEAD}
