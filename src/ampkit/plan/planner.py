@@ -273,7 +273,7 @@ def _fp8_block(desc: ModelDescription, config: PlanConfig, target: Target | None
     """Per Linear, whether fp8 pays on the target GPU (only when fp8 is among the precisions)."""
     from ampkit.plan.analytic.fp8 import fp8_plan
 
-    native_fp8 = any(get_spec(p).native_low_bit for p in config.precision_list())
+    native_fp8 = any(get_spec(p).native_low_bit and get_spec(p).matmul_key == "fp8" for p in config.precision_list())
     if not native_fp8 or target is None:
         return None
     return fp8_plan(desc, micro_batch=config.batch_size, seq_len=config.seq_len, gpu=target.gpu)

@@ -4,7 +4,6 @@ Linears each keeps in bf16 and why, and the one-line refusal of a model with not
 from __future__ import annotations
 
 import pytest
-import torch
 from torch import nn
 
 from ampkit.errors import UsageError
@@ -74,7 +73,9 @@ def test_attention_out_proj_the_root_and_converted_layers_are_left_alone():
     attention = nn.MultiheadAttention(32, 2)  # multiplies out_proj.weight itself, never calls its forward
     model = nn.ModuleDict({"attn": attention, "ff": nn.Linear(32, 32)})
     report = build_precision("nvfp4-emulated", device_type="cpu").converter().classify(model)
-    assert report.converted == ["ff"] and report.kept == {"attn.out_proj": "read by nn.MultiheadAttention through its weight"}
+    assert report.converted == ["ff"] and report.kept == {
+        "attn.out_proj": "read by nn.MultiheadAttention through its weight"
+    }
     policy = build_precision("nvfp4-emulated", device_type="cpu")
     policy.convert_module(model)
     with pytest.raises(ConversionRefused, match=r"\(inner.attn.out_proj: read by nn.MultiheadAttention"):
@@ -101,5 +102,3 @@ def test_a_converter_without_a_swap_is_a_programming_error():
 
     with pytest.raises(NotImplementedError):
         Nothing(precision="mxfp8-emulated", emulated=True).convert(nn.Sequential(nn.Linear(32, 32)))
-
-

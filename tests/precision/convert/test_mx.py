@@ -31,10 +31,10 @@ def test_torchaos_mxfp8_matmul_rounds_as_the_direct_quantize_dequantize():
     assert x.grad is not None and torch.isfinite(x.grad).all() and layer.weight.grad is not None
 
 
-
-
 def test_native_mxfp4_is_refused_and_its_emulation_converts():
-    with pytest.raises(ConversionRefused, match=r"^mxfp4: torchao 0.18 ships MXFP4 for inference only.*; use mxfp4-emulated$"):
+    with pytest.raises(
+        ConversionRefused, match=r"^mxfp4: torchao 0.18 ships MXFP4 for inference only.*; use mxfp4-emulated$"
+    ):
         MXFP4Converter(precision="mxfp4", emulated=False).convert(nn.Sequential(nn.Linear(32, 32)))
     model = build_precision("mxfp4-emulated", device_type="cpu").convert_module(nn.Sequential(nn.Linear(32, 32)))
     assert isinstance(model[0], QDQLinear) and model[0].format_name == "mxfp4"

@@ -56,8 +56,6 @@ def test_the_emulated_gemms_are_the_quantize_dequantize_of_their_inputs(fmt):
     assert torch.equal(linear.weight.grad, q(dy.t()) @ q(x.detach().t()).t())
 
 
-
-
 def test_a_format_without_an_emulation_is_refused():
     with pytest.raises(UsageError, match="no quantize-dequantize for bf16; one of: fp8-e4m3, mxfp8, mxfp4, nvfp4"):
         quantize_dequantize(torch.ones(4, 32), "bf16")

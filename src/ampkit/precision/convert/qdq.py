@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ampkit.errors import UsageError
-from ampkit.formats import get_format
+from ampkit.formats import dtype_of, get_format
 from ampkit.precision.convert.base import compute_dtype
 from ampkit.precision.convert.loading import load_torchao
 
@@ -67,16 +67,19 @@ def _nvfp4() -> Quantizer:
 
 def _fp8_tensorwise(rows: torch.Tensor) -> torch.Tensor:
     """float8 e4m3 under one dynamic scale per tensor (torchao's tensorwise recipe: amax maps to 448)."""
-    fmax = torch.finfo(torch.float8_e4m3fn).max
+    e4m3 = dtype_of("fp8-e4m3")
+    fmax = torch.finfo(e4m3).max
     scale = fmax / rows.abs().max().float().clamp(min=1e-12)
-    return (rows.float() * scale).clamp(-fmax, fmax).to(torch.float8_e4m3fn).float() / scale
+    return (rows.float() * scale).clamp(-fmax, fmax).to(e4m3).float() / scale
 
 
 def _quantizers() -> dict[str, Callable[[], Quantizer]]:
     return {
         "fp8-e4m3": lambda: _fp8_tensorwise,
-        "mxfp8": lambda: _mx(torch.float8_e4m3fn, rceil=True),  # torchao's MXFP8 training: RCEIL scales
-        "mxfp4": lambda: _mx(torch.float4_e2m1fn_x2, rceil=False),  # the OCP spec's floor(log2(amax)) scales
+        "mxfp8": lambda: _mx(dtype_of("mxfp8"), rceil=True),  # torchao's MXFP8 training: RCEIL scales
+        # torchao names MXFP4's packed e2m1 pairs by torch's float4_e2m1fn_x2 (no element dtype: the registry
+        # holds none); the OCP spec's floor(log2(amax)) scales
+        "mxfp4": lambda: _mx(torch.float4_e2m1fn_x2, rceil=False),
         "nvfp4": _nvfp4,
     }
 
