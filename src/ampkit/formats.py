@@ -12,6 +12,12 @@ per 32 elements (the OCP Microscaling spec), NVFP4 one e4m3 per 16 elements plus
 (NVIDIA), nf4 (bitsandbytes) one 8-bit absmax per 64 weights quantised again per 256 blocks under one
 fp32 scale. `bytes_per_element` counts the element and its share of the scales; a per-tensor scale
 (a few bytes a tensor) is not counted. Units: bits, bytes per element.
+
+The low-bit formats a training precision multiplies its Linears in (fp8, mxfp8, mxfp4, nvfp4) also
+carry what training in them needs: where their matrix units exist (`native`: the device check and its
+refusal text, read by `hardware.capabilities`), the shape rule each converted Linear must meet
+(`dim_multiple`), and the name of their module converter (`converter`, a class of
+`ampkit.precision.convert`: this layer sits below `precision`, so it names the class, never imports it).
 """
 
 from __future__ import annotations
@@ -21,6 +27,49 @@ from dataclasses import dataclass
 import torch
 
 from ampkit.errors import UsageError
+
+
+@dataclass(frozen=True, kw_only=True)
+class NativeRule:
+    """Where a format's matmuls run on the device's own matrix units: the device check and its refusal text.
+
+    A pure rule over what torch reports (`hardware.capabilities.DeviceFacts`), so every device is
+    testable on a CPU; `hardware.capabilities` applies it (this layer knows no device)."""
+
+    cuda: tuple[int, int] | None = None
+    """least NVIDIA compute capability (major, minor) with these matrix units; None: none has them"""
+    rocm: tuple[str, ...] = ()
+    """AMD gfx architecture prefixes whose matrix cores the converter's kernels drive ("gfx94": MI300)"""
+    needs: str
+    """the requirement in a refusal's words ("fp8 needs <needs>; <this device> has none: use ...")"""
+
+    def on_cuda(self, compute_capability: tuple[int, int]) -> bool:
+        return self.cuda is not None and compute_capability >= self.cuda
+
+    def on_rocm(self, arch: str) -> bool:
+        return arch.startswith(self.rocm) if self.rocm else False
+
+
+FP8_NATIVE = NativeRule(
+    cuda=(8, 9),
+    rocm=("gfx94", "gfx95"),  # MI300 (fnuz float8, gfx940-942) and MI350 (OCP float8, gfx950)
+    needs=(
+        "an NVIDIA GPU with compute capability >= 8.9 (Ada or Hopper) or an AMD MI300/MI350 (gfx94x/gfx950): "
+        "the float8 matmuls torchao's float8 training drives"
+    ),
+)
+BLOCK_SCALED_NATIVE = NativeRule(
+    # Blackwell's fifth-generation tensor cores multiply MXFP8/MXFP6/MXFP4 and NVFP4 with their block
+    # scales applied in the MMA (NVIDIA Blackwell architecture technical brief); torchao's MX and NVFP4
+    # training kernels (CUTLASS, Triton) gate on sm100 (`torchao.utils.is_sm_at_least_100`). Hopper and
+    # Ada have fp8 but no block-scaled MMA; AMD's MI350 (gfx950) has MX matrix cores, which torchao's
+    # MX training does not drive, so no ROCm arch is listed.
+    cuda=(10, 0),
+    needs=(
+        "an NVIDIA Blackwell GPU (compute capability >= 10.0: B200, GB200), whose tensor cores multiply "
+        "block-scaled formats"
+    ),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,8 +85,17 @@ class NumericFormat:
     scale_bits: float = 0.0
     """bits of block scale per element (the scale's bits over `block`, nested scales included)"""
     peak_key: str | None = None
-    """the GPU table's peak-FLOP/s column its matmuls run at (`hardware.gpus.PEAK_KEYS`; None: none)"""
+    """the GPU table's peak-FLOP/s key its matmuls run at (`hardware.gpus.DTYPE_KEYS`: a column of the
+    table, or "mxfp8", the fp8 column on cards with block-scaled MMA only; None: none)"""
     aliases: tuple[str, ...] = ()
+    native: NativeRule | None = None
+    """where its matmuls run in hardware, for the low-bit training formats (None: not a training format
+    of its own, or decided by `hardware.capabilities`' own rules: fp32, tf32, bf16, fp16)"""
+    dim_multiple: int = 1
+    """the shape rule of a converted Linear: in and out features multiples of this (fp8's kernels need
+    16-aligned dims; MX blocks run along both dims of a weight, 32 each; NVFP4's 16)"""
+    converter: str = ""
+    """the class name of its module converter in `ampkit.precision.convert` ("": no converter)"""
     short: str = ""
     """the key it goes by in ampkit's tables where that is not its name (fp8's two layouts: "fp8")"""
     about: str = ""
@@ -103,6 +161,9 @@ FORMATS: dict[str, NumericFormat] = {
             bits=8,
             peak_key="fp8",
             aliases=("fp8", "e4m3"),
+            native=FP8_NATIVE,
+            dim_multiple=16,
+            converter="Float8Converter",
             short="fp8",
             about="float8 e4m3fn: 4 exponent, 3 mantissa bits, largest 448 (weights and activations)",
         ),
@@ -121,7 +182,10 @@ FORMATS: dict[str, NumericFormat] = {
             bits=8,
             block=32,
             scale_bits=_E8M0_PER_32,
-            peak_key="fp8",
+            peak_key="mxfp8",
+            native=BLOCK_SCALED_NATIVE,
+            dim_multiple=32,
+            converter="MXFP8Converter",
             about="OCP MXFP8: e4m3 elements, one E8M0 power-of-two scale per 32",
         ),
         NumericFormat(
@@ -131,6 +195,9 @@ FORMATS: dict[str, NumericFormat] = {
             block=32,
             scale_bits=_E8M0_PER_32,
             peak_key="fp4",
+            native=BLOCK_SCALED_NATIVE,
+            dim_multiple=32,
+            converter="MXFP4Converter",
             about="OCP MXFP4: e2m1 elements (packed two a byte), one E8M0 scale per 32",
         ),
         NumericFormat(
@@ -140,6 +207,9 @@ FORMATS: dict[str, NumericFormat] = {
             block=16,
             scale_bits=8 / 16,
             peak_key="fp4",
+            native=BLOCK_SCALED_NATIVE,
+            dim_multiple=16,
+            converter="NVFP4Converter",
             about="NVIDIA NVFP4: e2m1 elements, one e4m3 scale per 16 and one fp32 per tensor",
         ),
         NumericFormat(name="int8", dtype=torch.int8, bits=8, about="8-bit integers (bitsandbytes' 8-bit states)"),

@@ -30,7 +30,7 @@ def test_bench_compares_precisions_on_the_adapters(real_runs):
 
 def test_fp8_is_refused_and_dropped_from_the_defaults():
     info = describe_device(pick_device("cpu"))
-    with pytest.raises(UsageError, match="fp8 swaps the Linear layers"):
+    with pytest.raises(UsageError, match="fp8-emulated swaps the Linear layers LoRA adapts"):
         resolve_for_device(BenchConfig(precisions="fp8-emulated", lora=LoraSettings(lora=4)), info)
     _, names, _ = resolve_for_device(BenchConfig(lora=LoraSettings(lora=4)), info)
     assert "fp32" in names and not any(n.startswith("fp8") for n in names)

@@ -10,21 +10,22 @@ from devices import SYNTHETIC, synthetic_device
 
 
 @pytest.mark.parametrize(
-    ("cc", "bf16", "fp16", "tf32", "fp8"),
+    ("cc", "bf16", "fp16", "tf32", "fp8", "mx"),
     [
-        ((6, 1), False, False, False, False),  # Pascal
-        ((7, 0), False, True, False, False),  # Volta
-        ((7, 5), False, True, False, False),  # Turing
-        ((8, 0), True, True, True, False),  # A100
-        ((8, 6), True, True, True, False),  # A10G, RTX 3090, RTX A6000
-        ((8, 9), True, True, True, True),  # L4, L40S, RTX 4090
-        ((9, 0), True, True, True, True),  # H100
-        ((10, 0), True, True, True, True),  # B200
+        ((6, 1), False, False, False, False, False),  # Pascal
+        ((7, 0), False, True, False, False, False),  # Volta
+        ((7, 5), False, True, False, False, False),  # Turing
+        ((8, 0), True, True, True, False, False),  # A100
+        ((8, 6), True, True, True, False, False),  # A10G, RTX 3090, RTX A6000
+        ((8, 9), True, True, True, True, False),  # L4, L40S, RTX 4090: fp8, no block-scaled MMA
+        ((9, 0), True, True, True, True, False),  # H100
+        ((10, 0), True, True, True, True, True),  # B200, GB200: MXFP8, MXFP4, NVFP4
     ],
 )
-def test_cuda_capabilities_follow_the_compute_capability(cc, bf16, fp16, tf32, fp8):
+def test_cuda_capabilities_follow_the_compute_capability(cc, bf16, fp16, tf32, fp8, mx):
     caps = capabilities(DeviceFacts(kind="cuda", compute_capability=cc))
-    assert (caps.native_bf16, caps.native_fp16, caps.has_tf32, caps.has_fp8) == (bf16, fp16, tf32, fp8)
+    got = (caps.native_bf16, caps.native_fp16, caps.has_tf32, caps.has_fp8, caps.has_mx)
+    assert got == (bf16, fp16, tf32, fp8, mx)
 
 
 @pytest.mark.parametrize(

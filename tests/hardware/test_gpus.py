@@ -82,7 +82,7 @@ def test_a_neighbours_name_is_not_a_match():
         ("NVIDIA GeForce RTX 3090 Ti", 23.7, None),
         ("NVIDIA RTX A6000", 47.5, "RTX-A6000"),
         ("NVIDIA B200", 178.4, "B200"),
-        ("NVIDIA GB200", 184.0, None),
+        ("NVIDIA GB200", 184.0, "GB200"),  # its own row (GB200 NVL72 sheet), never B200's figures
         ("AMD Instinct MI300X", 191.5, "MI300X"),
         ("AMD Instinct MI300X VF", 191.5, "MI300X"),  # a cloud's virtual function: the same card
         ("AMD Instinct MI300A", 128.0, None),
@@ -125,6 +125,8 @@ def test_gpu_table_agrees_with_the_capability_rules(key):
     caps = capabilities(facts)
     assert spec.native_bf16 == caps.native_bf16 == ("bf16" in spec.peak_tflops)
     assert ("fp8" in spec.peak_tflops) == caps.has_fp8
+    assert ("fp4" in spec.peak_tflops) == caps.has_mx == spec.block_scaled  # Blackwell's block-scaled MMA
+    assert (spec.peak_flops("mxfp8") is not None) == caps.has_mx  # MXFP8 at the fp8 figure, Blackwell only
     assert ("tf32" in spec.peak_tflops) == caps.has_tf32
     assert spec.peak_tflops["fp16"] > spec.peak_tflops["fp32"] > 0
     assert set(spec.peak_tflops) <= set(PEAK_KEYS)

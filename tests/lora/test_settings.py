@@ -80,7 +80,7 @@ def test_base_dtype_follows_the_precision():
 
 
 def test_runs_lora_cannot_carry_are_refused():
-    with pytest.raises(UsageError, match="fp8 swaps the Linear layers"):
+    with pytest.raises(UsageError, match="fp8-emulated swaps the Linear layers LoRA adapts"):
         check_lora_run(LoraSettings(lora=8), precision="fp8-emulated")
     with pytest.raises(UsageError, match="drop --parallel ddp"):
         TrainConfig.of(lora=LoraSettings(lora=8), parallel="ddp")

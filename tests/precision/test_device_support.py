@@ -11,18 +11,20 @@ from ampkit.errors import UsageError
 from ampkit.precision import SPECS, check_supported
 from devices import synthetic_device
 
+EMULATED = {name for name, spec in SPECS.items() if spec.emulated}  # every low-bit format, in software
+BLOCK_SCALED = {"mxfp8", "nvfp4", "mxfp4"}
 RUNS = {
-    # device: every precision it runs (fp8-emulated needs bf16: it runs bf16 autocast around its Linears)
+    # device: every precision it runs (the -emulated ones need bf16: they run bf16 autocast around their Linears)
     "v100": {"fp32", "fp16-mixed", "fp16-true"},
-    "a100": {"fp32", "tf32", "fp16-mixed", "bf16-mixed", "bf16-true", "fp16-true", "fp8-emulated"},
-    "l40s": set(SPECS),
-    "b200": set(SPECS),
+    "a100": {"fp32", "tf32", "fp16-mixed", "bf16-mixed", "bf16-true", "fp16-true", *EMULATED},
+    "l40s": set(SPECS) - BLOCK_SCALED,  # Ada: fp8, no block-scaled MMA
+    "b200": set(SPECS) - {"mxfp4"},  # Blackwell: no MXFP4 training kernel exists (torchao's is inference only)
     "mi100": {"fp32", "fp16-mixed", "fp16-true"},
-    "mi250x": {"fp32", "fp16-mixed", "bf16-mixed", "bf16-true", "fp16-true", "fp8-emulated"},
-    "mi300x": set(SPECS),
-    "xpu-max": {"fp32", "fp16-mixed", "bf16-mixed", "bf16-true", "fp16-true", "fp8-emulated"},
+    "mi250x": {"fp32", "fp16-mixed", "bf16-mixed", "bf16-true", "fp16-true", *EMULATED},
+    "mi300x": set(SPECS) - BLOCK_SCALED,
+    "xpu-max": {"fp32", "fp16-mixed", "bf16-mixed", "bf16-true", "fp16-true", *EMULATED},
     "xpu-no-bf16": {"fp32", "fp16-mixed", "fp16-true"},
-    "mps": {"fp32", "fp16-mixed", "bf16-mixed", "bf16-true", "fp16-true", "fp8-emulated"},
+    "mps": {"fp32", "fp16-mixed", "bf16-mixed", "bf16-true", "fp16-true", *EMULATED},
     "mps-macos13": {"fp32", "fp16-mixed", "fp16-true"},
 }
 
@@ -88,6 +90,19 @@ def test_each_device_runs_what_its_hardware_has(device):
         ),
         ("v100", "bf16-mixed", r"Tesla V100-SXM2-16GB \(sm_70\) lacks: use fp16-mixed"),  # the CUDA path as before
         ("v100", "fp8", r"compute capability >= 8.9.*\(sm_70\) has none: use bf16-mixed"),
+        (
+            "l40s",
+            "mxfp8",
+            r"mxfp8 needs an NVIDIA Blackwell GPU \(compute capability >= 10.0: B200, GB200\).*; NVIDIA L40S "
+            r"\(sm_89\) has none: use bf16-mixed, or mxfp8-emulated",
+        ),
+        (
+            "mi300x",
+            "nvfp4",
+            r"nvfp4 needs .*Blackwell.*\(gfx942\) has none \(torchao.s MX/NVFP4 .*\): "
+            r"use bf16-mixed, or nvfp4-emulated",
+        ),
+        ("b200", "mxfp4", r"mxfp4: torchao 0.18 ships MXFP4 for inference only.*: use mxfp4-emulated"),
     ],
 )
 def test_refusals_name_the_device_the_reason_and_the_fix(device, precision, says):

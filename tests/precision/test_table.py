@@ -26,4 +26,4 @@ def test_an_unknown_precision_lists_names_and_aliases():
 def test_help_lists_the_table_in_order_optionally_without_emulation():
     assert precision_names_help() == ", ".join(SPECS)
     assert "fp8-emulated" not in precision_names_help(include_emulated=False).split(", ")
-    assert precision_names_help(include_emulated=False).endswith("fp8")
+    assert precision_names_help(include_emulated=False).endswith("fp8, mxfp8, nvfp4, mxfp4")

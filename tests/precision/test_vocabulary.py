@@ -26,6 +26,12 @@ FACTS = {
     "fp16-true": ("fp16", "fp16", 5, False, ("fp16", False), True),
     "fp8": ("fp8", "bf16", 6, False, ("fp8-e4m3", False), False),
     "fp8-emulated": ("bf16", "bf16", 7, False, ("fp8-e4m3", True), False),
+    "mxfp8": ("mxfp8", "bf16", 8, False, ("mxfp8", False), False),
+    "mxfp8-emulated": ("bf16", "bf16", 9, False, ("mxfp8", True), False),
+    "nvfp4": ("fp4", "bf16", 10, False, ("nvfp4", False), False),
+    "nvfp4-emulated": ("bf16", "bf16", 11, False, ("nvfp4", True), False),
+    "mxfp4": ("fp4", "bf16", 12, False, ("mxfp4", False), False),
+    "mxfp4-emulated": ("bf16", "bf16", 13, False, ("mxfp4", True), False),
 }
 
 
@@ -43,9 +49,10 @@ def test_spec_facts(name):
     assert spec.is_reference is is_reference
     assert (spec.linears, spec.emulated) == (linears, emulated)
     assert spec.low_precision_weights is low_weights
-    assert spec.converts_linears is (linears == "fp8-e4m3") and spec.native_low_bit is (
+    assert spec.converts_linears is (linears in ("fp8-e4m3", "mxfp8", "nvfp4", "mxfp4")) and spec.native_low_bit is (
         spec.converts_linears and not emulated
     )
+    assert spec.emulated_twin == ((name.removesuffix("-emulated") + "-emulated") if spec.converts_linears else None)
 
 
 @pytest.mark.parametrize("name", list(SPECS))

@@ -148,7 +148,7 @@ def test_nf4_base_trains(tmp_path):
         (["--lora", "0"], "rank and must be >= 1"),
         (["--lora", "8", "--lora-targets", "q_proj,nope"], "'nope' matches no module of LlamaLM"),
         (["--lora-alpha", "16"], "add --lora RANK"),
-        (["--lora", "8", "--precision", "fp8-emulated"], "fp8 swaps the Linear layers"),
+        (["--lora", "8", "--precision", "fp8-emulated"], "fp8-emulated swaps the Linear layers LoRA adapts"),
     ],
 )
 def test_bad_inputs_exit_2(tmp_path, extra, words):

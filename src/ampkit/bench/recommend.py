@@ -84,7 +84,8 @@ def native_support(info: DeviceInfo, precision_spec: PrecisionSpec) -> tuple[boo
     """(native?, note) for a precision's compute dtype on `info`'s device (a hardware.DeviceInfo)."""
     key = precision_spec.matmul_key
     if precision_spec.emulated:
-        return False, "emulated (fp8 rounding in software, no fp8 matmuls)"
+        fmt = precision_spec.linear_format.key  # "fp8", "mxfp8", "nvfp4", "mxfp4"
+        return False, f"emulated ({fmt} rounding in software, no {fmt} matmuls: its fidelity, not its speed)"
     if key == "fp32":
         return True, "native"
     native = info.is_native(key)

@@ -263,9 +263,20 @@ def _compact_status(entry: dict, recommended: str | None, reference: str, notes:
     details = [f"unstable: {stability['reason']}"] if unstable else []
     details += [f"fidelity fails ({fid['verdict']})"] if fails else []
     details += [entry["native_note"]] if not entry["native"] else []
+    details += [_kept_note(entry["conversion"])] if (entry.get("conversion") or {}).get("kept") else []
     budget = _budget_note(entry)
     details += [budget] if budget else []
     return notes.mark(word, f"{name}: {'; '.join(details)}" if details else None)
+
+
+def _kept_note(conversion: dict) -> str:
+    """ "27 of 29 Linears in mxfp8, kept in bf16: lm_head (the output head), ..." (the first two named)."""
+    kept, converted = conversion["kept"], conversion["converted"]
+    named = [f"{name} ({why})" for name, why in list(kept.items())[:2]]
+    more = f" and {len(kept) - len(named)} more" if len(kept) > len(named) else ""
+    return f"{len(converted)} of {len(converted) + len(kept)} Linears in {conversion['format']}, kept in bf16: " + (
+        ", ".join(named) + more
+    )
 
 
 def _budget_note(entry: dict) -> str | None:

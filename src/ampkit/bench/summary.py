@@ -141,6 +141,7 @@ def precision_entry(
         "files": result["files"],
         "budget": _budget_entry(result),
         "profile": None,
+        "conversion": (result.get("throughput") or {}).get("conversion"),  # the low-bit formats' Linears
     }
     if result["status"] != "ok":
         return entry

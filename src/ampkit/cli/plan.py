@@ -107,6 +107,8 @@ def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
         console.print(agreement_table(summary, wide=wide))
     for line in recommendation_lines(summary["recommendation"], summary["target"]):
         console.print(line, markup=False)
+    for precision, why in (summary.get("refused") or {}).items():
+        console.print(f"not planned: {precision}: {why}", style="yellow", markup=False)
     if summary.get("fp8"):
         from ampkit.plan.analytic.fp8 import fp8_line
 

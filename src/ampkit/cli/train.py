@@ -119,6 +119,9 @@ def _train(objs, args: argparse.Namespace, *, run_dir: Path | None, console: Con
         console.print(f"[yellow]warning:[/] {warning}")
     if objs.lora is not None and main:
         console.print(objs.lora.line(), highlight=False, soft_wrap=True)  # the trainable count (peft's own rule)
+    conversion = objs.policy.conversion()
+    if conversion is not None and main:  # the low-bit formats: which Linears converted, which stay bf16
+        console.print(conversion.note(), highlight=False, markup=False)
     run_dir = run_dir or shared_run_dir(objs.parallel, lambda: create_run_dir(args.out, "train"))
     summary = run_training(
         objs,

@@ -19,22 +19,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ampkit.formats import BLOCK_SCALED_NATIVE, FP8_NATIVE, NativeRule
+
 KINDS: dict[str, str] = {"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "mps": "mps"}
 """Device kind -> the torch device type it runs as (ROCm builds of torch name AMD GPUs "cuda")."""
 
 # The gfx architectures of AMD's data-center GPUs, by what their matrix cores do
-# (AMD CDNA 2/3/4 instruction set references; torchao's float8 training: fnuz float8 on gfx94x,
-# OCP float8 on gfx950):
+# (AMD CDNA 2/3/4 instruction set references; float8's archs are the format registry's `FP8_NATIVE`):
 ROCM_BF16_ARCHS = ("gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")  # MI200 (CDNA2) and later, RDNA3+
 ROCM_TF32_ARCHS = ("gfx94",)  # MI300's XF32; CDNA2 has none and CDNA4 (gfx950) dropped it
-ROCM_FP8_ARCHS = ("gfx94", "gfx95")  # MI300 (gfx940-942) and MI350 (gfx950)
 
 REQUIREMENTS: dict[str, str] = {
     "tf32": "an NVIDIA GPU with compute capability >= 8.0 (Ampere or newer) or an AMD MI300 (gfx94x, XF32)",
-    "fp8": (
-        "an NVIDIA GPU with compute capability >= 8.9 (Ada or Hopper) or an AMD MI300/MI350 (gfx94x/gfx950): "
-        "the float8 matmuls torchao's float8 training drives"
-    ),
+    "fp8": FP8_NATIVE.needs,  # the low-bit formats' requirements are the format registry's (`ampkit.formats`)
+    "mxfp8": BLOCK_SCALED_NATIVE.needs,
+    "fp4": BLOCK_SCALED_NATIVE.needs,
     "bf16": (
         "native bf16: an NVIDIA GPU with compute capability >= 8.0, an AMD MI200 or later (gfx90a+), "
         "or an XPU/MPS device on which torch reports bf16"
@@ -73,6 +72,17 @@ class Capabilities:
     native_fp16: bool
     has_tf32: bool
     has_fp8: bool
+    has_mx: bool = False
+    """block-scaled MMA (MXFP8, MXFP4, NVFP4) that torchao's MX/NVFP4 training kernels drive (sm100)"""
+
+
+def _native(rule: NativeRule, facts: DeviceFacts) -> bool:
+    """Whether the accelerator `facts` describes has the matrix units of a format's `rule`."""
+    if facts.kind == "cuda":
+        return rule.on_cuda(facts.compute_capability or (0, 0))
+    if facts.kind == "rocm":
+        return rule.on_rocm(rocm_arch(facts.arch or ""))
+    return False  # XPU and MPS: torchao's low-bit training has no path there
 
 
 def rocm_arch(gcn_arch_name: str) -> str:
@@ -88,7 +98,8 @@ def capabilities(facts: DeviceFacts) -> Capabilities:
             native_bf16=cc >= (8, 0),
             native_fp16=cc >= (7, 0),  # tensor cores; Pascal's fp16 is native but not fast on most cards
             has_tf32=cc >= (8, 0),
-            has_fp8=cc >= (8, 9),
+            has_fp8=_native(FP8_NATIVE, facts),
+            has_mx=_native(BLOCK_SCALED_NATIVE, facts),
         )
     if facts.kind == "rocm":
         arch = rocm_arch(facts.arch or "")
@@ -96,7 +107,8 @@ def capabilities(facts: DeviceFacts) -> Capabilities:
             native_bf16=arch.startswith(ROCM_BF16_ARCHS),
             native_fp16=True,  # every gfx9+ GPU torch's ROCm builds support has packed fp16 (MFMA from MI100)
             has_tf32=arch.startswith(ROCM_TF32_ARCHS),
-            has_fp8=arch.startswith(ROCM_FP8_ARCHS),
+            has_fp8=_native(FP8_NATIVE, facts),
+            has_mx=_native(BLOCK_SCALED_NATIVE, facts),
         )
     # XPU and MPS: fp16 everywhere torch runs them; bf16 where torch says so; ampkit's tf32 switch is
     # cuBLAS/cuDNN's and its fp8 is torchao's float8 training, which has neither an XPU nor an MPS path.
@@ -115,6 +127,12 @@ def absence_note(kind: str, dtype_key: str) -> str:
         ("rocm", "tf32"): "AMD's TF32 (XF32) exists on MI300 (gfx94x) only",
         ("rocm", "fp8"): "AMD's float8 matrix cores arrived with MI300 (gfx94x)",
         ("rocm", "bf16"): "AMD's bf16 matrix cores run at full rate from MI200 (gfx90a)",
+        ("rocm", "mxfp8"): "torchao's MX training kernels are CUDA sm100 only (MI350's MX matrix cores are not driven)",
+        ("rocm", "fp4"): "torchao's MX/NVFP4 training kernels are CUDA sm100 only",
+        ("xpu", "mxfp8"): "torchao's MX training has no XPU path",
+        ("xpu", "fp4"): "torchao's MX/NVFP4 training has no XPU path",
+        ("mps", "mxfp8"): "MPS has no block-scaled matmuls",
+        ("mps", "fp4"): "MPS has no block-scaled matmuls",
     }
     return notes.get((kind, dtype_key), "")
 

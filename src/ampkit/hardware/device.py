@@ -81,6 +81,8 @@ class DeviceInfo:
     the one kind whose torch type ("cuda") differs."""
     arch: str | None = None
     """ROCm: the gfx architecture (e.g. "gfx90a", "gfx942"); None elsewhere."""
+    has_mx: bool = False
+    """Block-scaled MMA for MXFP8, MXFP4 and NVFP4 that torchao's MX/NVFP4 training drives (CUDA cc >= 10.0)."""
 
     def __post_init__(self) -> None:
         if not self.kind:
@@ -109,13 +111,16 @@ class DeviceInfo:
         return self.total_memory_bytes / GIB
 
     def is_native(self, dtype_key: str) -> bool:
-        """Whether compute dtype `dtype_key` ("fp32", "tf32", "bf16", "fp16", "fp8") runs in hardware."""
+        """Whether compute dtype `dtype_key` ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "fp4") runs in
+        hardware (`hardware.DTYPE_KEYS`; "fp4" is MXFP4's and NVFP4's block-scaled 4-bit MMA)."""
         native = {
             "fp32": True,
             "tf32": self.has_tf32,
             "bf16": self.native_bf16,
             "fp16": self.native_fp16,
             "fp8": self.has_fp8,
+            "mxfp8": self.has_mx,
+            "fp4": self.has_mx,
         }
         if dtype_key not in native:
             raise UsageError(f"unknown compute dtype {dtype_key!r}; use one of: {', '.join(native)}")
@@ -211,6 +216,7 @@ def info_from_facts(
         native_fp16=caps.native_fp16,
         has_tf32=caps.has_tf32,
         has_fp8=caps.has_fp8,
+        has_mx=caps.has_mx,
         cpu_flags=cpu_flags,
         total_memory_bytes=total_memory_bytes,
         gpu_model=match_gpu_model(name, total_memory_bytes=total_memory_bytes) if known_card else None,

@@ -36,10 +36,16 @@ class KnownCard(Protocol):
 
 
 GIB = 1024**3  # GiB is 1024**3 bytes, GB is 1000**3
-DTYPE_KEYS = ("fp32", "tf32", "fp16", "bf16", "fp8")
-"""The compute dtype keys precisions run at (`PrecisionSpec.matmul_key`, `DeviceInfo.is_native`)."""
-PEAK_KEYS = (*DTYPE_KEYS, "fp4")
-"""The table's peak columns: the compute dtypes and fp4 (Blackwell), which no ampkit precision runs yet."""
+PEAK_KEYS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
+"""The table's peak columns, as data sheets print them; fp4 is Blackwell's block-scaled 4-bit MMA (the
+rate of MXFP4 and NVFP4 alike)."""
+BLOCK_SCALED_AT = {"mxfp8": "fp8"}
+"""Keys without a column of their own: MXFP8 runs at the card's fp8 rate where it has block-scaled MMA
+(NVIDIA's B200 and GB200 sheets quote one "FP8/FP6 Tensor Core" figure, which the Blackwell technical
+brief gives for the MX formats too), and nowhere else (Hopper and Ada multiply fp8, not MX blocks)."""
+DTYPE_KEYS = (*PEAK_KEYS[:5], *BLOCK_SCALED_AT, "fp4")
+"""The compute dtype keys precisions run at (`PrecisionSpec.matmul_key`, `DeviceInfo.is_native`), the
+peak of each a column of the table or, for "mxfp8", derived (`BLOCK_SCALED_AT`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +65,8 @@ class GpuSpec:
     fast path for it (e.g. no "bf16" on V100: it is emulated there)."""
     native_bf16: bool
     """bf16 runs on matrix units (NVIDIA Ampere and later, AMD MI200 and later)."""
+    block_scaled: bool = False
+    """block-scaled MMA (MXFP8, MXFP4, NVFP4) that ampkit's MX/NVFP4 training drives (NVIDIA sm100)."""
     compute_capability: tuple[int, int] | None
     """NVIDIA: CUDA (major, minor). None for AMD (see `arch`)."""
     arch: str
@@ -73,7 +81,12 @@ class GpuSpec:
 
     def peak_flops(self, dtype_key: str) -> float | None:
         """Dense peak in FLOP/s (not TFLOP/s) for `dtype_key`; None when the card lacks that path."""
-        tflops = self.peak_tflops.get(_check_peak_key(dtype_key))
+        key = _check_peak_key(dtype_key)
+        if key in BLOCK_SCALED_AT:
+            if not self.block_scaled:
+                return None
+            key = BLOCK_SCALED_AT[key]
+        tflops = self.peak_tflops.get(key)
         return None if tflops is None else tflops * 1e12
 
 
@@ -96,6 +109,7 @@ def _row(
         bandwidth_gbs=bandwidth_gbs,
         peak_tflops=tflops,
         native_bf16=capabilities(facts).native_bf16,
+        block_scaled=capabilities(facts).has_mx,
         compute_capability=facts.compute_capability,
         arch=arch,
         source=source,
@@ -152,8 +166,13 @@ GPUS: dict[str, GpuSpec] = {
         _nvidia("RTX4090", 24, 1008, (8, 9), fp32=82.6, tf32=82.6, fp16=165.2, bf16=165.2, fp8=330,
                 source="NVIDIA Ada Lovelace white paper (GeForce RTX 4090), dense, fp32 accumulate"),
         # Blackwell: per GPU = the 8-GPU board's figures / 8 (180 GB of HBM3e each); fp4 tensor cores
+        # (the block-scaled MMA of MXFP4 and NVFP4; MXFP8 at the fp8 figure: `BLOCK_SCALED_AT`)
         _nvidia("B200", 180, 8000, (10, 0), fp32=75, tf32=1100, fp16=2250, bf16=2250, fp8=4500, fp4=9000,
                 source="NVIDIA HGX B200 data sheet, per GPU (board / 8), dense = sparse/2"),
+        # GB200: the same die at up to 1,200 W beside a Grace CPU; the NVL72 sheet's per-GPU column
+        # (FP4 20 PF, FP8/FP6 10 PF, FP16/BF16 5 PF, TF32 2.5 PF sparse; FP32 80 TF; 186 GB, 8 TB/s)
+        _nvidia("GB200", 186, 8000, (10, 0), fp32=80, tf32=1250, fp16=2500, bf16=2500, fp8=5000, fp4=10000,
+                source="NVIDIA GB200 NVL72 data sheet, individual Blackwell GPU column, dense = sparse/2"),
         # CDNA2: one of the module's two GCDs (torch sees each as a device); fp32 is the matrix rate
         _amd("MI250X", 64, 1638.4, "gfx90a", fp32=47.9, fp16=191.5, bf16=191.5,
              source="AMD Instinct MI250X data sheet, per GCD (half the module's 128 GB, 3.2 TB/s, 383 TFLOP/s)"),
@@ -212,7 +231,7 @@ def lookup_gpu(name: str, *, unknown_hint: str = "") -> GpuSpec:
 def match_gpu_model(device_name: str, *, total_memory_bytes: int | None = None) -> str | None:
     """Map a device name (e.g. "NVIDIA H100 80GB HBM3", "AMD Instinct MI300X") to a `GPUS` key, or None.
 
-    Variants whose peaks differ from the table's (H100 PCIe/NVL, GH200, GB200, RTX 3090 Ti, MI300A,
+    Variants whose peaks differ from the table's (H100 PCIe/NVL, GH200, RTX 3090 Ti, MI300A,
     MI325X; "MI250X/MI250", the name ROCm gives both cards) map to None rather than to a neighbour's
     figures, so MFU is never computed against the wrong denominator; so does a two-variant family
     (A100, V100) whose size neither the name nor `total_memory_bytes` tells.
@@ -229,7 +248,8 @@ _SINGLE_ROWS = (  # (pattern on the upper-cased device name, excluded variant pa
     (r"\bL4\b", None, "L4"),
     (r"\bL40S\b", None, "L40S"),
     (r"\bA10G\b", None, "A10G"),
-    (r"\bB200\b", r"GB200", "B200"),
+    (r"GB200", None, "GB200"),
+    (r"\bB200\b", None, "B200"),
     (r"H200", r"GH200", "H200"),
     (r"H100", r"PCIE|NVL", "H100-80GB"),
     (r"MI300X", None, "MI300X"),
@@ -270,6 +290,6 @@ def peak_flops(info: KnownCard, dtype_key: str) -> float | None:
 
 
 def _check_peak_key(dtype_key: str) -> str:
-    if dtype_key not in PEAK_KEYS:
-        raise UsageError(f"unknown compute dtype {dtype_key!r}; use one of: {', '.join(PEAK_KEYS)}")
+    if dtype_key not in DTYPE_KEYS:
+        raise UsageError(f"unknown compute dtype {dtype_key!r}; use one of: {', '.join(DTYPE_KEYS)}")
     return dtype_key

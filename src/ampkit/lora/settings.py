@@ -123,7 +123,8 @@ def check_lora_run(settings: LoraSettings, *, precision: str, parallel: str = "n
 
     if get_spec(precision).converts_linears:
         raise UsageError(
-            f"--lora with {precision}: fp8 swaps the Linear layers LoRA adapts; "
+            f"--lora with {precision}: {precision} swaps the Linear layers LoRA adapts for "
+            f"{get_spec(precision).linear_format.key} ones; "
             "use bf16-mixed (or fp16-mixed) with --lora"
         )
     if parallel != "none":

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ampkit.errors import UsageError
+from ampkit.formats import get_format, name_of
 from ampkit.precision import SPECS, canonical_name
 
 FP32_BYTES = 4  # norm statistics, RoPE, log-softmax and the loss are fp32 in every regime
@@ -36,7 +37,11 @@ class Numerics:
     """matmul inputs are cast per call (each Linear saves its own low-precision copy of its input,
     and autocast caches a low-precision copy of each weight)"""
     float8_block_linears: bool = False
-    """block Linears run torchao Float8Linear (no saved weight copies)"""
+    """block Linears run a low-bit converter's Linears (torchao's Float8Linear, ampkit's MX/NVFP4 ones), which
+    save their high-precision inputs: no autocast weight copies (the analytic ledger plans every low-bit
+    format with fp8's memory; the traced engine traces each format's own emulation)"""
+    linears: str = ""
+    """the numeric format the block Linears multiply in (`PrecisionSpec.linears`)"""
     peak_key: str
     """the GPU peak-FLOP/s column this regime's matmuls run at (hardware.DTYPE_KEYS; `PrecisionSpec.matmul_key`)"""
     traceable: bool = True
@@ -64,13 +69,18 @@ def get_numerics(name: str) -> Numerics:
         compute_bytes=_bytes(spec.compute_dtype),
         autocast=spec.autocast,
         float8_block_linears=spec.converts_linears,
+        linears=spec.linears,
         peak_key=spec.matmul_key,
         traceable=not spec.native_low_bit,
     )
 
 
 def _bytes(dtype: torch.dtype) -> int:
-    return dtype.itemsize
+    """Bytes of one element of `dtype`, as the format registry states them."""
+    name = name_of(dtype)
+    if name is None:
+        raise ValueError(f"{dtype} is no numeric format of ampkit.formats")
+    return get_format(name).element_bytes
 
 
 def parse_precisions(text: str) -> list[str]:

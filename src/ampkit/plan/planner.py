@@ -10,6 +10,9 @@ import itertools
 from dataclasses import asdict
 from typing import Any
 
+import torch
+from torch import nn
+
 from ampkit.hardware import GpuSpec
 from ampkit.plan.advice import base_precision, cheapest_fix, fix_settings, fp8_note
 from ampkit.plan.analytic.compute import step_compute
@@ -22,7 +25,7 @@ from ampkit.plan.kv.budget import activation_reserve_bytes, kv_budget, kv_pool_b
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import optimizer_state_bytes
 from ampkit.plan.setting import GIB, TENSOR_LINES, Ledger, Reserve, StepSetting
-from ampkit.precision import get_spec
+from ampkit.precision import ConversionRefused, LowBitPrecision, build_precision, get_spec
 
 PLAN_SCHEMA = "ampkit.plan/1"
 KV_SCHEMA = "ampkit.kv/1"
@@ -163,12 +166,16 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
     cache = _trace_cache(desc, config)
     primary = primary_engine(desc, cache=cache, **ledger_kwargs(config))
     engines = (primary, hf_traced_engine(desc, primary, cache=cache, **ledger_kwargs(config)))
-    settings = settings_of(config)
+    refused = _refusals(desc, config)
+    settings = [s for s in settings_of(config) if s.precision not in refused]
     if engines[1] is not None:  # the rows' traces (and their fits'), two processes where there are two cores
         fits = target is not None and engines[1] is primary
         extra = _sure_fix_search(desc, config, target) if target is not None and fits else []
-        engines[1].prefetch(settings, fits=fits, extra=extra)
-    rows = [_row(desc, setting, config, target, engines) for setting in settings]
+        try:
+            engines[1].prefetch(settings, fits=fits, extra=extra)
+        except ConversionRefused:  # a low-bit converter refused the model: its rows say so, the rest trace on demand
+            pass
+    rows = _rows(desc, settings, config, target, engines, refused)
     return {
         "schema": PLAN_SCHEMA,
         "units": UNITS,
@@ -180,7 +187,61 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
         "rows": rows,
         "recommendation": recommendation(desc, config, target, primary),
         "fp8": _fp8_block(desc, config, target),
+        "refused": refused,
     }
+
+
+def _refusals(desc: ModelDescription, config: PlanConfig) -> dict[str, str]:
+    """{precision: why} for the low-bit precisions whose converter refuses the model (no Linear meets the
+    format's shape rule, the native one's where it is stricter: NVFP4's kernels want 128-multiples),
+    each checked on the model built on the meta device (`LinearConverter.classify`: a dry run). A plan
+    is about the hardware: a format without training kernels yet (mxfp4) is planned all the same."""
+    low_bit = [name for name in config.precision_list() if get_spec(name).converts_linears]
+    model = _meta_model(desc) if low_bit else None
+    refused: dict[str, str] = {}
+    if model is None:
+        return refused
+    for name in low_bit:
+        policy = build_precision(name, device_type="cpu")
+        assert isinstance(policy, LowBitPrecision), "a precision that converts Linears builds a LowBitPrecision"
+        try:
+            policy.converter().classify(model, kernels=False)
+        except ConversionRefused as err:
+            refused[name] = str(err)
+    return refused
+
+
+def _meta_model(desc: ModelDescription) -> nn.Module | None:
+    """`desc`'s model on the meta device (no memory), or None where ampkit builds none for it."""
+    from ampkit.plan.describe.hf import HFDescription, meta_model
+
+    if isinstance(desc, HFDescription):
+        return meta_model(desc.hf_config, desc.name)
+    if desc.model_config is None:
+        return None
+    from ampkit.models import LlamaLM
+
+    with torch.device("meta"):
+        return LlamaLM(desc.model_config)
+
+
+def _rows(
+    desc: ModelDescription, settings: list[StepSetting], config: PlanConfig, target: Target | None, engines, refused
+):
+    """The rows of `settings` (the refused precisions aside: `_refusals`); a plan of refused precisions
+    only is refused, in the converter's words. A converter that refuses only when traced (the shared
+    trace of a memory class) adds its precision to `refused`."""
+    rows: list[dict[str, Any]] = []
+    for setting in settings:
+        if setting.precision in refused:
+            continue
+        try:
+            rows.append(_row(desc, setting, config, target, engines))
+        except ConversionRefused as err:
+            refused[setting.precision] = str(err)
+    if not rows and refused:
+        raise ConversionRefused(next(iter(refused.values())))
+    return rows
 
 
 def _sure_fix_search(desc: ModelDescription, config: PlanConfig, target: Target) -> list[StepSetting]:
@@ -212,7 +273,7 @@ def _fp8_block(desc: ModelDescription, config: PlanConfig, target: Target | None
     """Per Linear, whether fp8 pays on the target GPU (only when fp8 is among the precisions)."""
     from ampkit.plan.analytic.fp8 import fp8_plan
 
-    native_fp8 = any(get_spec(p).native_low_bit for p in config.precision_list())
+    native_fp8 = any(get_spec(p).native_low_bit and get_spec(p).matmul_key == "fp8" for p in config.precision_list())
     if not native_fp8 or target is None:
         return None
     return fp8_plan(desc, micro_batch=config.batch_size, seq_len=config.seq_len, gpu=target.gpu)

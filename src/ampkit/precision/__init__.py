@@ -8,7 +8,9 @@ from ampkit.errors import UsageError
 from ampkit.hardware.capabilities import REQUIREMENTS, absence_note
 from ampkit.precision.amp import AutocastPrecision, LossScaleCollapse, ScalerConfig, TruePrecision
 from ampkit.precision.base import LOSS_ONLY, Precision, cast_floating
-from ampkit.precision.fp8 import Fp8Options, Fp8Precision
+from ampkit.precision.convert import ConversionRefused, ConversionReport, converter_class
+from ampkit.precision.fp8 import Fp8Options
+from ampkit.precision.lowbit import LowBitPrecision
 from ampkit.precision.table import (
     ALIASES,
     REFERENCE,
@@ -28,9 +30,11 @@ __all__ = [
     "REFERENCE",
     "SPECS",
     "AutocastPrecision",
+    "ConversionRefused",
+    "ConversionReport",
     "Fp8Options",
-    "Fp8Precision",
     "LossScaleCollapse",
+    "LowBitPrecision",
     "Precision",
     "PrecisionSpec",
     "ScalerConfig",
@@ -54,11 +58,8 @@ def check_supported(name: str, info: DeviceInfo) -> list[str]:
             f"tf32 needs {REQUIREMENTS['tf32']}; {_lacking(info, 'tf32')}: use fp32 "
             "(or fp16-mixed on a GPU with fp16 matrix units)"
         )
-    if spec.native_low_bit and not info.has_fp8:
-        raise UsageError(
-            f"fp8 needs {REQUIREMENTS['fp8']}; {_lacking(info, 'fp8')}: use bf16-mixed, or fp8-emulated to "
-            "exercise the fp8 code path without a speedup"
-        )
+    if spec.native_low_bit:
+        _check_native_low_bit(spec, info)
     key = spec.low_precision_key
     if key is None:
         return []
@@ -79,6 +80,21 @@ def check_supported(name: str, info: DeviceInfo) -> list[str]:
     ]
 
 
+def _check_native_low_bit(spec: PrecisionSpec, info: DeviceInfo) -> None:
+    """Refuse native low-bit Linears where the device lacks the format's matrix units (the registry's
+    `NativeRule`, applied by `hardware.capabilities`) or no kernel exists for them; the fix names the
+    emulated twin, which runs anywhere and measures the format's fidelity (not its speed)."""
+    key, twin = spec.matmul_key, spec.emulated_twin
+    if not info.is_native(key):
+        raise UsageError(
+            f"{spec.name} needs {REQUIREMENTS[key]}; {_lacking(info, key)}: use bf16-mixed, or {twin} to "
+            f"exercise the {spec.name} code path without a speedup (it measures {spec.name}'s fidelity)"
+        )
+    missing = converter_class(spec.linear_format).native_missing
+    if missing:
+        raise UsageError(f"{spec.name}: {missing}: use {twin} to measure its fidelity, or bf16-mixed")
+
+
 def _lacking(info: DeviceInfo, key: str, *, verb: str = "has none") -> str:
     """ "Tesla V100-SXM2-16GB (sm_70) has none" plus why, for a device of `info`'s kind."""
     note = absence_note(info.kind, key)
@@ -91,7 +107,7 @@ def build_precision(
     """The policy object for a precision name or alias; `fp8`: the fp8 recipe and roofline filter."""
     spec = get_spec(name)
     if spec.converts_linears:
-        return Fp8Precision(spec, device_type=device_type, scaler=scaler, fp8=fp8)
+        return LowBitPrecision(spec, device_type=device_type, scaler=scaler, fp8=fp8)
     if spec.autocast:
         return AutocastPrecision(spec, device_type=device_type, scaler=scaler)
     if spec.low_precision_weights:

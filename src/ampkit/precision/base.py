@@ -2,7 +2,8 @@
 only what differs, so the training loop never asks "is this fp16?".
 
 Building (`ampkit.train.build`): the model is constructed inside `policy.init_context()`, so its
-weights are born in their storage dtype, then `policy.convert_module` adapts it (fp8's Linear swap).
+weights are born in their storage dtype, then `policy.convert_module` adapts it (the low-bit formats'
+Linear swap, reported by `policy.conversion()`).
 
 Call order in a step (the loop's contract):
     with policy.run_context():                       # once per run: backend flags (TF32)
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ampkit.precision.convert.report import ConversionReport
 from ampkit.precision.table import PrecisionSpec
 
 
@@ -57,6 +59,11 @@ class Precision:
 
     def convert_module(self, module: nn.Module) -> nn.Module:
         return module
+
+    def conversion(self) -> ConversionReport | None:
+        """What the last `convert_module` did to the model's Linears (the low-bit regimes: which it
+        converted, which it kept and why); None where nothing is converted."""
+        return None
 
     def convert_input(self, batch: Any) -> Any:
         """The batch as the model must receive it (Lightning Fabric's `convert_input`). fp32 weights

@@ -32,10 +32,11 @@ class PrecisionSpec:
     """whether TF32 tensor-core matmuls (cuBLAS and cuDNN) are allowed."""
     linears: str
     """the numeric format (`ampkit.formats`) its Linear layers multiply in: the compute dtype's, "tf32",
-    or a low-bit one ("fp8-e4m3") whose converter swaps the Linears (torchao's Float8Linear)"""
+    or a low-bit one ("fp8-e4m3", "mxfp8", "mxfp4", "nvfp4") whose converter (`ampkit.precision.convert`,
+    named by the format) swaps the eligible Linears"""
     emulated: bool = False
-    """the low-bit matmuls are rounded in software and multiplied in bf16, on every device: a test
-    path with no speedup (fp8-emulated)"""
+    """the low-bit matmuls are rounded in software (quantize, then dequantize) and multiplied in a wider
+    dtype, on every device: it measures the format's fidelity, not its speed (fp8-emulated, mxfp8-emulated...)"""
     simplicity: int
     """rank that breaks ties in `bench`'s recommendation, simpler first (unique per precision): fewer
     moving parts (no loss scaler, fp32 master weights) and fewer ways to lose fidelity rank lower."""
@@ -48,9 +49,12 @@ class PrecisionSpec:
     @property
     def matmul_key(self) -> str:
         """The dtype key ("fp32", "tf32", "bf16", "fp16", "fp8") its matmuls run at: the column of the
-        GPU peak-FLOP tables (MFU, plan's compute time) and the argument of `DeviceInfo.is_native`.
-        Emulated fp8 rounds in software and multiplies in bf16, so it runs at bf16's peak."""
-        return short_name(self.compute_dtype) if self.emulated else self.linear_format.key
+        GPU peak-FLOP tables (MFU, plan's compute time) and the argument of `DeviceInfo.is_native`;
+        "mxfp8" and "fp4" for the block-scaled formats (`hardware.DTYPE_KEYS`). An emulated format rounds
+        in software and multiplies in a wider dtype, so it runs at its compute dtype's (bf16's) peak."""
+        if self.emulated:
+            return short_name(self.compute_dtype)
+        return self.linear_format.peak_key or self.linear_format.key
 
     @property
     def compute_dtype_key(self) -> str:
@@ -86,6 +90,14 @@ class PrecisionSpec:
         """Low-bit Linears on the hardware's own matrix units (needs the device to have them)."""
         return self.converts_linears and not self.emulated
 
+    @property
+    def emulated_twin(self) -> str | None:
+        """The emulated precision of the same format ("mxfp8" -> "mxfp8-emulated"; itself when emulated):
+        what a refusal offers where the device lacks the matrix units, and what plan traces on a CPU."""
+        if not self.converts_linears:
+            return None
+        return next(s.name for s in SPECS.values() if s.linears == self.linears and s.emulated)
+
 
 _f32, _bf16, _f16 = torch.float32, torch.bfloat16, torch.float16
 
@@ -120,10 +132,28 @@ def _spec(
     )
 
 
+def _low_bit(fmt: str, simplicity: int, summary: str) -> tuple[PrecisionSpec, PrecisionSpec]:
+    """A block-scaled format's two rows: native, then its emulation (fp32 weights, bf16 autocast around)."""
+    return (
+        _spec(fmt, simplicity, _f32, _bf16, summary, linears=fmt),
+        _spec(
+            f"{fmt}-emulated",
+            simplicity + 1,
+            _f32,
+            _bf16,
+            f"{fmt} rounded in software on any device: its fidelity, not its speed",
+            linears=fmt,
+            emulated=True,
+        ),
+    )
+
+
 # Table order is the order of help texts and of `plan`'s columns. `simplicity` orders by what can go
 # wrong: fp32; tf32 (one backend flag); bf16-mixed (autocast, no scaler); fp16-mixed (plus a loss
 # scaler); the -true regimes (16-bit master weights and optimizer states cost fidelity, fp16's range
-# more so); fp8 last (torchao swaps the Linear layers), its emulation after it (no speedup to pay for it).
+# more so); the low-bit formats last (their converters swap the Linear layers), each emulation after
+# its native form (no speedup to pay for it): fp8, then the block-scaled MXFP8, NVFP4 and MXFP4 (4-bit
+# elements cost the most fidelity; MXFP4's power-of-two scales over 32 elements more than NVFP4's e4m3 over 16).
 # Columns: name, simplicity, param dtype, compute dtype, summary; then what differs from the defaults.
 _TABLE = (
     _spec("fp32", 0, _f32, _f32, "the reference: fp32 everywhere, TF32 off", is_reference=True),
@@ -142,6 +172,9 @@ _TABLE = (
         linears="fp8-e4m3",
         emulated=True,
     ),
+    *_low_bit("mxfp8", 8, "MXFP8 Linear matmuls (torchao), bf16 elsewhere; Blackwell sm100"),
+    *_low_bit("nvfp4", 10, "NVFP4 Linear matmuls (torchao), bf16 elsewhere; Blackwell sm100"),
+    *_low_bit("mxfp4", 12, "MXFP4 Linear matmuls, bf16 elsewhere; no training kernels yet"),
 )
 SPECS: dict[str, PrecisionSpec] = {s.name: s for s in _TABLE}
 

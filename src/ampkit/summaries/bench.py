@@ -107,6 +107,8 @@ PRECISION = {
     "files": {"result": str, "log": str, "fidelity": Opt(str)},
     "budget": Absent(Opt(BUDGET_ENTRY)),
     "profile": Absent(Opt(PROFILE)),
+    # the low-bit formats: {precision, format, emulated, converted: [names], kept: {name: why}}
+    "conversion": Absent(Opt(dict)),
 }
 PEAK = {"peak_flops": OPT_NUM, "source": str, "dtype": str}
 TRAIN = {

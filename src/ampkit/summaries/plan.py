@@ -42,6 +42,7 @@ PLAN = SummaryKind(
         "rows": ListOf({"setting": SETTING, "analytic": Opt(LEDGER), "traced": Opt(LEDGER), "fit": Opt(dict)}),
         "recommendation": {"precision": Opt(str), "reason": str, "notes": ListOf(str)},
         "fp8": Absent(Opt(dict)),
+        "refused": Absent(MapOf(str)),  # precision -> why its low-bit converter refused the model
     },
 )
 

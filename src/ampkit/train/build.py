@@ -78,9 +78,13 @@ class RunObjects:
         return self.features.lora if self.features else None
 
     def features_summary(self) -> dict:
-        """The summary's "throughput" section: switches, compile time, optimizer-state bytes, dedup."""
+        """The summary's "throughput" section: switches, compile time, optimizer-state bytes, dedup, and
+        the low-bit conversion (`Precision.conversion`)."""
         out = self.features.to_dict(self.optimizer) if self.features else {}
         out["dedup"] = self.dedup
+        conversion = self.policy.conversion()
+        if conversion is not None:  # the low-bit formats: the Linears converted, those kept in bf16 and why
+            out["conversion"] = conversion.to_dict()
         return out
 
 
@@ -114,7 +118,8 @@ def build_run_model(
     1. `new_model` inside `policy.init_context()`: on the meta device where the task allows (the
        built-in presets), weights in their storage dtype; otherwise for real (`hf:PATH`, a user's
        model: materialised on every rank, then sharded).
-    2. `policy.convert_module`: a no-op for *-true (already in dtype); fp8 swaps Linear layers (on meta too).
+    2. `policy.convert_module`: a no-op for *-true (already in dtype); the low-bit formats swap Linear layers
+       (on meta too; `policy.conversion()` reports which).
     3. activation checkpointing, then `torch.compile` (lazy: nothing is traced yet).
     4. FSDP2: `fully_shard` each of the task's repeated blocks, then the root (on meta: metadata only).
     5. `materialize`: `to_empty(device)` + `init_weights(seed)`; under FSDP2 each rank writes its slice of

@@ -39,7 +39,7 @@ from ampkit.plan.optim import build_optimizer
 from ampkit.plan.setting import DEFAULT_RESERVE, Ledger, Reserve, StepSetting
 from ampkit.plan.traced.tracker import StorageTracker
 from ampkit.precision import Precision, build_precision
-from ampkit.precision.fp8 import Fp8Precision
+from ampkit.precision.lowbit import LowBitPrecision
 
 
 def trace_blocker(desc: ModelDescription, setting: StepSetting) -> str | None:
@@ -105,7 +105,7 @@ def convert_for_trace(policy: Precision, model: nn.Module) -> nn.Module:
     inductor's Triton code generation for compiled float8 kernels, which imports inductor (~0.4 s of
     CPU); a trace compiles nothing, so that patch is held off here (the next conversion of a model
     that runs applies it) and the converted modules are the same."""
-    if not isinstance(policy, Fp8Precision):
+    if not isinstance(policy, LowBitPrecision):
         return policy.convert_module(model)
     try:
         from torchao.float8 import _inductor_patch as patch
