@@ -2,9 +2,14 @@
 measure what a data set costs at a sequence length (`stats`: `ampkit.data.stats`).
 
 `ampkit data prepare SRC OUT --tokenizer MODEL` tokenizes SRC (a .txt/.md file, a directory of them,
-a .jsonl with a text field, or "default") with MODEL's tokenizer (an `hf:PATH` folder's own, else
-bytes) into OUT (`ampkit.data.prepare`); an interrupted prepare resumes when run again on the same
-OUT. A progress bar on stderr; `--json` prints the summary record alone on stdout.
+a .jsonl with a text field, a Parquet/Arrow table or a saved Hugging Face dataset with a text column,
+or "default") with MODEL's tokenizer (an `hf:PATH` folder's own, else bytes) into OUT
+(`ampkit.data.prepare`); an interrupted prepare resumes when run again on the same OUT. A progress bar
+on stderr; `--json` prints the summary record alone on stdout.
+
+`ampkit data stats PATH --seq-len N` prints the figures; `--json` the record ("ampkit.data-stats/1");
+`--out DIR` also writes it as DIR/summary.json with report.html (the length histogram a plot) and
+report.md, which `ampkit report DIR` renders again (`write_data_stats_report`).
 """
 
 from __future__ import annotations
@@ -32,14 +37,20 @@ from ampkit.runs import SUMMARY_FILE, create_run_dir, summary_marks_write_failur
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    parser = add_command(subparsers, "data", "Prepare a corpus as memory-mapped token shards.")
+    parser = add_command(
+        subparsers, "data", "Prepare a corpus as memory-mapped token shards; measure what a data set costs."
+    )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=OneLineParser, required=True)
     p = actions.add_parser(
         "prepare",
         help="tokenize a corpus once into token shards (resumable)",
         description="Tokenize SRC once into token shards in OUT; `ampkit train --data OUT` trains from them.",
     )
-    p.add_argument("src", metavar="SRC", help='a .txt/.md file, a directory of them, a .jsonl, or "default"')
+    p.add_argument(
+        "src",
+        metavar="SRC",
+        help='a .txt/.md file, a directory of them, a .jsonl, a .parquet/.arrow table, a saved dataset, or "default"',
+    )
     p.add_argument("out", metavar="OUT", help="the shard directory (new, empty, or an interrupted prepare's)")
     p.add_argument(
         "--tokenizer",
@@ -56,7 +67,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--workers", type=int, default=None, help="tokenizing processes (default: one a core on large input)"
     )
-    p.add_argument("--text-field", default="text", help='the .jsonl field holding the text (default "text")')
+    p.add_argument(
+        "--text-field", default="text", help='the .jsonl field or table column holding the text (default "text")'
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
     s = actions.add_parser(
         "stats",

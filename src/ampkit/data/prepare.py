@@ -1,11 +1,12 @@
 """`ampkit data prepare`: tokenize a text source once into token shards (`ampkit.data.shards`).
 
 The source is read as the in-memory pipeline reads it (`ampkit.data.corpus`: a .txt/.md file, a
-directory of them, a .jsonl with a text field, "default" for the embedded corpus), one paragraph a
-document, streamed: a file at a time, a .jsonl a line at a time. Paragraphs are tokenized in chunks,
-in order, by a pool of worker processes when it pays (fork; one per core; enough text and a tokenizer
-slower than the pipe: a BPE, not raw bytes), and appended to the open shard; a shard closes at the
-first document boundary at or past `shard_tokens`.
+directory of them, a .jsonl with a text field, a Parquet/Arrow table or saved Hugging Face dataset
+with a text column (`ampkit.data.tables`), "default" for the embedded corpus), one paragraph a
+document, streamed: a file at a time, a .jsonl a line at a time, a table a record batch at a time.
+Paragraphs are tokenized in chunks, in order, by a pool of worker processes when it pays (fork; one
+per core; enough text and a tokenizer slower than the pipe: a BPE, not raw bytes), and appended to
+the open shard; a shard closes at the first document boundary at or past `shard_tokens`.
 
 Nothing half-written is left: a shard is written to `NAME.tmp`, fsync'ed and renamed; after each
 shard `prepare.state.json` (atomic) records the shards done and how many paragraphs they hold; the
