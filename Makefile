@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 # torch is pinned to the CPU build that lies on this machine's disk; an unpinned torch would
 # pull a multi-GB CUDA build.
 TORCH  := torch==2.13.0
-DEPS   := rich==15.0.0 matplotlib==3.11.2 numpy==2.4.6 pytest==9.2.0 pytest-xdist==3.8.0 hypothesis==6.155.2 bitsandbytes==0.50.0 torchao==0.18.0 transformers==5.23.0 tokenizers==0.23.3 tensorboard==2.21.0 torch-optimi==0.3.3 peft==0.21.2 accelerate==1.15.0 psutil==7.2.2
+DEPS   := rich==15.0.0 matplotlib==3.11.2 numpy==2.4.6 pytest==9.2.0 pytest-xdist==3.8.0 hypothesis==6.155.2 bitsandbytes==0.50.0 torchao==0.18.0 transformers==5.23.0 tokenizers==0.23.3 tensorboard==2.21.0 torch-optimi==0.3.3 peft==0.21.2 accelerate==1.15.0 psutil==7.2.2 pyarrow==26.0.1 datasets==5.2.0
 LINT   := ruff==0.17.6 mypy==2.4.1 import-linter==2.16
 
 .PHONY: install test demo bench clean

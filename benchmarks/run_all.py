@@ -101,6 +101,12 @@ BENCHMARKS = [
         "cache; target under 1 GB both) over 200 steps of tiny, and `ampkit data prepare` tokens/s",
     ),
     (
+        "data_share",
+        ["benchmarks/data_share.py"],
+        "the data share of the step (torch.profiler's data row: batch fetch and move) training from token shards "
+        "vs the same corpus in memory, tiny, pack, seq 256 x 8",
+    ),
+    (
         "gpu_check_dry_run",
         ["benchmarks/gpu_check.py", "--dry-run", "--out", "benchmarks/results/gpu_check_dry_run.json"],
         "the GPU check's code paths, on CPU",

@@ -57,8 +57,9 @@ def described_model_field(default: str, note: str = "") -> str:
 
 def data_field(default: str = "default", note: str = "") -> str:
     text = (
-        "'default' (embedded corpus), a .txt/.md file, a folder, or a .jsonl file of chat 'messages', "
-        "'prompt'/'completion' or 'text' records (found by content)"
+        "'default' (embedded corpus), a .txt/.md file, a folder, a .jsonl file of chat 'messages', "
+        "'prompt'/'completion' or 'text' records, a .parquet/.arrow table or a saved Hugging Face dataset "
+        "with such columns (found by content), or token shards (ampkit data prepare)"
     )
     return field(default=default, metadata=_help(text, note))
 

@@ -21,3 +21,17 @@ def test_each_figure_draws_every_precision_that_ran(real_runs):
     if any(e.get("profile") for e in summary["precisions"]):
         assert profile_figure(summary).axes
     plt.close("all")
+
+
+def test_processed_items_are_drawn_behind_the_trained_ones_where_they_differ(real_runs):
+    summary = json.loads((real_runs["bench"].run_dir / "summary.json").read_text())
+    ok = [e for e in summary["precisions"] if e["status"] == "ok"]
+    assert not throughput_figure(summary).axes[0].get_legend()  # text data: one rate, one bar each
+    for entry in ok:
+        entry["timing"]["processed_per_s"] = 3 * entry["timing"]["items_per_s"]  # masked prompts read
+    throughput = throughput_figure(summary).axes[0]
+    assert [t.get_text() for t in throughput.get_legend().get_texts()] == ["processed", "trained"]
+    heights = sorted(round(p.get_height(), 6) for p in throughput.patches)
+    trained = [e["timing"]["items_per_s"] for e in ok]
+    assert heights == sorted(round(h, 6) for h in trained + [3 * t for t in trained])
+    plt.close("all")

@@ -129,9 +129,10 @@ def _summary() -> dict:
 
 def test_main_rows_one_per_precision_with_status_words():
     headers, rows = main_rows(_summary())
-    assert len(headers) == len(rows[0]) == 12
+    assert len(headers) == len(rows[0]) == 13
     fp32, bf16, fp16 = (dict(zip(headers, row)) for row in rows[:3])
     assert fp32["steps measured"] == "10 (+2 warmup), 1 stalled" and fp32["tokens/s"] == "1,000"
+    assert fp32["processed tokens/s"] == "1,000"  # a summary without processed_per_s: nothing was masked
     assert fp32["status"] == "RECOMMENDED" and fp32["step ms median (p10-p90)"] == "120 (110-150)"
     assert bf16["vs fp32"] == "0.05x" and bf16["memory vs fp32"] == "0.80x" and bf16["logits cos"] == "0.999987"
     assert bf16["status"] == "good; emulated (this CPU lacks avx512_bf16/amx_bf16)" and bf16["MFU"] == "25.0% of fp32"
@@ -204,3 +205,35 @@ def test_the_train_command_of_a_lora_bench_is_a_lora_run():
     )
     api = train_command(BenchConfig.of(batch_size=8, lora=LoraSettings(lora=4)), {"name": "mine"}, entry, fit)
     assert api["command"] == "ampkit.train.run(task, precision='bf16-mixed', batch_size=20, lora=4)"
+
+
+def test_processed_items_stand_beside_the_trained_ones_where_masks_make_them_differ():
+    import io
+
+    from rich.console import Console
+
+    from ampkit.bench.render import console_table
+
+    summary = {
+        **_summary(),
+        "model": {"preset": "tiny", "parameters": 1_000_000},
+        "device": {"type": "cpu", "name": "CPU"},
+        "data": {"seq_len": 256, "batch_size": 8},
+    }
+    for entry in summary["precisions"]:
+        if entry["timing"]:
+            entry["timing"]["processed_per_s"] = 2.5 * entry["timing"]["items_per_s"]  # prompts read, not trained
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(console_table(summary))
+    text = out.getvalue()
+    assert "processed/s" in text and "2,500" in text and "1,000" in text
+    assert "processed/s: tokens read, masked ones too (MFU counts them)" in " ".join(text.split())
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+    headers, rows = main_rows(summary)
+    assert dict(zip(headers, rows[0]))["processed tokens/s"] == "2,500"
+    plain = io.StringIO()  # text data: one rate, no column for the same number twice
+    for entry in summary["precisions"]:
+        if entry["timing"]:
+            del entry["timing"]["processed_per_s"]
+    Console(file=plain, width=80, color_system=None).print(console_table(summary))
+    assert "processed/s" not in plain.getvalue()

@@ -6,6 +6,8 @@ import json
 import shutil
 
 from ampkit.cli import main
+from ampkit.data import ByteTokenizer
+from ampkit.data.stats import data_stats
 
 
 def test_sweep_runs_baseline_and_pack_and_re_renders(tmp_path, real_runs):
@@ -21,6 +23,13 @@ def test_sweep_runs_baseline_and_pack_and_re_renders(tmp_path, real_runs):
     assert all(r["status"] == "ok" and r["measured_steps"] == 3 for r in rows.values())
     assert rows["baseline"]["vs_baseline"]["tokens_per_s"] == 1.0
     assert rows["pack"]["padding_fraction"] < rows["baseline"]["padding_fraction"]
+    # the padding column is `ampkit data stats`' figure for the row's batching, at the sweep's shape
+    stats = data_stats("default", tokenizer=ByteTokenizer(), seq_len=48, batch_size=4)
+    assert rows["baseline"]["padding_fraction"] == stats.padding_waste["pad-to-longest"]
+    assert rows["pack"]["padding_fraction"] == rows["pack+checkpointing"]["padding_fraction"]
+    assert rows["pack"]["padding_fraction"] == stats.padding_waste["pack"]
+    assert {r["padding_source"] for r in rows.values()} == {"data stats"}
+    assert all(r["processed_per_s"] == r["tokens_per_s"] for r in rows.values())  # text: nothing masked
     assert rows["pack"]["throughput"]["batching"] == "pack"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64" in html and "pack" in html

@@ -10,6 +10,7 @@ import pytest
 from ampkit.data.prepare import ShardWriter, source_identity
 from ampkit.runs import read_metrics
 from helpers import TINY_ARGS
+from instruction_fixtures import chat_file  # noqa: F401  (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +108,21 @@ def test_stats_prints_its_record_and_a_table_at_80_columns(run_cli, monkeypatch,
     assert "padding waste at 256 x 8" in out and max(len(line) for line in out.splitlines()) <= 80
     code, _, err = run_cli("data", "stats", "default", "--seq-len", "0")
     assert code == 2 and err.count("\n") == 1 and "--seq-len must be >= 1" in err
+
+
+def test_stats_out_writes_its_kinds_record_and_a_report_with_the_histogram(tmp_path, run_cli, chat_file):
+    from ampkit.summaries import kind_of_summary
+
+    out = tmp_path / "stats"
+    code, printed, err = run_cli("data", "stats", str(chat_file), "--seq-len", "128", "--out", str(out), "--json")
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    kind = kind_of_summary(summary)
+    assert kind is not None and kind.name == "data-stats" and kind.validate(summary) == []
+    assert json.loads(printed) == summary and summary["provenance"]["config"]["seq_len"] == 128
+    assert summary["format"] == "chat" and 0 < summary["trained_share"] < 1
+    html = (out / "report.html").read_text()
+    assert "padding waste at 128 x 8" in html and "document lengths in power-of-two bins" in html
+    assert sorted(p.name for p in out.glob("report*.png")) == ["report-fig1.png"]
+    code, _, err = run_cli("data", "stats", str(chat_file), "--seq-len", "128", "--out", str(out))
+    assert code == 2 and err.count("\n") == 1  # a run directory is never overwritten

@@ -51,8 +51,10 @@ def test_train_help_lists_the_model_presets(capsys):
 def test_the_progress_rate_and_the_summary_rate_say_which_is_which():
     from ampkit.train.loop import _status_text
 
-    record = {"loss": 2.0, "tokens_per_s": 1234.0, "loss_scale": None}
+    record = {"loss": 2.0, "tokens_per_s": 1234.0, "processed_tokens_per_s": 1234.0, "loss_scale": None}
     assert _status_text(record, "tokens") == "loss 2.000 · 1,234 tokens/s (last window)"
+    masked = {**record, "processed_tokens_per_s": 3000.0}  # prompts read, not trained
+    assert _status_text(masked, "tokens") == "loss 2.000 · 1,234 tokens/s (last window) · 3,000 processed/s"
 
 
 def test_the_summary_table_names_its_rate():

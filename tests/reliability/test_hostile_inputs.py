@@ -27,6 +27,7 @@ def files(tmp_path_factory):
     (d / "bad.jsonl").write_text('{"text": "fine"}\nnot json at all\n')
     (d / "nofield.jsonl").write_text('{"text": "fine"}\n{"body": "no text field"}\n')
     (d / "numfield.jsonl").write_text('{"text": 42}\n')
+    (d / "bad.parquet").write_text("a text file named like a Parquet table\n")
     (d / "no_text_dir").mkdir()
     (d / "no_text_dir" / "image.png").write_bytes(b"\x89PNG")
     (d / "bad.toml").write_text("steps = = 3\n")
@@ -95,6 +96,8 @@ CASES = [
     ("report: no such run", ["report", "{d}/nowhere"], "nowhere"),
     ("data: prepare from nothing", ["data", "prepare", "{d}/nowhere", "{d}/shards", "--tokenizer", "tiny"], "nowhere"),
     ("data: stats at length 0", ["data", "stats", "default", "--seq-len", "0"], "--seq-len"),
+    ("data: stats out exists", ["data", "stats", "default", "--seq-len", "8", "--out", "{d}/existing"], "existing"),
+    ("data: stats of a damaged table", ["data", "stats", "{d}/bad.parquet", "--seq-len", "8"], "bad.parquet"),
     ("report: folder without summary", ["report", "{d}/no_summary"], "summary.json"),
 ]
 if not torch.cuda.is_available():

@@ -210,6 +210,25 @@ def test_hw_tables_fit(capsys, monkeypatch, tables, real_runs):
     assert_fits(_cli(capsys, monkeypatch, 120, *run.argv), 120, tables)
 
 
+def test_bench_sweep_tables_with_masked_prompts_fit(tables, real_runs):
+    """Instruction data: processed tokens/s beside the trained ones (masked prompts read, not trained)."""
+    summary = json.loads((real_runs["sweep"].run_dir / "summary.json").read_text())
+    for row in summary["rows"]:
+        row["processed_per_s"] = 3.17 * row["tokens_per_s"]
+    for width in WIDTHS:
+        tables.clear()
+        text = _rendered(bench_cli.show_sweep, summary, width, real_runs["sweep"].run_dir)
+        assert_fits(text, width, tables)
+        assert "processed/s" in text
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_data_stats_tables_fit(width, tmp_path, capsys, monkeypatch, tables):
+    out = tmp_path / "stats"
+    text = _cli(capsys, monkeypatch, width, "data", "stats", "default", "--seq-len", "64", "--out", str(out))
+    assert_fits(text, width, tables)
+
+
 def test_train_end_of_run_lines_fit(real_runs):
     run = real_runs["train"]  # train, tiny, 3 fp16-mixed steps (tests/helpers.py)
     table_start = run.err.index("ampkit train · ")

@@ -21,7 +21,7 @@ from json_schema import errors_of
 
 
 def test_every_kind_has_its_own_name_and_schema_id():
-    assert len({k.name for k in KINDS}) == len({k.schema for k in KINDS}) == len(KINDS) == 11
+    assert len({k.name for k in KINDS}) == len({k.schema for k in KINDS}) == len(KINDS) == 12
     assert PLAN_LORA.schema == "ampkit.plan-lora/1" != PLAN.schema  # plan --lora: its own kind now
 
 
@@ -47,6 +47,7 @@ def test_the_ground_layer_imports_only_the_standard_library_and_itself():
         ({"command": "bench-sweep", "rows": []}, "bench-sweep"),
         ({"schema": "ampkit.train/1", "command": "train"}, "train"),
         ({"schema": "ampkit.hw/1"}, "hw"),
+        ({"schema": "ampkit.data-stats/1"}, "data-stats"),
     ],
 )
 def test_a_summary_is_known_by_its_schema_id_or_its_kinds_older_form(summary, kind):
@@ -117,3 +118,17 @@ def test_hw_summary_minimal_document_passes_and_a_retyped_dtype_fails():
     broken = {**summary, "dtypes": {"bf16": {"native": "no"}}}
     assert "summary.dtypes.bf16.native: expected bool, got str 'no'" in HW.validate(broken)
     assert errors_of(broken, HW.json_schema())
+
+
+def test_the_data_stats_record_is_its_kind_and_an_unknown_format_fails():
+    from ampkit.data import ByteTokenizer
+    from ampkit.data.stats import data_stats
+    from ampkit.summaries.data import DATA_STATS
+
+    summary = data_stats("default", tokenizer=ByteTokenizer(), seq_len=64, batch_size=2).to_dict()
+    assert DATA_STATS.validate(summary) == [] and errors_of(summary, DATA_STATS.json_schema()) == []
+    assert set(summary) == set(DATA_STATS.spec())  # every field the record has is typed
+    broken = {**summary, "format": "csv", "length_histogram": [{"min": 1, "max": 2, "count": "3"}]}
+    problems = DATA_STATS.validate(broken)
+    assert any(p.startswith("summary.format: ") for p in problems)
+    assert "summary.length_histogram[0].count: expected int, got str '3'" in problems

@@ -38,6 +38,7 @@ def test_scalars_of_maps_keys_and_skips_what_is_absent():
         "loss": 2.5,
         "lr": 1e-3,
         "tokens_per_s": 900.0,
+        "processed_tokens_per_s": 1500.0,
         "grad_norm": 0.7,
         "loss_scale": None,
         "skipped": True,
@@ -49,6 +50,7 @@ def test_scalars_of_maps_keys_and_skips_what_is_absent():
         "train/loss": 2.5,
         "train/lr": 1e-3,
         "throughput/tokens_per_s": 900.0,
+        "throughput/processed_tokens_per_s": 1500.0,
         "train/grad_norm": 0.7,
         "precision/skipped": 1.0,
         "throughput/mfu": 0.31,
@@ -133,6 +135,7 @@ def test_train_with_tensorboard_logs_the_jsonl_scalars(tmp_path, run_cli):
         ("lr", "train/lr"),
         ("grad_norm", "train/grad_norm"),
         ("tokens_per_s", "throughput/tokens_per_s"),
+        ("processed_tokens_per_s", "throughput/processed_tokens_per_s"),
         ("loss_scale", "precision/loss_scale"),
     ):
         assert [s for s, _ in scalars[tag]] == [r["step"] for r in train], tag

@@ -74,3 +74,28 @@ def test_without_metrics_the_report_says_so(tmp_path):
 
 def test_config_rows_flatten_sections_and_show_values_as_json():
     assert config_rows({"a": None, "b": "x", "s": {"c": 1.5}}) == [["a", "null"], ["b", '"x"'], ["s.c", "1.5"]]
+
+
+def test_trained_and_processed_rates_stand_side_by_side(tmp_path):
+    from ampkit.train.report import throughput_figure
+
+    _records(tmp_path)
+    records = read_train_records(tmp_path)
+    _, md_path = write_train_report(_summary(processed_per_s=2500.0), tmp_path)
+    md = md_path.read_text()
+    assert "| trained tokens/s (after warmup) | 1,000 |" in md
+    assert "| processed tokens/s (masked ones too; MFU's count) | 2,500 |" in md
+    assert (
+        "| processed tokens/s (masked ones too; MFU's count) | 1,000 |"
+        in write_train_report(
+            _summary(),
+            tmp_path,  # a summary before the token account: nothing was masked
+        )[1].read_text()
+    )
+    left = throughput_figure(records, "tokens").axes[0]
+    assert [line.get_label() for line in left.get_lines()] == ["trained tokens/s"]  # text: one curve
+    for r in records:
+        if r.get("event") == "train":
+            r["processed_tokens_per_s"] = 2.5 * r["tokens_per_s"]  # masked prompts read
+    left = throughput_figure(records, "tokens").axes[0]
+    assert [line.get_label() for line in left.get_lines()] == ["processed tokens/s (masked too)", "trained tokens/s"]

@@ -18,6 +18,8 @@ from ampkit.bench.render import (
     _speedup_note,
     _unit,
     _with_fidelity,
+    processed_per_s,
+    shows_processed,
 )
 from ampkit.report import plt
 
@@ -34,7 +36,13 @@ def throughput_figure(summary: dict) -> Figure:
     names = [e["name"] for e in entries]
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 3.8))
     tps = [e["timing"]["items_per_s"] for e in entries]
-    bars = ax_t.bar(names, tps, color=[_color(n) for n in names])
+    processed = shows_processed(entries)
+    if processed:  # masked prompts: the items read stand behind the trained ones, hatched
+        read = [processed_per_s(e["timing"]) for e in entries]
+        ax_t.bar(names, read, color="none", edgecolor=[_color(n) for n in names], hatch="//", label="processed")
+    bars = ax_t.bar(names, tps, color=[_color(n) for n in names], label="trained" if processed else None)
+    if processed:
+        ax_t.legend(fontsize=8)
     for bar, e in zip(bars, entries):
         ax_t.annotate(
             _ratio(e["vs_fp32"]["speedup"]) + ("*" if _speedup_note(e, summary) else "") if e["vs_fp32"] else "",

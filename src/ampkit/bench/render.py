@@ -122,6 +122,7 @@ def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
         "precision",
         "steps measured",
         f"{summary.get('unit', 'tokens')}/s",
+        f"processed {summary.get('unit', 'tokens')}/s",
         "vs fp32",
         "step ms median (p10-p90)",
         "MFU",
@@ -141,6 +142,7 @@ def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
                 e["name"],
                 _steps(e),
                 _num(timing and timing["items_per_s"], ",.0f"),
+                _num(processed_per_s(timing), ",.0f"),
                 _ratio(e["vs_fp32"]["speedup"]) if e["vs_fp32"] else "-",
                 _step_ms(e),
                 _mfu(e),
@@ -153,6 +155,19 @@ def main_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
             ]
         )
     return headers, rows
+
+
+def processed_per_s(timing: dict | None) -> float | None:
+    """Items read per second, masked ones too (MFU's count); a summary written before the token account
+    had no masks, so its trained rate is its processed one."""
+    return None if not timing else timing.get("processed_per_s", timing["items_per_s"])
+
+
+def shows_processed(entries: list[dict]) -> bool:
+    """Whether any precision read items it did not train on (masked prompts): the console then shows
+    processed items/s in a column of its own; on text data the two are one number."""
+    pairs = [(e["timing"]["items_per_s"], processed_per_s(e["timing"])) for e in entries if e["timing"]]
+    return any(p is not None and abs(p - t) > 1e-9 * p for t, p in pairs)
 
 
 def _speedup_note(entry: dict, summary: dict) -> str | None:
@@ -214,25 +229,30 @@ def console_table(summary: dict, *, wide: bool = False) -> Group:
     notes = Footnotes()
     speedups = [e["vs_fp32"]["speedup"] if e["vs_fp32"] else None for e in entries]
     peaks = [e["memory"]["peak_bytes"] / MIB if (e["memory"] or {}).get("peak_bytes") else None for e in entries]
-    columns = [
-        name_col("precision"),
-        Col(f"{_unit(summary)}/s"),
-        Col("vs fp32"),
-        Col("peak MiB"),
-        Col("loss"),
-        Col("logits cos"),
-        note_col("status"),
-    ]
+    processed = shows_processed(entries)  # then processed/s takes logits cos's room at 80 columns (--wide: both)
+    rate = [column_format([e["timing"] and e["timing"]["items_per_s"] for e in entries], sig=2, most=1)]
+    by_column = {
+        f"{_unit(summary)}/s": rate[0],
+        "processed/s": column_format([processed_per_s(e["timing"]) for e in entries], sig=2, most=1),
+        "vs fp32": _speedup_cells(summary, column_format(speedups, sig=2, most=3, suffix="x"), notes),
+        "peak MiB": column_format(peaks, sig=2, most=1),
+        "loss": column_format([_loss_cell(e) for e in entries], decimals=4),
+        "logits cos": [_cos(e["fidelity"] and e["fidelity"]["logits_cosine"]) for e in entries],
+    }
+    shown = [h for h in by_column if h != ("logits cos" if processed else "processed/s")]
+    columns = [name_col("precision"), *(Col(h) for h in shown), note_col("status")]
     cells = zip(
         [e["name"] for e in entries],
-        column_format([e["timing"] and e["timing"]["items_per_s"] for e in entries], sig=2, most=1),
-        _speedup_cells(summary, column_format(speedups, sig=2, most=3, suffix="x"), notes),
-        column_format(peaks, sig=2, most=1),
-        column_format([_loss_cell(e) for e in entries], decimals=4),
-        [_cos(e["fidelity"] and e["fidelity"]["logits_cosine"]) for e in entries],
+        *(by_column[h] for h in shown),
         [_compact_status(e, recommended, summary["reference"], notes) for e in entries],
     )
     legend = [_loss_legend(summary)]
+    if processed:
+        unit = _unit(summary)
+        legend.append(
+            f"{unit}/s: trained (with a loss); processed/s: {unit} read, masked ones too (MFU counts them); "
+            "--wide: the logits cosine"
+        )
     return compact_table(_title(summary), columns, list(cells), notes=legend + notes.lines(), row_styles=styles)
 
 

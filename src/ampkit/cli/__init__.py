@@ -30,7 +30,7 @@ COMMANDS = {
     "plan": "memory and compute ledger for a model on a GPU you may not have",
     "kv": "KV-cache token budget for serving, per KV dtype",
     "hw": "what this device can do: native dtypes, TF32, measured matmul throughput",
-    "data": "tokenize a corpus once into memory-mapped token shards",
+    "data": "token shards of a corpus (prepare); what a data set costs (stats)",
     "report": "re-render a run's report (HTML with plots, Markdown) from summary.json",
 }
 

@@ -91,6 +91,12 @@ def _hw() -> Renderer:
     return write_hw_report
 
 
+def _data_stats() -> Renderer:
+    from ampkit.cli.data import write_data_stats_report
+
+    return write_data_stats_report
+
+
 RENDERERS: dict[str, Callable[[], Renderer]] = {
     "bench": _bench,
     "bench-inference": _bench_inference,
@@ -103,6 +109,7 @@ RENDERERS: dict[str, Callable[[], Renderer]] = {
     "kv": _kv,
     "kv-measured": _kv_measured,
     "hw": _hw,
+    "data-stats": _data_stats,
 }
 """kind name (`ampkit.summaries.KINDS`) -> its renderer, imported when a run of that kind is rendered
 (the command's package loads only then). tests/cli/test_report.py checks every kind has one."""
@@ -114,7 +121,8 @@ def register(sub) -> argparse.ArgumentParser:
         "report",
         "Re-render report.html, report.md and their figures in RUN_DIR from its summary.json (and "
         "metrics.jsonl for train), byte for byte as the run wrote them. Works on every run directory "
-        "ampkit writes: bench (--inference, --sweep, --lora), train, doctor, plan, kv and hw --out.",
+        "ampkit writes: bench (--inference, --sweep, --lora), train, doctor, plan, kv, hw --out and data "
+        "stats --out.",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help="a run directory holding summary.json")
     parser.add_argument("--json", action="store_true", help="also print summary.json to stdout")

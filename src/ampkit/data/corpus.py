@@ -19,6 +19,7 @@ import torch
 from ampkit.data.instructions import InstructionSet, detect_format, parse_examples, read_jsonl_records
 from ampkit.data.samples import Sample, check_train_on
 from ampkit.data.shards import ShardSet, is_shard_dir
+from ampkit.data.tables import Table, is_table, open_table
 from ampkit.errors import UsageError
 
 DEFAULT_CORPUS_NAME = "pydoc-topics"
@@ -26,7 +27,7 @@ TEXT_SUFFIXES = (".txt", ".md")
 JSONL_SUFFIX = ".jsonl"
 _SUPPORTED = (
     'a .txt/.md file, a .jsonl file (chat "messages", "prompt"/"completion" or "text" per line), '
-    "or a directory of .txt/.md files"
+    "a .parquet/.arrow table, a saved Hugging Face dataset's folder, or a directory of .txt/.md files"
 )
 
 # One or more blank lines (possibly holding spaces) separate paragraphs. The pattern keeps the
@@ -83,10 +84,13 @@ def load_default_corpus() -> Corpus:
 
 def load_data(path: str | os.PathLike[str] | None, *, text_field: str = "text") -> Corpus | InstructionSet | ShardSet:
     """What `--data` names, by content: a directory with a shard index is token shards
-    (`ampkit.data.shards`, opened, not read); a .jsonl of chat or prompt/completion records is
-    instruction data (`ampkit.data.instructions`); anything else is a text corpus (`load_corpus`)."""
+    (`ampkit.data.shards`, opened, not read); a .jsonl of chat or prompt/completion records, or a
+    table with `messages` or `prompt`/`completion` columns (`ampkit.data.tables`), is instruction data
+    (`ampkit.data.instructions`); anything else is a text corpus (`load_corpus`)."""
     if path is not None and str(path) != "default" and is_shard_dir(path):
         return ShardSet(path)
+    if path is not None and str(path) != "default" and is_table(path):
+        return load_table(open_table(path), text_field=text_field)
     if path is not None and str(path) != "default" and Path(path).suffix.lower() == JSONL_SUFFIX:
         p = _existing(Path(path))
         records = read_jsonl_records(p, _read_text(p))
@@ -108,6 +112,11 @@ def load_corpus(path: str | os.PathLike[str] | None, *, text_field: str = "text"
     if path is None or str(path) == "default":
         return load_default_corpus()
     p = _existing(Path(path))
+    if is_table(p):
+        data = load_table(open_table(p), text_field=text_field)
+        if not isinstance(data, Corpus):
+            raise UsageError(f"{str(p)!r} is {data.format} data, not text; pass a table with a text column")
+        return data
     if p.is_dir():
         documents = _load_directory(p)
     elif p.suffix.lower() in TEXT_SUFFIXES:
@@ -123,6 +132,22 @@ def load_corpus(path: str | os.PathLike[str] | None, *, text_field: str = "text"
             f"corpus path {str(p)!r} holds no usable text (empty or whitespace only); pass a path with some text"
         )
     return Corpus(name=p.resolve().name or str(p), documents=tuple(documents))
+
+
+def load_table(table: Table, *, text_field: str = "text") -> Corpus | InstructionSet:
+    """A table's rows: instruction examples (a `messages` column, or `prompt` and `completion`), else a
+    text corpus of the `text_field` column, one document a row (blank rows dropped, as a .jsonl's)."""
+    kind = table.format(text_field=text_field)
+    if kind != "text":
+        columns = ["messages"] if kind == "chat" else ["prompt", "completion"]
+        return parse_examples(table.where, table.rows(columns), kind=kind, unit="row", name=table.name)
+    documents = tuple(text for _, text in table.texts(text_field) if text.strip())
+    if not documents:
+        raise UsageError(
+            f"{str(table.where)!r} holds no text in column {text_field!r} (no rows, or only blank ones); pass a "
+            "table with some rows"
+        )
+    return Corpus(name=table.name, documents=documents)
 
 
 def _existing(p: Path) -> Path:

@@ -12,7 +12,7 @@ turns, then the completion's). Every problem is one line naming the file and the
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,13 +121,18 @@ def detect_format(path: Path, records: Sequence[tuple[int, Any]], *, text_field:
     return first[0] if first else "text"
 
 
-def parse_examples(path: Path, records: Sequence[tuple[int, Any]], *, kind: str) -> InstructionSet:
-    """Chat or prompt/completion records as examples, each checked (module docstring)."""
+def parse_examples(
+    path: Path, records: Iterable[tuple[int, Any]], *, kind: str, unit: str = "line", name: str | None = None
+) -> InstructionSet:
+    """Chat or prompt/completion records as examples, each checked (module docstring). `unit`: what the
+    numbers count ("line" of a .jsonl, "row" of a table: `ampkit.data.tables`); `name`: the set's label
+    (default the file's name)."""
     parse = _conversation if kind == "chat" else _prompt_completion
-    examples = tuple(parse(record, where=f"{path} line {line_no}") for line_no, record in records)
+    examples = tuple(parse(record, where=f"{path} {unit} {n}") for n, record in records)
     if not examples:
-        raise UsageError(f"{str(path)!r} holds no records; put one JSON object per line in it")
-    return InstructionSet(name=path.resolve().name, format=kind, examples=examples)
+        remedy = "put one JSON object per line in it" if unit == "line" else "pass a table with some rows"
+        raise UsageError(f"{str(path)!r} holds no records; {remedy}")
+    return InstructionSet(name=name or path.resolve().name, format=kind, examples=examples)
 
 
 def _conversation(record: dict, *, where: str) -> Conversation:

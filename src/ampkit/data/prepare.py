@@ -1,11 +1,12 @@
 """`ampkit data prepare`: tokenize a text source once into token shards (`ampkit.data.shards`).
 
 The source is read as the in-memory pipeline reads it (`ampkit.data.corpus`: a .txt/.md file, a
-directory of them, a .jsonl with a text field, "default" for the embedded corpus), one paragraph a
-document, streamed: a file at a time, a .jsonl a line at a time. Paragraphs are tokenized in chunks,
-in order, by a pool of worker processes when it pays (fork; one per core; enough text and a tokenizer
-slower than the pipe: a BPE, not raw bytes), and appended to the open shard; a shard closes at the
-first document boundary at or past `shard_tokens`.
+directory of them, a .jsonl with a text field, a Parquet/Arrow table or saved Hugging Face dataset
+with a text column (`ampkit.data.tables`), "default" for the embedded corpus), one paragraph a
+document, streamed: a file at a time, a .jsonl a line at a time, a table a record batch at a time.
+Paragraphs are tokenized in chunks, in order, by a pool of worker processes when it pays (fork; one
+per core; enough text and a tokenizer slower than the pipe: a BPE, not raw bytes), and appended to
+the open shard; a shard closes at the first document boundary at or past `shard_tokens`.
 
 Nothing half-written is left: a shard is written to `NAME.tmp`, fsync'ed and renamed; after each
 shard `prepare.state.json` (atomic) records the shards done and how many paragraphs they hold; the
@@ -32,6 +33,7 @@ import numpy as np
 
 from ampkit.data.corpus import JSONL_SUFFIX, TEXT_SUFFIXES, _read_text, load_default_corpus, split_documents
 from ampkit.data.shards import INDEX_FILE, PROBE_TEXT, SCHEMA, TOKEN_DTYPES, token_dtype_for, tokenizer_identity
+from ampkit.data.tables import Table, is_table, open_table
 from ampkit.data.tokenizer import Tokenizer
 from ampkit.errors import UsageError
 from ampkit.records import Record
@@ -72,7 +74,12 @@ def source_files(src: str) -> list[Path]:
         return []
     p = Path(src)
     if not p.exists():
-        raise UsageError(f"prepare: source {src!r} does not exist; pass a .txt/.md file, a .jsonl or a directory")
+        raise UsageError(
+            f"prepare: source {src!r} does not exist; pass a .txt/.md file, a .jsonl, a .parquet/.arrow table, a "
+            "saved dataset or a directory"
+        )
+    if is_table(p):
+        return list(open_table(p).files)
     if p.is_dir():
         files = sorted(
             (f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES),
@@ -83,7 +90,9 @@ def source_files(src: str) -> list[Path]:
             raise UsageError(f"prepare: directory {src!r} has no .txt or .md files; put text files in it")
         return files
     if p.suffix.lower() not in (*TEXT_SUFFIXES, JSONL_SUFFIX):
-        raise UsageError(f"prepare: {src!r} is not a .txt/.md/.jsonl file or a directory; pass one of those")
+        raise UsageError(
+            f"prepare: {src!r} is not a .txt/.md/.jsonl/.parquet/.arrow file or a directory; pass one of those"
+        )
     return [p]
 
 
@@ -92,6 +101,9 @@ def iter_paragraphs(src: str, *, text_field: str = "text") -> Iterator[str]:
     if src == "default":
         for doc in load_default_corpus().documents:
             yield from split_documents(doc)
+        return
+    if is_table(src):
+        yield from _table_paragraphs(open_table(src), text_field)
         return
     for f in source_files(src):
         if f.suffix.lower() == JSONL_SUFFIX:
@@ -118,6 +130,18 @@ def _jsonl_paragraphs(path: Path, text_field: str) -> Iterator[str]:
                     "data trains from its .jsonl)"
                 )
             yield from split_documents(text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def _table_paragraphs(table: Table, text_field: str) -> Iterator[str]:
+    """A table's text column, a record batch at a time (the table is never read whole)."""
+    kind = table.format(text_field=text_field)
+    if kind != "text":
+        raise UsageError(
+            f"prepare: {str(table.where)!r} holds {kind} data; shards hold text (instruction data trains from the "
+            "table itself: --data TABLE), or pass --text-field naming a text column"
+        )
+    for _, text in table.texts(text_field):
+        yield from split_documents(text)
 
 
 def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:

@@ -23,17 +23,20 @@ import numpy as np
 
 from ampkit.data.chat import chat_template_for
 from ampkit.data.corpus import load_data
-from ampkit.data.dedup import dedup_indices
+from ampkit.data.dedup import check_dedup_mode, dedup_indices
 from ampkit.data.instructions import InstructionSet
 from ampkit.data.sampler import BatchSampler
 from ampkit.data.samples import encode_sample
 from ampkit.data.shards import ShardSet, ShardWindows
 from ampkit.data.tokenizer import Tokenizer
+from ampkit.errors import UsageError
 from ampkit.records import Record
 
 WASTE_WAYS = ("pad-to-max", "pad-to-longest", "bucket", "pack")
 """The padding-waste columns, in the order reports list them."""
 _STRATEGY_OF = {"pad-to-longest": "pad", "bucket": "bucket", "pack": "pack"}  # the sampler's strategies
+WAY_OF_BATCHING = {strategy: way for way, strategy in _STRATEGY_OF.items()}
+"""`--batching` -> its padding-waste figure (`bench --sweep` reads its rows' padding from here)."""
 
 
 @dataclass(kw_only=True)
@@ -41,12 +44,20 @@ class DataStats(Record):
     """`ampkit data stats`'s record (`--json` prints it)."""
 
     schema: str = "ampkit.data-stats/1"
+    command: str = "data-stats"
+    provenance: dict[str, Any] | None = None
+    """`ampkit.provenance` (the CLI's: created, versions, command line, settings); None from the API"""
     path: str
     format: str
     """text, chat, prompt-completion or shards"""
     tokenizer: str
     seq_len: int
     batch_size: int
+    train_on: str = "auto"
+    text_field: str = "text"
+    dedup: str = "none"
+    """"exact": the figures after an exact dedup (what `--dedup exact` trains on); the duplicate shares
+    are always what it would remove"""
     documents: int
     tokens: int
     """tokens in all documents"""
@@ -75,10 +86,27 @@ class _Source:
 
 
 def data_stats(
-    path: str, *, tokenizer: Tokenizer, seq_len: int, batch_size: int, train_on: str = "auto", seed: int = 0
+    path: str,
+    *,
+    tokenizer: Tokenizer,
+    seq_len: int,
+    batch_size: int,
+    train_on: str = "auto",
+    seed: int = 0,
+    text_field: str = "text",
+    chat_template: str | None = None,
+    dedup: str = "none",
 ) -> DataStats:
-    data = load_data(path)
-    source = _shard_source(data, seq_len) if isinstance(data, ShardSet) else _memory_source(data, tokenizer, train_on)
+    """The figures (module docstring) of what `path` holds, as `--data PATH` would train on it at
+    `seq_len` x `batch_size` (`chat_template`: `--chat-template`'s file; `dedup`: `--dedup`'s mode)."""
+    check_dedup_mode(dedup)
+    data = load_data(path, text_field=text_field)
+    if isinstance(data, ShardSet):
+        if dedup != "none":
+            raise UsageError(f"--dedup {dedup} needs the text, and {path} holds token shards")
+        source = _shard_source(data, seq_len)
+    else:
+        source = _memory_source(data, tokenizer, train_on, chat_template=chat_template, dedup=dedup)
     samplers = {
         way: BatchSampler(
             source.units,
@@ -101,6 +129,9 @@ def data_stats(
         tokenizer=tokenizer.name,
         seq_len=seq_len,
         batch_size=batch_size,
+        train_on=train_on,
+        text_field=text_field,
+        dedup=dedup,
         documents=len(lengths),
         tokens=int(lengths.sum()),
         targets=first.num_tokens,
@@ -125,18 +156,20 @@ def _epoch_waste(sampler: BatchSampler) -> float:
     return 1.0 - processed / slots if slots else 0.0
 
 
-def _memory_source(data: Any, tokenizer: Tokenizer, train_on: str) -> _Source:
-    template = chat_template_for(tokenizer, None) if isinstance(data, InstructionSet) else None
+def _memory_source(data: Any, tokenizer: Tokenizer, train_on: str, *, chat_template: str | None, dedup: str) -> _Source:
+    template = chat_template_for(tokenizer, chat_template) if isinstance(data, InstructionSet) else None
     samples = data.samples(template, train_on=train_on)
     encoded = [encode_sample(tokenizer, s) for s in samples]
     sizes = [len(e.ids) for e in encoded]
-    _, dedup = dedup_indices([s.text for s in samples], mode="exact", sizes=sizes)
+    kept, removed = dedup_indices([s.text for s in samples], mode="exact", sizes=sizes)
+    if dedup == "exact":  # the figures of what --dedup exact trains on
+        encoded, sizes = [encoded[i] for i in kept], [sizes[i] for i in kept]
     return _Source(
         lengths=np.array(sizes, dtype=np.int64),
         units=[e.ids for e in encoded],
         labels=[e.labels for e in encoded],
         truncate=data.format != "text",
-        duplicates=(dedup.items_removed / max(dedup.items_before, 1), dedup.tokens_removed_fraction),
+        duplicates=(removed.items_removed / max(removed.items_before, 1), removed.tokens_removed_fraction),
     )
 
 

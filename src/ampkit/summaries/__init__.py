@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ampkit.summaries.bench import BENCH, INFERENCE, SWEEP
+from ampkit.summaries.data import DATA_STATS
 from ampkit.summaries.hw import HW
 from ampkit.summaries.kind import Older, SummaryKind
 from ampkit.summaries.plan import KV, KV_MEASURED, PLAN, PLAN_LORA, PLAN_TASK
@@ -28,6 +29,7 @@ KINDS: tuple[SummaryKind, ...] = (
     KV,
     KV_MEASURED,
     HW,
+    DATA_STATS,
 )
 """Every kind, once: their names and schema ids are distinct (tests/summaries check it)."""
 

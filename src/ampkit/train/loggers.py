@@ -28,6 +28,7 @@ TENSORBOARD_SCALARS: dict[str, str] = {
     "lr": "train/lr",
     "grad_norm": "train/grad_norm",
     "tokens_per_s": "throughput/tokens_per_s",
+    "processed_tokens_per_s": "throughput/processed_tokens_per_s",
     "mfu": "throughput/mfu",
     "loss_scale": "precision/loss_scale",
     "skipped": "precision/skipped",

@@ -424,7 +424,10 @@ def _log_record(
 
 def _status_text(record: dict[str, Any], unit: str) -> str:
     """The bar's text: its rate is the last log window's (the summary's is the whole run's, `build_summary`)."""
-    text = f"loss {record['loss']:.3f} · {record['tokens_per_s']:,.0f} {unit}/s (last window)"
+    trained, processed = record["tokens_per_s"], record["processed_tokens_per_s"]
+    text = f"loss {record['loss']:.3f} · {trained:,.0f} {unit}/s (last window)"
+    if processed != trained:  # masked prompts: what was read beside what was trained
+        text += f" · {processed:,.0f} processed/s"
     if record["loss_scale"] is not None:
         text += f" · scale {record['loss_scale']:g} · skipped {record['skipped_total']}"
     return text

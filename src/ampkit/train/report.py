@@ -56,7 +56,8 @@ def summary_rows(summary: dict[str, Any]) -> list[list[str]]:
         ["steps", str(summary["steps"])],
         ["first / final train loss", f"{_fmt(summary['first_loss'])} / {_fmt(summary['final_loss'])}"],
         ["held-out loss (start -> end)", f"{_fmt(summary['eval_loss_initial'])} -> {_fmt(summary['eval_loss'])}"],
-        [f"{unit}/s (after warmup)", _fmt(summary["items_per_s"], ",.0f")],
+        [f"trained {unit}/s (after warmup)", _fmt(summary["items_per_s"], ",.0f")],
+        [f"processed {unit}/s (masked ones too; MFU's count)", _fmt(_processed(summary), ",.0f")],
         ["step time median (ms)", _fmt(summary["step_ms_median"], ".1f")],
         ["skipped steps", str(summary["skipped_steps"])],
         ["final loss scale", _fmt(summary["final_loss_scale"], "g")],
@@ -70,6 +71,11 @@ def summary_rows(summary: dict[str, Any]) -> list[list[str]]:
     if found:
         rows.append(["first non-finite", f"{found['module']} ({found['phase']}, step {found['step']})"])
     return rows
+
+
+def _processed(summary: dict[str, Any]) -> Any:
+    """Processed items/s; a summary written before the token account had no masks: its trained rate."""
+    return summary.get("processed_per_s", summary["items_per_s"])
 
 
 def config_rows(config: dict[str, Any], prefix: str = "") -> list[list[str]]:
@@ -102,8 +108,13 @@ def loss_figure(records: list[dict[str, Any]], summary: dict[str, Any]) -> Figur
 
 def throughput_figure(records: list[dict[str, Any]], unit: str) -> Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.2))
-    _curve(left, *_series(records, "tokens_per_s"), label=f"{unit}/s")  # the task's items/s (key name kept)
+    trained = _series(records, "tokens_per_s")  # the task's trained items/s (key name kept)
+    processed = _series(records, "processed_tokens_per_s")
+    if processed[1] and processed != trained:  # masked prompts: the items read, beside the trained ones
+        _curve(left, *processed, label=f"processed {unit}/s (masked too)", color=_ORANGE)
+    _curve(left, *trained, label=f"trained {unit}/s")
     left.set_title(f"{unit}/s per log window")
+    left.legend(fontsize=8)
     _curve(right, *_series(records, "step_ms"), label="step ms", color=_ORANGE)
     right.set_title("step time, ms")
     for ax in (left, right):
