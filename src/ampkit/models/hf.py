@@ -558,4 +558,5 @@ def build_hf_model(spec: str, *, device: str | torch.device = "cpu", seed: int |
     adapter = HFCausalLM(model, info_from_model(spec, model, pretrained=False))
     if torch.device(device).type == "meta":
         return adapter
-    return materialize(adapter, device=device, seed=draw_seed() if seed is None else seed)
+    materialize(adapter, device=device, seed=draw_seed() if seed is None else seed)  # in place
+    return adapter

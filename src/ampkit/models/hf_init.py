@@ -103,7 +103,7 @@ def seeded_draws(model: nn.Module, *, seed: int) -> Iterator[None]:
 
     table = initialization.TORCH_INIT_FUNCTIONS
     names = TensorNames(model)
-    saved = {key: table[key] for key in RANDOM_INITS if key in table}
+    saved: dict[str, Any] = {key: table[key] for key in RANDOM_INITS if key in table}
     for key, draw in saved.items():
         table[key] = _seeded(draw, seed=seed, names=names)
     try:
@@ -135,7 +135,8 @@ def _unwritten(tensor: torch.Tensor) -> bool:
 
 def _clear_flags(model: nn.Module) -> None:
     """transformers skips what it marked initialised (`_is_hf_initialized`); nothing is yet."""
-    for item in [*model.modules(), *model.parameters(), *model.buffers()]:
+    items: list[Any] = [*model.modules(), *model.parameters(), *model.buffers()]
+    for item in items:
         if getattr(item, "_is_hf_initialized", False):
             item._is_hf_initialized = False
 
@@ -162,7 +163,10 @@ def init_hf_weights(model: nn.Module, *, seed: int) -> None:
     left = [name for name, p in model.named_parameters() if _unwritten(p)]
     if left:
         logging.getLogger(__name__).warning(
-            "transformers' init left %d parameter(s) unset (%s); drawn N(0, %g)", len(left), ", ".join(left[:4]), _std(model)
+            "transformers' init left %d parameter(s) unset (%s); drawn N(0, %g)",
+            len(left),
+            ", ".join(left[:4]),
+            _std(model),
         )
         params = dict(model.named_parameters())
         draw = _seeded(torch.nn.init.normal_, seed=seed, names=names)
