@@ -90,7 +90,11 @@ def _fake_storage(model: nn.Module) -> None:
     it swaps tensors, which fails for a parameter the mode has seen (its memo holds a weakref)."""
     fresh: dict[int, torch.Tensor] = {}
     for module in model.modules():
-        for store, make in ((module._parameters, _parameter_like), (module._buffers, _tensor_like)):
+        stores: list[tuple[dict[str, Any], Any]] = [
+            (module._parameters, _parameter_like),
+            (module._buffers, _tensor_like),
+        ]
+        for store, make in stores:
             for name, tensor in list(store.items()):
                 if tensor is not None and tensor.is_meta:
                     store[name] = fresh.setdefault(id(tensor), make(tensor))
