@@ -21,7 +21,7 @@ from ampkit.bench.fidelity import FIDELITY_ROWS, compare_fidelity, fidelity_file
 from ampkit.bench.peaks import matmul_ratio, mfu_denominator, mfu_value
 from ampkit.bench.profile import CATEGORIES
 from ampkit.bench.ratios import matched_speedup, profile_ratios
-from ampkit.bench.recommend import Candidate, native_support, recommend
+from ampkit.bench.recommend import Candidate, conv_tf32_advice, native_support, recommend
 from ampkit.bench.timing import StepStats, summarize_steps
 from ampkit.precision import REFERENCE
 from ampkit.provenance import summary_header
@@ -528,6 +528,7 @@ def _recommendation(
         capacity_bytes=info.total_memory_bytes,
         unit=task["unit"],
     ).to_dict()
+    rec["advice"] += conv_tf32_advice(int(task.get("convolutions") or 0))
     chosen = next((e for e in entries if e["name"] == rec["precision"]), None)
     rec["train"] = None
     if chosen is not None and chosen["status"] == "ok":

@@ -128,6 +128,8 @@ class HFVisionInfo(HFModelInfo):
 
     part_parameters: dict[str, int] = field(default_factory=dict, repr=False)
     """parameters (elements) per part: vision, projector, language (and "other" where some are)"""
+    convolutions: int = 0
+    """convolution layers (the vision tower's patch embedding): cuDNN's TF32 switch governs them"""
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "kind": IMAGE_TEXT, "parts": dict(self.part_parameters)}
@@ -136,7 +138,8 @@ class HFVisionInfo(HFModelInfo):
 def vision_info(spec: str, model: nn.Module, *, pretrained: bool) -> HFVisionInfo:
     base = info_from_model(spec, model, pretrained=pretrained)
     fields = {k: getattr(base, k) for k in base.__dataclass_fields__}
-    return HFVisionInfo(**fields, part_parameters=find_parts(model).counts(model))
+    convs = sum(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
+    return HFVisionInfo(**fields, part_parameters=find_parts(model).counts(model), convolutions=convs)
 
 
 def _layer_lists(model: nn.Module) -> list[nn.ModuleList]:

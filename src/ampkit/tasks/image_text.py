@@ -164,6 +164,7 @@ class ImageTextTask:
             "images_per_sample": self.images_per_sample,
             "image_size": str(self.size),
             "image": self.cost.to_dict(),
+            "convolutions": self.info.convolutions,
             "train_samples": len(self.train_samples),
             "held_out_samples": len(self.held_samples),
         }

@@ -1,8 +1,8 @@
 """Planning vision-language models (image-text, `hf:` VLM configs): what `ampkit plan` and `ampkit kv`
 do for them.
 
-- `describe.py`: `VLMDescription`, the model counted on the meta device per part (vision, projector
-  with fusion layers, language) and the stacks its activations come from;
+- `plan/describe/vlm.py` (with the other descriptions): `VLMDescription`, the model counted on the
+  meta device per part (vision, projector with fusion layers, language) and its stacks;
 - `workload.py`: what one sample holds (images, their tokens by the family's rule, text tokens) and
   which parts train;
 - `ledger.py`: the step's memory ledger, per part (parameters, gradients and optimizer states of the

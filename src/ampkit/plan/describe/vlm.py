@@ -94,6 +94,8 @@ class VLMDescription(ModelDescription):
     language_stack: Stack
     fusion: Stack | None
     """mllama's cross-attention layers (None without them)"""
+    projector_in_features: int = 0
+    """elements per token the projector's matmuls read (each saves its input for backward)"""
     family_rule: ImageFamily | None = field(default=None, compare=False, repr=False)
     """the image-token rule (None: ampkit has none for this family; plans with --images-per-sample 0)"""
     analytic: bool = False
@@ -143,7 +145,8 @@ def missing_fields(config: Any, data: dict[str, Any]) -> list[str]:
     """Shape fields the config.json leaves to transformers' class defaults (a model of a size nobody
     asked for): the text model's (in text_config, or at the top for Qwen2-VL's flat files) and the
     vision tower's width and depth."""
-    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+    nested = data.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else data
     missing = [f"text_config.{k}" for k in TEXT_KEYS if k not in text and k not in data]
     vision = data.get("vision_config")
     if not isinstance(vision, dict):
@@ -190,6 +193,21 @@ def _matmul_groups(model: nn.Module, parts: Parts, *, cross: bool) -> MatmulGrou
     if head is not None and embed is not None and head.weight is embed.weight:
         groups["language"] += head.weight.numel()  # a tied head still multiplies
     return MatmulGroups(**groups)
+
+
+def _projector_inputs(model: nn.Module, parts: Parts) -> int:
+    """Input widths of the projector's matmuls (fusion layers aside), summed: elements saved per token."""
+    fusion = _fusion_layer_names(model)
+    total = 0
+    for name, module in model.named_modules():
+        if any(name == f or name.startswith(f + ".") for f in fusion):
+            continue
+        weight = getattr(module, "weight", None)
+        if isinstance(module, nn.Linear) and parts.of_parameter.get(f"{name}.weight") == "projector":
+            total += module.in_features
+        elif "projector" in name.rsplit(".", 1)[-1] and not isinstance(module, nn.Embedding) and weight is None:
+            total += sum(int(p.shape[0]) for p in module.parameters(recurse=False) if p.dim() == 2)
+    return total
 
 
 def _fusion_layer_names(model: nn.Module) -> list[str]:
@@ -305,5 +323,18 @@ def describe_vlm(config: Any, *, name: str, config_file: Path | str, family: Ima
         vision=_vision_stack(model, parts, config.vision_config),
         language_stack=language,
         fusion=_text_stack(text, fusion_layers, "fusion") if fusion_layers else None,
+        projector_in_features=_projector_inputs(model, parts),
         family_rule=family,
     )
+
+
+def describe_vlm_file(config: Any, data: dict[str, Any], path: Path) -> VLMDescription:
+    """A VLM's config.json (read by transformers as `config`, parsed as `data`), described; shape fields
+    it leaves to transformers' defaults are refused, naming them."""
+    from ampkit.models.vlm_images import FAMILIES, image_family
+
+    missing = missing_fields(config, data)
+    if missing:
+        raise UsageError(f"{path}: {config.model_type} config is missing required field(s): {', '.join(missing)}")
+    family = image_family(config, path.parent) if str(config.model_type) in FAMILIES else None
+    return describe_vlm(config, name=str(path), config_file=path, family=family)
