@@ -113,3 +113,53 @@ def tiny_vlm_config(model_type: str, **overrides: Any):
 def save_tiny_vlm(path: Path, model_type: str, **overrides: Any) -> Path:
     tiny_vlm_config(model_type, **overrides).save_pretrained(path)
     return Path(path)
+
+
+def real_size_vlms() -> dict[str, dict[str, Any]]:
+    """benchmarks/hf_configs.py's `VLM_REAL_SIZE`: the published shapes of real VLMs (no downloads)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "hf_configs.py"
+    spec = importlib.util.spec_from_file_location("hf_configs", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.VLM_REAL_SIZE
+
+
+def write_real_size(folder: Path, name: str) -> Path:
+    """`folder/config.json` of the real-size VLM `name` (a key of `real_size_vlms()`)."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(real_size_vlms()[name]), encoding="utf-8")
+    return folder
+
+
+SMALL_TEXT = {**TEXT, "hidden_size": 128, "intermediate_size": 256, "vocab_size": 512}
+SMALL_VIT = {**VIT, "hidden_size": 96, "intermediate_size": 192}
+SMALL_VLMS: dict[str, dict[str, Any]] = {
+    "llava": dict(
+        text_config=dict(model_type="llama", **SMALL_TEXT),
+        vision_config=dict(model_type="clip_vision_model", **SMALL_VIT, image_size=64, patch_size=8),
+        image_token_index=511,
+    ),
+    "gemma3": dict(
+        text_config=dict(**SMALL_TEXT, head_dim=32, sliding_window=64),
+        vision_config=dict(**SMALL_VIT, image_size=112, patch_size=14),
+        mm_tokens_per_image=16,
+        image_token_index=511,
+        boi_token_index=509,
+        eoi_token_index=510,
+    ),
+    "qwen2_vl": dict(
+        text_config=dict(**SMALL_TEXT, rope_scaling={"rope_type": "default", "mrope_section": [4, 6, 6]}),
+        vision_config=dict(depth=2, embed_dim=96, hidden_size=128, num_heads=4, mlp_ratio=2, patch_size=14),
+        image_token_id=511,
+        video_token_id=510,
+        vision_start_token_id=509,
+        vision_end_token_id=508,
+    ),
+}
+"""VLMs a little larger than the tiny ones (hidden 128, 64 to 112 px images): whose step memory is
+measured against the planner's ledger"""

@@ -232,8 +232,21 @@ def console_table(summary: dict, *, wide: bool = False) -> Group:
         [_cos(e["fidelity"] and e["fidelity"]["logits_cosine"]) for e in entries],
         [_compact_status(e, recommended, summary["reference"], notes) for e in entries],
     )
-    legend = [_loss_legend(summary)]
+    legend = [_loss_legend(summary), *image_legend(summary)]
     return compact_table(_title(summary), columns, list(cells), notes=legend + notes.lines(), row_styles=styles)
+
+
+def image_legend(summary: dict) -> list[str]:
+    """A VLM's token account under the table: which tokens each figure counts."""
+    if summary["task"].get("kind") != "image-text":
+        return []
+    ref = next((e for e in summary["precisions"] if e["name"] == summary["reference"] and e["timing"]), None)
+    images = ref and ref["timing"].get("image_tokens_per_s")
+    read = f" ({images:,.0f}/s in {ref['name']})" if images else ""
+    return [
+        f"{_unit(summary)}/s: caption (text) tokens with a loss; the model also reads image tokens{read}, "
+        "which MFU counts with the text; logits cos: at the caption's tokens"
+    ]
 
 
 def _loss_legend(summary: dict) -> str:

@@ -149,11 +149,13 @@ def precision_entry(
     # the trained rate scaled by the measured steps' processed/trained ratio.
     processed = result.get("processed") or result["tokens"]
     processed_per_s = stats.items_per_s * sum(processed) / max(1, sum(result["tokens"]))
+    images = sum(result.get("image_tokens") or [])  # a VLM's image tokens, among the processed
+    image_per_s = stats.items_per_s * images / max(1, sum(result["tokens"])) if images else None
     flops = flops_per_item if flops_per_item is not None else result.get("flops_per_item")
     stable, why = assess_stability(result)
     entry.update(
         steps={"warmup": result["warmup_steps"], "measured": stats.measured_steps, "stalled": stats.stalled_steps},
-        timing=_timing_block(stats, result["step_s"], processed_per_s),
+        timing=_timing_block(stats, result["step_s"], processed_per_s, image_per_s),
         mfu=_mfu_block(processed_per_s, flops, _denominator(result, info, peaks)),
         memory={**result["memory"], "step_peak_bytes": result.get("step_peak_bytes")},
         profile=_profile(result),
@@ -170,12 +172,15 @@ def precision_entry(
     return entry
 
 
-def _timing_block(stats: StepStats, step_s: list[float], processed_per_s: float) -> dict[str, Any]:
+def _timing_block(
+    stats: StepStats, step_s: list[float], processed_per_s: float, image_per_s: float | None = None
+) -> dict[str, Any]:
     """The timing block: `summarize_steps`' rates and step-time spread, each step in ms."""
     return {
         "items_per_s": stats.items_per_s,
         "items_per_s_all": stats.items_per_s_all,
         "processed_per_s": processed_per_s,
+        "image_tokens_per_s": image_per_s,
         "measured_s": stats.measured_s,
         "step_ms_median": stats.step_ms_median,
         "step_ms_p10": stats.step_ms_p10,

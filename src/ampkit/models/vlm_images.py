@@ -474,11 +474,18 @@ def image_family(config: Any, folder: Path | None = None) -> ImageFamily:
 
 
 def check_images(
-    family: ImageFamily, *, images: int, size: ImageSize, text_tokens: int, max_positions: int
+    family: ImageFamily,
+    *,
+    images: int,
+    size: ImageSize,
+    text_tokens: int,
+    max_positions: int,
+    cost: ImageCost | None = None,
 ) -> ImageCost:
-    """One image's cost, after the checks: the size the tower takes, and the sample's image tokens plus
-    `text_tokens` within the language model's `max_positions` (0: no limit known)."""
-    cost = family.cost(size)
+    """One image's cost (`cost`, else the family's rule at `size`), after the checks: the size the tower
+    takes, and the sample's image tokens plus `text_tokens` within the language model's
+    `max_positions` (0: no limit known)."""
+    cost = cost or family.cost(size)
     family.check_size(size)
     if images < 0:
         raise UsageError(f"--images-per-sample must be >= 0, got {images}")

@@ -67,14 +67,14 @@ class ImageTextTask:
         self.size = ImageSize.parse(image_size) if image_size else family.default_size()
         self.tokenizer = tokenizer_for_model(model)
         text_tokens = len(self.tokenizer.encode("; ".join([LONGEST_CAPTION] * max(1, images_per_sample))))
-        check_images(
+        self.cost: ImageCost = check_images(
             family,
             images=images_per_sample,
             size=self.size,
             text_tokens=text_tokens,
             max_positions=self.info.max_seq_len,
+            cost=family.data_cost(self.size),  # the synthetic images: one tile each for tiling families
         )
-        self.cost: ImageCost = family.data_cost(self.size)
         parts = {part for part, n in self.info.part_parameters.items() if n}
         self.frozen = check_part_names(parse_parts(freeze), parts, model=model)
         self.meta_init = not self.info.pretrained

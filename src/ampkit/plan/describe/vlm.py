@@ -52,6 +52,10 @@ class Stack:
     windowed_layers: int = 0
     """layers that attend within windows of `window_tokens` (the rest attend to the whole pass)"""
     window_tokens: int = 0
+    norms: int = 2
+    """norms over the residual width per layer (Gemma's four: around attention and around the MLP)"""
+    qk_norm: bool = False
+    """the queries and keys are normalised per head (Gemma 3, Qwen3): two more norms, on q and k"""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -227,6 +231,15 @@ def _stack_layers(model: nn.Module, parts: Parts, part: str) -> list[nn.Module]:
     return layers
 
 
+def _norms(layer: nn.Module | None) -> tuple[int, bool]:
+    """(norms over the residual width, whether q and k have norms of their own) of one layer."""
+    if layer is None:
+        return 2, False
+    names = [(n, m) for n, m in layer.named_modules() if "Norm" in type(m).__name__]
+    qk = [n for n, _ in names if n.rsplit(".", 1)[-1] in ("q_norm", "k_norm", "q_layernorm", "k_layernorm")]
+    return max(1, len(names) - len(qk)), bool(qk)
+
+
 def _vision_stack(model: nn.Module, parts: Parts, vision: Any) -> Stack:
     layers = _stack_layers(model, parts, "vision")
     width = _int(vision, *VISION_WIDTH_KEYS)
@@ -250,10 +263,11 @@ def _vision_stack(model: nn.Module, parts: Parts, vision: Any) -> Stack:
         rms_norm=first is not None and any("RMSNorm" in type(m).__name__ for m in first.modules()),
         windowed_layers=windowed,
         window_tokens=(window_px // patch) ** 2 if windowed else 0,
+        norms=_norms(first)[0],
     )
 
 
-def _text_stack(text: Any, layers: int, name: str) -> Stack:
+def _text_stack(text: Any, layers: int, name: str, first: nn.Module | None = None) -> Stack:
     d = _int(text, "hidden_size")
     heads = _int(text, "num_attention_heads", default=1)
     kv_heads = _int(text, "num_key_value_heads", default=heads)
@@ -268,6 +282,8 @@ def _text_stack(text: Any, layers: int, name: str) -> Stack:
         heads=heads,
         gated=True,  # every language model of these families has a gated MLP (SwiGLU, GeGLU)
         rms_norm=True,
+        norms=_norms(first)[0],
+        qk_norm=_norms(first)[1],
     )
 
 
@@ -299,7 +315,10 @@ def describe_vlm(config: Any, *, name: str, config_file: Path | str, family: Ima
     lm_layers = len(_stack_layers(model, parts, "language")) - fusion_layers  # fusion layers share its list
     hf: Any = model
     embed, head = hf.get_input_embeddings(), hf.get_output_embeddings()
-    language = _text_stack(text, lm_layers, "language")
+    fusion_names = set(_fusion_layer_names(model))
+    names = {id(m): n for n, m in model.named_modules()}
+    lm_first = next((m for m in _stack_layers(model, parts, "language") if names.get(id(m)) not in fusion_names), None)
+    language = _text_stack(text, lm_layers, "language", lm_first)
     return VLMDescription(
         name=name,
         family="llama",

@@ -63,7 +63,14 @@ def per_token_saved(stack: Stack, num: Numerics) -> float:
     script = blocks.SCRIPTS["llama" if stack.gated else "gpt"]
     block = SimpleNamespace(fused_qkv=False)  # separate q/k/v projections in every tower and decoder here
     steps: Any = SimpleNamespace(dims=dims, desc=SimpleNamespace(block=block, dropout=0.0))
-    return sum(b for _, b in script.saved(steps))
+    saved = sum(b for _, b in script.saved(steps))
+    # the scripts have two norms a layer; Gemma has four (and q/k norms over each head), each saving
+    # its input and output in fp32 where they compute in fp32 (HF's RMSNorms upcast)
+    norm = sum(b for _, b in script.norm_saved("n", steps))
+    saved += max(0, stack.norms - 2) * norm
+    if stack.qk_norm:
+        saved += 2 * FP32_BYTES * (stack.q_dim + stack.kv_dim) + num.compute_bytes * (stack.q_dim + stack.kv_dim)
+    return saved
 
 
 @dataclass(frozen=True, kw_only=True)
