@@ -519,7 +519,7 @@ def test_a_task_and_its_arguments_print_and_load_back_in_the_model_table(tmp_pat
     )
     text = config_to_toml(config)
     assert '\n[model]\nmodel = "tiny"\ntask = "mlp"\nimages_per_sample = 1\nimage_size = ""\nfreeze = ""\n\n' in text
-    assert '\n[model.task_args]\nwidth = 64\n' in text
+    assert "\n[model.task_args]\nwidth = 64\n" in text
     assert 'extra = {label = "a b"}' in text
     assert resolve_config(TrainConfig, toml_path=_toml(tmp_path, text, name="again.toml")) == config
     code, printed, _ = run_cli("train", "--config", str(path), "--print-config")

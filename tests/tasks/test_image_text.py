@@ -150,6 +150,9 @@ def test_bench_compares_precisions_on_a_tiny_llava(tmp_path, llava, run_cli):
     fp32 = next(e for e in summary["precisions"] if e["name"] == "fp32")
     assert fp32["timing"]["image_tokens_per_s"] > 0
     assert any("torch.backends.cudnn.allow_tf32" in a for a in summary["recommendation"]["advice"])
+    train = summary["recommendation"]["train"]
+    assert train["command"].startswith(f"ampkit train --model {llava} --images-per-sample 1 --precision ")
+    assert fp32["memory"]["predicted_source"] == "analytic" and fp32["memory"]["predicted_bytes"] > 0  # the VLM ledger
 
 
 def _refused(run_cli, *argv) -> str:

@@ -241,8 +241,8 @@ def image_legend(summary: dict) -> list[str]:
     if summary["task"].get("kind") != "image-text":
         return []
     ref = next((e for e in summary["precisions"] if e["name"] == summary["reference"] and e["timing"]), None)
-    images = ref and ref["timing"].get("image_tokens_per_s")
-    read = f" ({images:,.0f}/s in {ref['name']})" if images else ""
+    images = ref["timing"].get("image_tokens_per_s") if ref is not None else None
+    read = f" ({images:,.0f}/s in {ref['name']})" if ref is not None and images else ""
     return [
         f"{_unit(summary)}/s: caption (text) tokens with a loss; the model also reads image tokens{read}, "
         "which MFU counts with the text; logits cos: at the caption's tokens"

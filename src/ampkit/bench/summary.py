@@ -426,6 +426,11 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
     elif task.get("seq_len") is not None:  # the language model
         corpus = f" --data {data.data}" if data.data != "default" else ""
         head = f"ampkit train --model {model.model}{corpus} --seq-len {data.seq_len}"
+    elif task.get("kind") == "image-text" and model.model.startswith("hf:"):  # an hf: VLM on its captioned images
+        head = f"ampkit train --model {model.model} --images-per-sample {model.images_per_sample}"
+        head += (f" --image-size {model.image_size}" if model.image_size else "") + (
+            f" --freeze {model.freeze}" if model.freeze else ""
+        )
     else:  # a task object of the Python API
         head = None
     lora = _lora_settings(config.lora)  # a LoRA bench recommends a LoRA run, with its settings

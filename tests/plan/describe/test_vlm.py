@@ -33,7 +33,7 @@ def test_real_size_counts_are_transformers_own_per_part(tmp_path, name):
     assert sum(desc.part_parameters.values()) == desc.num_parameters()
     assert all(n > 0 for n in desc.part_parameters.values())
     m = desc.matmul
-    assert 0 < m.vision <= desc.part_parameters["vision"] and 0 < m.language
+    assert 0 < m.vision <= desc.part_parameters["vision"] and m.language > 0
     assert desc.matmul_parameters() <= desc.num_parameters() + (desc.vocab_size * desc.d_model)  # a tied head twice
 
 

@@ -132,7 +132,7 @@ def test_largest_fitting_is_the_boundary():
     ],
 )
 def test_bad_vlm_plans_are_one_line(real, run_cli, tmp_path, flags, said):
-    code, out, err = run_cli("plan", "--model", real("LLaVA-1.5-7B"), *flags, "--out", str(tmp_path / "p"))
+    code, _, err = run_cli("plan", "--model", real("LLaVA-1.5-7B"), *flags, "--out", str(tmp_path / "p"))
     assert code == 2 and said in err and len(err.strip().splitlines()) == 1
 
 
