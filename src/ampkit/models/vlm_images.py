@@ -154,14 +154,11 @@ class ImageFamily:
         return [self.image_token] * tokens
 
     def model_inputs(self, pixels: torch.Tensor, *, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """`pixels` (B, n, 3, H, W) in [0, 1], already at `cost(...).resized` -> the model's keyword
-        inputs (normalised to [-1, 1]: the synthetic images have no dataset statistics)."""
+        """`pixels` (B, n, 3, H, W), already at `data_cost(...).resized` and normalised as a processor
+        would leave them (the synthetic gratings are zero-mean, about unit scale) -> the model's
+        keyword inputs."""
         b, n = pixels.shape[:2]
-        return {"pixel_values": _normalise(pixels).reshape(b * n, *pixels.shape[2:])}
-
-
-def _normalise(pixels: torch.Tensor) -> torch.Tensor:
-    return pixels * 2.0 - 1.0
+        return {"pixel_values": pixels.reshape(b * n, *pixels.shape[2:])}
 
 
 class Llava(ImageFamily):
@@ -271,7 +268,7 @@ class QwenVL(ImageFamily):
         b, n, c, height, width = pixels.shape
         p, m, t = self.patch, self.merge, self.temporal
         gh, gw = height // p, width // p
-        frames = _normalise(pixels).reshape(b * n, 1, c, height, width).expand(-1, t, -1, -1, -1)
+        frames = pixels.reshape(b * n, 1, c, height, width).expand(-1, t, -1, -1, -1)
         grid = frames.reshape(b * n, t, c, gh // m, m, p, gw // m, m, p)
         grid = grid.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)  # (images, h-windows, w-windows, m, m, c, t, p, p)
         flat = grid.reshape(b * n * gh * gw, c * t * p * p)
@@ -337,7 +334,7 @@ class Mllama(ImageFamily):
         slots padding; text after an image's token attends to its tile (the processor's rule)."""
         b, n = pixels.shape[:2]
         tiles = torch.zeros(b, n, self.max_tiles, *pixels.shape[2:], dtype=pixels.dtype)
-        tiles[:, :, 0] = _normalise(pixels)
+        tiles[:, :, 0] = pixels
         ratio_id = self.ratios.index((1, 1)) + 1  # ids count from 1; 0 is padding
         ratio_mask = torch.zeros(b, n, self.max_tiles, dtype=torch.long)
         ratio_mask[:, :, 0] = 1
@@ -431,7 +428,7 @@ class Idefics3(ImageFamily):
         """One tile per image (the synthetic images are one tile), every pixel real."""
         b, n, _, height, width = pixels.shape
         return {
-            "pixel_values": _normalise(pixels),
+            "pixel_values": pixels,
             "pixel_attention_mask": torch.ones(b, n, height, width, dtype=torch.bool),
         }
 

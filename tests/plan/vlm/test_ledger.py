@@ -45,18 +45,14 @@ def _storage_bytes(tensors) -> int:
 
 
 def measured_peak(task: ImageTextTask, precision: str, *, batch_size: int) -> tuple[int, int]:
-    """(bytes at a real step's peak: what was held plus the allocator's highest running sum, the
-    sequence length): `plan/traced/measure.py`'s method, with the task's own loss."""
+    """(bytes at a real steady-state step's peak: what was held plus the allocator's highest running
+    sum, the sequence length): `plan/traced/measure.py`'s method, with the task's own loss, after one
+    unprofiled step."""
     policy = build_precision(precision, device_type="cpu")
     with policy.init_context():
         model = task.build_model(device=torch.device("meta"), seed=0)
     model = policy.convert_module(materialize(model, device="cpu", seed=0))
     optimizer = build_optimizer("adamw", model)
-    trained = [p for p in model.parameters() if p.requires_grad]
-    for p in trained:
-        p.grad = torch.zeros_like(p)
-    optimizer.step()  # the states, as step 1 leaves them
-    optimizer.zero_grad(set_to_none=True)
     batch = task.train_stream(batch_size=batch_size, seed=0).next_batch()
     one = _One(batch)
     trainer = Trainer(
@@ -71,6 +67,7 @@ def measured_peak(task: ImageTextTask, precision: str, *, batch_size: int) -> tu
         loss_fn=task.loss,
         count_fn=task.count,
     )
+    trainer.train_step()  # steady state: the optimizer's states exist, lazy first-call buffers are made
     states = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
     inputs = [batch.input_ids, batch.targets, batch.pixels, *batch.image_inputs.values()]
     held = _storage_bytes([*model.parameters(), *states, *inputs])

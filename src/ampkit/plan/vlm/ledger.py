@@ -17,8 +17,9 @@ layers a lump (the causal-LM replay's folding, coarser: a part's layers all aliv
   vision tower in front of a trained language model keeps none; a frozen language model behind a
   trained projector keeps its own (the gradient passes through it);
 - backward, in reverse: the loss, then per part: the head's gradient first (the language model),
-  a layer's worth of scratch, then its activations freed and its weight gradients made (trained
-  parts); optimizer step: per-tensor norms.
+  a layer's backward scratch at its widest (`backward_scratch`; with checkpointing, one layer's
+  activations rebuilt), then its activations freed and its weight gradients made (trained parts);
+  optimizer step: per-tensor norms.
 With `--activation-checkpointing full` each layer keeps only its input (the residual stream) and one
 layer's activations come back at a time. Within a part, layer k's backward sees the activations of
 layers 0..k and the gradients of layers k+1.., a sum linear in k, so its highest point is at the
@@ -71,6 +72,13 @@ def per_token_saved(stack: Stack, num: Numerics) -> float:
     if stack.qk_norm:
         saved += 2 * FP32_BYTES * (stack.q_dim + stack.kv_dim) + num.compute_bytes * (stack.q_dim + stack.kv_dim)
     return saved
+
+
+def backward_scratch(stack: Stack, num: Numerics) -> float:
+    """Bytes per token a layer's backward holds beyond what it saved, at its widest (the MLP's): the
+    gradients of its hidden tensors (gate, up and their product, compute dtype) and two residual-width
+    fp32 buffers (the norm's backward)."""
+    return 3 * num.compute_bytes * stack.ff + 2 * FP32_BYTES * stack.width
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,8 +229,10 @@ class VLMStepReplay:
             r.alloc(f"grads.{part}.first", "gradients", first)  # the head's, made while every activation lives
             stack, tokens = stacks.get(part, (None, 0))
             if stack is not None and tokens:
-                scratch = per_token_saved(stack, self.num[part]) * tokens  # one layer's worth, rebuilt or in flight
-                r.alloc(f"scratch.{part}", "temporaries", scratch)
+                r.alloc(f"scratch.{part}", "temporaries", backward_scratch(stack, self.num[part]) * tokens)
+            if self.ckpt and stack is not None and tokens:  # one layer's activations rebuilt at a time
+                r.alloc(f"recompute.{part}", "activations", per_token_saved(stack, self.num[part]) * tokens)
+                r.free(f"recompute.{part}")
             r.free(f"scratch.{part}")
             # layer by layer, activations go as gradients come: the part's highest point is at its start
             # (every activation, the first gradients) or its end (every gradient), so the lump frees first
