@@ -41,7 +41,7 @@ SCALER_KEYS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval
 FEATURE_KEYS = ("batching", "activation_checkpointing", "compile", "dedup")
 TRAIN_TOP_LEVEL = ("precision", "device", "steps", "grad_accum", "seed", "fp8_recipe", "fit_check")
 TRAIN_SECTIONS = {
-    "model": ("model", "task", "task_args"),
+    "model": ("model", "task", "task_args", "images_per_sample", "image_size", "freeze"),
     "data": ("data", "seq_len", "batch_size", "train_on", "chat_template", "text_field"),
     "optimizer": ("optimizer", "lr", "min_lr_ratio", "warmup_steps", "weight_decay", "clip_grad_norm"),
     "scaler": (*SCALER_KEYS, "min_scale_policy", "hysteresis"),
@@ -518,7 +518,8 @@ def test_a_task_and_its_arguments_print_and_load_back_in_the_model_table(tmp_pat
         {"width": 64, "layers": [1, 2], "extra": {"label": "a b"}},
     )
     text = config_to_toml(config)
-    assert '\n[model]\nmodel = "tiny"\ntask = "mlp"\n\n[model.task_args]\nwidth = 64\n' in text
+    assert '\n[model]\nmodel = "tiny"\ntask = "mlp"\nimages_per_sample = 1\nimage_size = ""\nfreeze = ""\n\n' in text
+    assert "\n[model.task_args]\nwidth = 64\n" in text
     assert 'extra = {label = "a b"}' in text
     assert resolve_config(TrainConfig, toml_path=_toml(tmp_path, text, name="again.toml")) == config
     code, printed, _ = run_cli("train", "--config", str(path), "--print-config")
@@ -547,8 +548,16 @@ BEFORE_THE_RUN_SPEC_JSON = {
 }
 
 
-DATA_SETTINGS_SINCE = {"train_on": "auto", "chat_template": "", "text_field": "text"}
-"""[data] settings added after these config.json files were written (issue 29): their defaults fill in."""
+DATA_SETTINGS_SINCE = {
+    "train_on": "auto",
+    "chat_template": "",
+    "text_field": "text",
+    "images_per_sample": 1,
+    "image_size": "",
+    "freeze": "",
+}
+"""settings added after these config.json files were written ([data]'s of issue 29, [model]'s images and
+frozen parts of issue 31): their defaults fill in."""
 
 
 def test_a_config_json_written_before_the_run_spec_loads_into_its_sections():

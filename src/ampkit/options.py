@@ -145,6 +145,27 @@ def task_field(default: str = "", note: str = "") -> str:
     return field(default=default, metadata=_help(text, note))
 
 
+def images_per_sample_field(note: str = "") -> int:
+    """`--images-per-sample`: images in each sample of an image-text (VLM) model."""
+    text = "images per sample of an hf: image-text model (a VLM); 0: text only"
+    return field(default=1, metadata=_help(text, note))
+
+
+def image_size_field(note: str = "") -> str:
+    """`--image-size`: each image's pixels, before the model's processor."""
+    text = (
+        "pixels of each image of an hf: VLM, N or HxW, as given to its processor "
+        "('': what its vision tower takes; dynamic-resolution models resize by their own rule)"
+    )
+    return field(default="", metadata=_help(text, note))
+
+
+def freeze_field(note: str = "") -> str:
+    """`--freeze`: parts of a VLM that are not trained."""
+    text = "parts of an hf: VLM not trained, comma-separated: vision, projector (with fusion layers), language"
+    return field(default="", metadata=_help(text, note))
+
+
 def task_args_field() -> dict:
     """The task factory's keyword arguments: a `[task]` table in a config file (no flag)."""
     return field(default_factory=dict, metadata={"help": "keyword arguments of the task factory ([task] table)"})

@@ -10,6 +10,7 @@ defaults and its own words for a setting through the section's field (`section(.
 
     section                         settings                                                  composed by
     ModelSection [model]            model, task, task_args (a [task] table: task + arguments) train, bench, doctor
+                                    images_per_sample, image_size, freeze (hf: VLMs)
     DataSection [data]              data, seq_len, batch_size, train_on, chat_template,       train, bench
                                     text_field
     OptimizerSection [optimizer]    optimizer, lr, min_lr_ratio, warmup_steps, weight_decay,  train
@@ -45,6 +46,9 @@ from ampkit.options import (
     batch_size_field,
     clip_grad_norm_field,
     data_field,
+    freeze_field,
+    image_size_field,
+    images_per_sample_field,
     inject_field,
     lr_field,
     model_field,
@@ -84,11 +88,22 @@ def _at_least(least: float, **values: float) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSection:
-    """What runs: the workload (`--task`, with a config file's `[task]` table) and the language model."""
+    """What runs: the workload (`--task`, with a config file's `[task]` table) and the language model
+    (an `hf:` image-text model's images and frozen parts too: docs/vlm.md)."""
 
     model: str = model_field("tiny")
     task: str = task_field()
     task_args: dict = task_args_field()
+    images_per_sample: int = images_per_sample_field()
+    image_size: str = image_size_field()
+    freeze: str = freeze_field()
+
+    def __post_init__(self) -> None:
+        _at_least(0, images_per_sample=self.images_per_sample)
+
+    def image_args(self) -> dict[str, Any]:
+        """The image-text model's settings, as `ampkit.tasks.load.TaskSpec` names them."""
+        return {"images_per_sample": self.images_per_sample, "image_size": self.image_size, "freeze": self.freeze}
 
 
 @dataclass(frozen=True, kw_only=True)

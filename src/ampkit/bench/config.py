@@ -141,6 +141,7 @@ class BenchConfig:
         return TaskSpec(
             task=model.task,
             task_args=dict(model.task_args),
+            **model.image_args(),
             model=model.model,
             data=data.data,
             seq_len=data.seq_len,

@@ -5,7 +5,8 @@
   (CPU), before any worker starts; `--no-fit-check` skips it. A precision that does not fit is refused
   (UsageError, exit 2) with the estimate, the capacity and the largest micro-batch that fits.
 - `predict_step_peak`: the planner's prediction of one training step's tensor peak (the analytic
-  ledger for a language model; the traced ledger of `ampkit.plan.task_plan` for any other task), set
+  ledger for a language model, the VLM ledger of `ampkit.plan.vlm` for an `hf:` image-text model;
+  the traced ledger of `ampkit.plan.task_plan` for any other task), set
   beside the peak each worker measured on its profiled step (`bench.profile`).
 - `largest_batch`: the largest micro-batch the planner says fits this device (the recommendation's
   `ampkit train ... --batch-size N`).
@@ -21,6 +22,7 @@ import torch
 from ampkit.bench.candidates import split_candidate
 from ampkit.errors import UsageError
 from ampkit.plan.analytic.ledger import analytic_ledger
+from ampkit.plan.describe.vlm import VLMDescription
 from ampkit.plan.fit_check import (
     CPU_DYNAMIC_FACTOR,
     CPU_FIXED_BYTES,
@@ -33,6 +35,7 @@ from ampkit.plan.fit_check import (
     vocab_size_for,
 )
 from ampkit.plan.setting import FRAGMENTATION, NO_RESERVE, Reserve, StepSetting
+from ampkit.tasks.image_text import ImageTextTask
 from ampkit.tasks.lm import LanguageModelTask
 
 if TYPE_CHECKING:
@@ -92,11 +95,28 @@ def predict_step_peak(
             setting = _setting(precision, batch_size, seq_len or config.data.seq_len)
             ledger = analytic_ledger(desc, setting, reserve=NO_RESERVE)
             return {"bytes": ledger.tensor_peak, "source": "analytic", "note": None}
+        if isinstance(task, ImageTextTask):  # a VLM: the planner's per-part ledger (plan/vlm)
+            ledger = _vlm_ledger(task, precision, batch_size, config.seed, reserve=NO_RESERVE)
+            return {"bytes": ledger.tensor_peak, "source": "analytic", "note": None}
         ledger = _task_ledger(task, precision, batch_size, config.seed, reserve=NO_RESERVE)
         return {"bytes": ledger.tensor_peak, "source": "traced", "note": None}
     except Exception as err:
         why = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
         return {"bytes": None, "source": None, "note": f"not predicted: {why}"}
+
+
+def _vlm_ledger(task: ImageTextTask, precision: str, batch_size: int, seed: int, *, reserve: Reserve) -> Ledger:
+    """The VLM ledger of the image-text task's step: its images as its data path lays them out, its
+    frozen parts, the sequence of its first batch."""
+    from ampkit.plan.describe import describe_model
+    from ampkit.plan.vlm.ledger import vlm_ledger
+    from ampkit.plan.vlm.workload import Workload
+
+    desc = describe_model(task.model_spec)
+    assert isinstance(desc, VLMDescription), "an image-text task's model is a VLM"
+    seq_len = task.train_stream(batch_size=batch_size, seed=seed).next_batch().input_ids.shape[1]
+    workload = Workload(images=task.images_per_sample, size=task.size, cost=task.cost, frozen=task.frozen)
+    return vlm_ledger(desc, _setting(precision, batch_size, seq_len), workload, reserve=reserve)[0]
 
 
 def _task_ledger(task: Task, precision: str, batch_size: int, seed: int, *, reserve: Reserve) -> Ledger:
@@ -127,7 +147,8 @@ def largest_batch(config: BenchConfig, task: Task, precision: str, *, device: to
             best = estimate.max_micro_batch if estimate is not None else None
             source = "analytic"
         else:
-            best, source = _largest_task_batch(config, task, precision, capacity, device), "traced"
+            best = _largest_task_batch(config, task, precision, capacity, device)
+            source = "analytic" if isinstance(task, ImageTextTask) else "traced"
     except Exception as err:
         return {"batch_size": None, "note": f"not predicted: {str(err).strip()[:160] or type(err).__name__}"}
     return {"batch_size": best, "capacity_bytes": capacity, "capacity_label": label, "source": source}
@@ -157,6 +178,7 @@ def _largest_task_batch(
     else:
         reserve = Reserve(context_bytes=CPU_FIXED_BYTES, fragmentation=CPU_DYNAMIC_FACTOR - 1)
     b = config.data.batch_size
-    at_b = _task_ledger(task, precision, b, config.seed, reserve=reserve).total
-    at_2b = _task_ledger(task, precision, 2 * b, config.seed, reserve=reserve).total
+    ledger_of = _vlm_ledger if isinstance(task, ImageTextTask) else _task_ledger
+    at_b = ledger_of(task, precision, b, config.seed, reserve=reserve).total  # type: ignore[arg-type]
+    at_2b = ledger_of(task, precision, 2 * b, config.seed, reserve=reserve).total  # type: ignore[arg-type]
     return _largest_batch(b, at_b, at_2b, capacity)

@@ -265,3 +265,18 @@ def _memory_advice(
         )
     advice += "; activation checkpointing or a smaller --batch-size frees more ('ampkit plan' shows the ledger)"
     return [advice]
+
+
+def conv_tf32_advice(convolutions: int) -> list[str]:
+    """The cuDNN TF32 pitfall, for a model with convolutions (the seed's vision-tower case): ampkit's
+    `tf32` turns on both TF32 switches (`torch.backends.cuda.matmul.allow_tf32` for matmuls and
+    `torch.backends.cudnn.allow_tf32` for convolutions) and its `fp32` turns both off, while stock
+    PyTorch leaves the cuDNN one on by default, so a plain-PyTorch "fp32" conv baseline may already run
+    its convolutions in TF32 (on CUDA Ampere and newer)."""
+    if convolutions <= 0:
+        return []
+    return [
+        f"convolutions ({convolutions}): ampkit's tf32 sets both TF32 switches (matmul and cuDNN) and its fp32 turns "
+        "both off; stock PyTorch leaves torch.backends.cudnn.allow_tf32 on, so an 'fp32' conv baseline outside "
+        "ampkit may already run its convolutions in TF32 (CUDA Ampere and newer)"
+    ]

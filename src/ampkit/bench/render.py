@@ -246,7 +246,7 @@ def console_table(summary: dict, *, wide: bool = False) -> Group:
         *(by_column[h] for h in shown),
         [_compact_status(e, recommended, summary["reference"], notes) for e in entries],
     )
-    legend = [_loss_legend(summary)]
+    legend = [_loss_legend(summary), *image_legend(summary)]
     if processed:
         unit = _unit(summary)
         legend.append(
@@ -254,6 +254,19 @@ def console_table(summary: dict, *, wide: bool = False) -> Group:
             "--wide: the logits cosine"
         )
     return compact_table(_title(summary), columns, list(cells), notes=legend + notes.lines(), row_styles=styles)
+
+
+def image_legend(summary: dict) -> list[str]:
+    """A VLM's token account under the table: which tokens each figure counts."""
+    if summary["task"].get("kind") != "image-text":
+        return []
+    ref = next((e for e in summary["precisions"] if e["name"] == summary["reference"] and e["timing"]), None)
+    images = ref["timing"].get("image_tokens_per_s") if ref is not None else None
+    read = f" ({images:,.0f}/s in {ref['name']})" if ref is not None and images else ""
+    return [
+        f"{_unit(summary)}/s: caption (text) tokens with a loss; the model also reads image tokens{read}, "
+        "which MFU counts with the text; logits cos: at the caption's tokens"
+    ]
 
 
 def _loss_legend(summary: dict) -> str:

@@ -21,7 +21,7 @@ from ampkit.bench.fidelity import FIDELITY_ROWS, compare_fidelity, fidelity_file
 from ampkit.bench.peaks import matmul_ratio, mfu_denominator, mfu_value
 from ampkit.bench.profile import CATEGORIES
 from ampkit.bench.ratios import matched_speedup, profile_ratios
-from ampkit.bench.recommend import Candidate, native_support, recommend
+from ampkit.bench.recommend import Candidate, conv_tf32_advice, native_support, recommend
 from ampkit.bench.timing import StepStats, summarize_steps
 from ampkit.precision import REFERENCE
 from ampkit.provenance import summary_header
@@ -150,11 +150,13 @@ def precision_entry(
     # the trained rate scaled by the measured steps' processed/trained ratio.
     processed = result.get("processed") or result["tokens"]
     processed_per_s = stats.items_per_s * sum(processed) / max(1, sum(result["tokens"]))
+    images = sum(result.get("image_tokens") or [])  # a VLM's image tokens, among the processed
+    image_per_s = stats.items_per_s * images / max(1, sum(result["tokens"])) if images else None
     flops = flops_per_item if flops_per_item is not None else result.get("flops_per_item")
     stable, why = assess_stability(result)
     entry.update(
         steps={"warmup": result["warmup_steps"], "measured": stats.measured_steps, "stalled": stats.stalled_steps},
-        timing=_timing_block(stats, result["step_s"], processed_per_s),
+        timing=_timing_block(stats, result["step_s"], processed_per_s, image_per_s),
         mfu=_mfu_block(processed_per_s, flops, _denominator(result, info, peaks)),
         memory={**result["memory"], "step_peak_bytes": result.get("step_peak_bytes")},
         profile=_profile(result),
@@ -171,12 +173,15 @@ def precision_entry(
     return entry
 
 
-def _timing_block(stats: StepStats, step_s: list[float], processed_per_s: float) -> dict[str, Any]:
+def _timing_block(
+    stats: StepStats, step_s: list[float], processed_per_s: float, image_per_s: float | None = None
+) -> dict[str, Any]:
     """The timing block: `summarize_steps`' rates and step-time spread, each step in ms."""
     return {
         "items_per_s": stats.items_per_s,
         "items_per_s_all": stats.items_per_s_all,
         "processed_per_s": processed_per_s,
+        "image_tokens_per_s": image_per_s,
         "measured_s": stats.measured_s,
         "step_ms_median": stats.step_ms_median,
         "step_ms_p10": stats.step_ms_p10,
@@ -422,6 +427,11 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
     elif task.get("seq_len") is not None:  # the language model
         corpus = f" --data {data.data}" if data.data != "default" else ""
         head = f"ampkit train --model {model.model}{corpus} --seq-len {data.seq_len}"
+    elif task.get("kind") == "image-text" and model.model.startswith("hf:"):  # an hf: VLM on its captioned images
+        head = f"ampkit train --model {model.model} --images-per-sample {model.images_per_sample}"
+        head += (f" --image-size {model.image_size}" if model.image_size else "") + (
+            f" --freeze {model.freeze}" if model.freeze else ""
+        )
     else:  # a task object of the Python API
         head = None
     lora = _lora_settings(config.lora)  # a LoRA bench recommends a LoRA run, with its settings
@@ -529,6 +539,7 @@ def _recommendation(
         capacity_bytes=info.total_memory_bytes,
         unit=task["unit"],
     ).to_dict()
+    rec["advice"] += conv_tf32_advice(int(task.get("convolutions") or 0))
     chosen = next((e for e in entries if e["name"] == rec["precision"]), None)
     rec["train"] = None
     if chosen is not None and chosen["status"] == "ok":

@@ -261,6 +261,7 @@ def _step_facts(
         "tokens": [r.n_tokens for r in measured_results],
         "slots": [r.n_slots for r in measured_results],
         "processed": [r.n_processed for r in measured_results],
+        "image_tokens": [r.n_image_tokens for r in measured_results],
         "loss_curve": losses,
         "skipped_steps": sum(not r.stepped for r in results),
         "nonfinite_loss_steps": sum(not math.isfinite(v) for v in losses),

@@ -100,8 +100,15 @@ def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
 
     console = make_console(wide=wide)
     traced = has_traced(summary)  # --trace, or a transformers architecture planned by its traced engine
-    console.print(model_table(summary["model"]))
-    console.print(ledger_table(summary, wide=wide))
+    if summary.get("workload"):  # an image-text model: its parts and images (plan/vlm)
+        from ampkit.plan.vlm.render import parts_table, vlm_model_table
+
+        console.print(vlm_model_table(summary))
+        console.print(ledger_table(summary, wide=wide))
+        console.print(parts_table(summary))
+    else:
+        console.print(model_table(summary["model"]))
+        console.print(ledger_table(summary, wide=wide))
     console.print(compute_table(summary, wide=wide))
     if traced:
         console.print(agreement_table(summary, wide=wide))

@@ -143,7 +143,11 @@ def _processed_row(summary: dict) -> list[tuple[str, str]]:
     trained, processed = summary.get("items_per_s"), summary.get("processed_per_s")
     if not trained or not processed or abs(processed - trained) <= 1e-9 * processed:
         return []
-    return [(f"processed {summary['unit']}/s (masked included)", f"{processed:,.0f}")]
+    images = summary.get("image_tokens_per_s")
+    rows = [(f"processed {summary['unit']}/s (masked included)", f"{processed:,.0f}")]
+    if images:  # a VLM: its image tokens are read, never trained
+        rows.append(("  of which image tokens/s", f"{images:,.0f}"))
+    return rows
 
 
 def _print_summary(console: Console, summary: dict, run_dir: Path) -> None:

@@ -6,7 +6,12 @@
     processed   items the model read: trained plus masked ones (a prompt), padding excluded. MFU and
                 "processed tokens/s" count them: the FLOPs were spent on them, trained or not.
     slots       everything computed, padding included (B * T for a padded LM batch).
-    trained <= processed <= slots. More kinds (image tokens) are new fields with a default of 0.
+    image_tokens
+                the processed items that stand for images in a vision-language model's sequence (its
+                image tokens: a LLaVA image is 576 of them, an mllama image one): read, never trained.
+                The text tokens read are processed - image_tokens.
+    trained <= processed <= slots, image_tokens <= processed - trained. More kinds are new fields
+    with a default of 0.
 
 A task's `count(batch)` returns a `Counts`; a user task's older `(items, slots)` tuple still works:
 `as_counts` reads it as trained = processed = items (no masks).
@@ -27,6 +32,7 @@ class Counts:
     trained: int
     processed: int
     slots: int
+    image_tokens: int = 0
 
     def __iter__(self) -> Iterator[int]:
         """Unpacks as the older `(items, slots)` pair (`items, slots = task.count(batch)`), so code

@@ -126,6 +126,8 @@ class StepResult:
     """items the model read, masked ones included, padding not (all ranks): what MFU counts"""
     stepped: bool
     """False when the optimizer step was skipped (the loss scaler found inf/nan, or the gate said no)"""
+    n_image_tokens: int = 0
+    """the processed items that stand for images (a VLM's image tokens; `Counts.image_tokens`)"""
 
 
 def clip_gradients(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
@@ -229,6 +231,7 @@ class Trainer(Generic[ScheduleT]):
             n_slots=step.slots,
             n_processed=step.processed,
             stepped=stepped,
+            n_image_tokens=step.image_tokens,
         )
 
     @torch.no_grad()

@@ -110,6 +110,7 @@ class DoctorConfig:
         return TaskSpec(
             task=self.model.task,
             task_args=dict(self.model.task_args),
+            **self.model.image_args(),
             model=self.model.model,
             seq_len=self.seq_len,
             smoke_seq_len=self.smoke_seq_len,

@@ -1,8 +1,11 @@
-"""Hugging Face causal LMs as ampkit models: `--model hf:PATH`.
+"""Hugging Face causal LMs as ampkit models: `--model hf:PATH` (image-text models: `models/hf_vlm.py`).
 
-PATH is a local directory holding a transformers `config.json` (any `AutoModelForCausalLM` type):
-- config only: random init with `AutoModelForCausalLM.from_config`, seeded like the built-in model
-  (the same seed gives the same weights);
+PATH is a local directory holding a transformers `config.json` (any `AutoModelForCausalLM` type;
+`model_kind` tells it from an `AutoModelForImageTextToText` one, and refuses any other):
+- config only: built on the meta device (`from_config` under `torch.device("meta")`: nothing
+  allocated), then materialised like the built-in model (`to_empty`, then transformers' own init with
+  every random draw seeded per tensor name: `models/hf_init.py`), so the same seed gives the same
+  weights in any dtype, on any device, and under FSDP2 each rank allocates only its shards;
 - config + weights (`model.safetensors`, `pytorch_model.bin`, sharded or not): `from_pretrained(PATH,
   local_files_only=True)`. Nothing is ever downloaded; remote code is never run.
 Weights are created in torch's default dtype, whatever `dtype` the config names: fp32 master weights,
@@ -24,6 +27,7 @@ is used.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import weakref
 from collections.abc import Iterable, Iterator
@@ -36,6 +40,8 @@ import torch
 from torch import nn
 
 from ampkit.errors import UsageError
+from ampkit.models.hf_init import init_hf_weights
+from ampkit.models.init import _is_dtensor, draw_seed, materialize
 
 HF_PREFIX = "hf:"
 WEIGHT_FILES = (
@@ -202,12 +208,47 @@ def read_config_file(config_file: Path) -> Any:
     return config
 
 
+CAUSAL_LM = "causal-lm"
+IMAGE_TEXT = "image-text"
+MODEL_KINDS = {CAUSAL_LM: "AutoModelForCausalLM", IMAGE_TEXT: "AutoModelForImageTextToText"}
+"""what ampkit builds from an `hf:` config: a causal LM, or an image-text model (a VLM)"""
+
+
+def model_kind(config: Any) -> str | None:
+    """`IMAGE_TEXT` for a config transformers builds as an image-text model with a vision part (LLaVA,
+    mllama, Qwen2-VL, ...: checked first, since mllama's and Gemma 3's configs also map to causal LMs),
+    `CAUSAL_LM` for any other causal-LM config, None for neither (an encoder, a seq2seq model, a
+    vision-only model). Decided by transformers' own auto mappings, keyed by the config's class."""
+    transformers = load_transformers()
+    image_text = transformers.AutoModelForImageTextToText._model_mapping
+    if type(config) in image_text and getattr(config, "vision_config", None) is not None:
+        return IMAGE_TEXT
+    if type(config) in transformers.AutoModelForCausalLM._model_mapping:
+        return CAUSAL_LM
+    return None
+
+
+def check_kind(config: Any, config_file: Path | str) -> str:
+    """The config's kind (`model_kind`), or a one-line UsageError naming what ampkit builds."""
+    kind = model_kind(config)
+    if kind is None:
+        raise UsageError(
+            f"{config_file}: model type {getattr(config, 'model_type', '?')!r} is neither a causal LM "
+            "(AutoModelForCausalLM: llama, gpt2, qwen2, ...) nor an image-text model "
+            "(AutoModelForImageTextToText: llava, mllama, qwen2_vl, ...); ampkit trains those two kinds"
+        )
+    return kind
+
+
 def build_from_config(
     config: Any, config_file: Path | str, *, weights_dir: Path | None = None, dtype: torch.dtype | None = None
 ) -> nn.Module:
-    """`AutoModelForCausalLM` from `config` (from `weights_dir`'s weights when given) in `dtype` (torch's
-    default); whatever transformers raises is a one-line UsageError naming `config_file`."""
-    auto = load_transformers().AutoModelForCausalLM
+    """The transformers model of `config`'s kind (`AutoModelForCausalLM`, or `AutoModelForImageTextToText`
+    for a VLM) from `config` (from `weights_dir`'s weights when given) in `dtype` (torch's default);
+    whatever transformers raises is a one-line UsageError naming `config_file`. Under
+    `torch.device("meta")` nothing is allocated or initialised (`init_weights` gives the values later)."""
+    kind = check_kind(config, config_file)
+    auto = getattr(load_transformers(), MODEL_KINDS[kind])
     dtype = dtype or torch.get_default_dtype()  # passed explicitly: else transformers picks the config's own
     held = _LOAD_WARNINGS.pop(id(config), [])
     try:
@@ -220,7 +261,7 @@ def build_from_config(
     except MemoryError:
         raise
     except Exception as err:  # e.g. an AssertionError for a pad_token_id outside the vocabulary
-        raise UsageError(unbuildable(config_file, err, held)) from None
+        raise UsageError(unbuildable(config_file, err, held, kind=kind)) from None
     for message in held:  # built after all: transformers' warnings are worth reading
         logging.getLogger("transformers").warning(message)
     return model
@@ -246,11 +287,19 @@ def _instantiate(spec: str, config: Any, *, weights: bool) -> nn.Module:
     return build_from_config(config, folder / "config.json", weights_dir=folder if weights else None)
 
 
-def unbuildable(config_file: Path | str, err: Exception, held: list[str] = []) -> str:  # noqa: B006 - read only
-    """One line: the config file transformers cannot build a causal LM from, and transformers' reason."""
+def unbuildable(
+    config_file: Path | str,
+    err: Exception,
+    held: list[str] = [],  # noqa: B006 - read only
+    *,
+    kind: str = CAUSAL_LM,
+) -> str:
+    """One line: the config file transformers cannot build a model of `kind` from, and transformers' reason."""
+    what = "a causal LM" if kind == CAUSAL_LM else "an image-text model"
+    examples = "llama, gpt2, mistral, qwen2" if kind == CAUSAL_LM else "llava, mllama, qwen2_vl, idefics3"
     return (
-        f"{config_file}: transformers cannot build a causal LM from it ({_reason(err, held)}); "
-        "fix config.json (ampkit trains AutoModelForCausalLM types: llama, gpt2, mistral, qwen2, ...)"
+        f"{config_file}: transformers cannot build {what} from it ({_reason(err, held)}); "
+        f"fix config.json (ampkit trains {MODEL_KINDS[kind]} types: {examples}, ...)"
     )
 
 
@@ -264,21 +313,22 @@ def _distinct_parameters(params: Iterable[nn.Parameter]) -> list[nn.Parameter]:
 def info_from_model(spec: str, model: nn.Module, *, pretrained: bool) -> HFModelInfo:
     """Describe a built transformers model (real or on the meta device: shapes suffice)."""
     cfg: Any = model.config  # transformers' PretrainedConfig (an attribute, not a submodule)
+    text = cfg.get_text_config()  # a VLM's language model's config (a causal LM's is its own)
     params = _distinct_parameters(model.parameters())
     lookup = _distinct_parameters(p for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters())
     hf: Any = model  # transformers' PreTrainedModel: its methods are not nn.Module's
     head, embed = hf.get_output_embeddings(), hf.get_input_embeddings()
     tied = head is not None and embed is not None and head.weight is embed.weight
-    max_len = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 2048
+    max_len = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or 2048
     return HFModelInfo(
         name=HF_PREFIX + hf_model_dir(spec).resolve().name,
         path=spec[len(HF_PREFIX) :] if is_hf_model(spec) else spec,
         model_type=cfg.model_type,
         architecture=type(model).__name__,
-        vocab_size=int(cfg.vocab_size),
-        d_model=int(cfg.hidden_size),
-        n_layers=int(cfg.num_hidden_layers),
-        n_heads=int(cfg.num_attention_heads),
+        vocab_size=int(text.vocab_size),
+        d_model=int(text.hidden_size),
+        n_layers=int(text.num_hidden_layers),
+        n_heads=int(text.num_attention_heads),
         max_seq_len=int(max_len),
         tie_embeddings=tied,
         pretrained=pretrained,
@@ -357,6 +407,14 @@ class HFCausalLM(nn.Module):
     def num_parameters(self) -> int:
         return self.config.num_parameters()
 
+    def init_weights(self, *, seed: int) -> None:
+        """The initial values after `to_empty` (`ampkit.models.hf_init`: transformers' init, every random
+        draw seeded by (seed, tensor name)); then, in one process, the causality check (`check_causal`:
+        a forward on the real weights; a sharded model was checked by the one-process build)."""
+        init_hf_weights(self.hf, seed=seed)
+        if not any(_is_dtensor(p) for p in self.parameters()):
+            check_causal(self.config.spec, self)
+
     def forward(
         self, input_ids: torch.Tensor, *, positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -421,21 +479,37 @@ def isolates_by_positions(model: nn.Module) -> bool:
     closer than the same row without the positions (which lets the second see the first)."""
     param = next(model.parameters())
     hf: Any = model  # transformers' PreTrainedModel (its config is an attribute, not a submodule)
+    if param.is_meta:  # not materialised yet: the same architecture with one layer answers for it
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            hf = build_from_config(_one_layer(hf.config), "config.json")
+        param = next(hf.parameters())
     ids = torch.randint(1, min(int(hf.config.vocab_size), 1000), (7,), generator=torch.Generator().manual_seed(0))
     ids = ids.to(param.device)
     first, second = ids[:3], ids[3:]
     positions = torch.cat([torch.arange(3), torch.arange(4)]).to(param.device)
-    was_training = model.training
-    model.eval()
+    was_training = hf.training
+    hf.eval()
     try:
         with torch.no_grad():
             alone = torch.cat([hf(input_ids=d[None], use_cache=False).logits[0] for d in (first, second)]).float()
             packed = hf(input_ids=ids[None], position_ids=positions[None], use_cache=False).logits[0].float()
             leaky = hf(input_ids=ids[None], use_cache=False).logits[0].float()
     finally:
-        model.train(was_training)
+        hf.train(was_training)
     error, leak = (packed - alone).abs().max(), (leaky - alone).abs().max()
     return bool(torch.isfinite(error)) and bool(error <= 0.01 * leak)
+
+
+def _one_layer(config: Any) -> Any:
+    """A copy of a transformers config with one decoder layer (per-layer lists cut to it)."""
+    n = int(config.num_hidden_layers)
+    out = copy.deepcopy(config)
+    for key, value in list(vars(out).items()):
+        if isinstance(value, (list, tuple)) and len(value) == n and key != "architectures":
+            setattr(out, key, type(value)(value[:1]))
+    out.num_hidden_layers = 1
+    return out
 
 
 def check_causal(spec: str, model: HFCausalLM) -> None:
@@ -460,16 +534,29 @@ def check_causal(spec: str, model: HFCausalLM) -> None:
 
 def build_hf_model(spec: str, *, device: str | torch.device = "cpu", seed: int | None = None) -> HFCausalLM:
     """`hf:PATH` -> HFCausalLM on `device`, weights in torch's default dtype (fp32, or the low-precision
-    dtype inside a *-true policy's `init_context`), checked to be causal. Random init depends only on
-    `seed` (and the dtype it is drawn in); loaded weights do not depend on it. Built for real, never on
-    the meta device: transformers' own init and loading run on real tensors (so under FSDP2 the model
-    is materialised on each rank, then sharded)."""
+    dtype inside a *-true policy's `init_context`), checked to be causal.
+
+    A folder with weights is loaded for real (transformers' own loading; the seed plays no part). A
+    config alone is built on the meta device and materialised (`ampkit.models.init.materialize`:
+    `to_empty`, then `HFCausalLM.init_weights(seed)`: transformers' init, seeded per tensor), so the
+    initial weights depend on `seed` alone (a seed is drawn from torch's global RNG when None);
+    `device="meta"` returns the model unmaterialised (a run materialises it after parallelising)."""
     config = load_hf_config(spec)
-    weights = has_weights(hf_model_dir(spec))
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(seed)
-        model = _instantiate(spec, config, weights=weights)
-    adapter = HFCausalLM(model, info_from_model(spec, model, pretrained=weights)).to(device)
-    check_causal(spec, adapter)
+    folder = hf_model_dir(spec)
+    if check_kind(config, folder / "config.json") != CAUSAL_LM:
+        raise UsageError(f"--model {spec}: an image-text model (a VLM) is not a causal LM; build it with build_hf_vlm")
+    weights = has_weights(folder)
+    if weights:
+        with torch.random.fork_rng(devices=[]):  # a newly added head transformers draws for
+            torch.manual_seed(draw_seed() if seed is None else seed)
+            model = _instantiate(spec, config, weights=True)
+        adapter = HFCausalLM(model, info_from_model(spec, model, pretrained=True)).to(device)
+        check_causal(spec, adapter)
+        return adapter
+    with torch.device("meta"):
+        model = _instantiate(spec, config, weights=False)
+    adapter = HFCausalLM(model, info_from_model(spec, model, pretrained=False))
+    if torch.device(device).type == "meta":
+        return adapter
+    materialize(adapter, device=device, seed=draw_seed() if seed is None else seed)  # in place
     return adapter

@@ -77,6 +77,37 @@ def init_ones_(param: torch.Tensor) -> None:
     _local(param).fill_(1.0)
 
 
+def _fake_mode_active() -> bool:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return any(isinstance(mode, FakeTensorMode) for mode in _get_current_dispatch_mode_stack())
+
+
+def _fake_storage(model: nn.Module) -> None:
+    """Every meta parameter and buffer replaced by an empty CPU tensor of its shape and dtype (fake,
+    under the active FakeTensorMode), tied parameters kept tied. `to_empty` cannot: under a fake mode
+    it swaps tensors, which fails for a parameter the mode has seen (its memo holds a weakref)."""
+    fresh: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        stores: list[tuple[dict[str, Any], Any]] = [
+            (module._parameters, _parameter_like),
+            (module._buffers, _tensor_like),
+        ]
+        for store, make in stores:
+            for name, tensor in list(store.items()):
+                if tensor is not None and tensor.is_meta:
+                    store[name] = fresh.setdefault(id(tensor), make(tensor))
+
+
+def _tensor_like(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.empty(tensor.shape, dtype=tensor.dtype)
+
+
+def _parameter_like(tensor: torch.Tensor) -> torch.Tensor:
+    return nn.Parameter(_tensor_like(tensor), requires_grad=tensor.requires_grad)
+
+
 def materialize(model: nn.Module, *, device: str | torch.device, seed: int) -> nn.Module:
     """Give a model built on the meta device its storage on `device` (`to_empty`) and its initial values
     (`model.init_weights(seed=seed)`); returns the model. Parameters keep the dtype they were built in.
@@ -85,7 +116,8 @@ def materialize(model: nn.Module, *, device: str | torch.device, seed: int) -> n
     already converted, checkpointed, compiled and FSDP2-sharded: then each rank allocates only its shards),
     or none is (a model built for real, e.g. `hf:PATH`: returned unchanged). The model defines
     `init_weights(*, seed)`, which must set every parameter and buffer (`to_empty` leaves them garbage).
-    Not for a DDP-wrapped model: DDP needs real weights when it is built.
+    Not for a DDP-wrapped model: DDP needs real weights when it is built. Inside a FakeTensorMode (the
+    planner tracing a task's step) the tensors become fake CPU ones and `init_weights` is not called.
     """
     tensors = [*model.parameters(), *model.buffers()]
     on_meta = [t.is_meta for t in tensors]
@@ -93,6 +125,9 @@ def materialize(model: nn.Module, *, device: str | torch.device, seed: int) -> n
         return model
     if not all(on_meta):
         raise RuntimeError("materialize: the model is partly on the meta device; to_empty would wipe the real part")
+    if _fake_mode_active():  # the planner's tracer builds the model on fake tensors: shapes, no values
+        _fake_storage(model)
+        return model
     model.to_empty(device=device)
     init_weights: Any = model.init_weights  # the precondition: the model defines it
     init_weights(seed=seed)

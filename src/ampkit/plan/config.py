@@ -11,9 +11,12 @@ from ampkit.options import (
     CHECKPOINTING_MODES,
     batch_size_field,
     described_model_field,
+    freeze_field,
     gpu_field,
     gpu_mem_field,
     grad_accum_field,
+    image_size_field,
+    images_per_sample_field,
     nnodes_field,
     nproc_per_node_field,
     parallel_field,
@@ -118,6 +121,9 @@ class PlanConfig:
     context_gib: float = field(default=0.5, metadata={"help": "CUDA context and workspaces outside the allocator, GiB"})
     fragmentation: float = field(default=0.05, metadata={"help": "allocator slack as a fraction of the tensor peak"})
     lora: LoraSettings = lora_field()  # --lora RANK: the LoRA ledger, and full vs LoRA vs QLoRA (ampkit.plan.lora.plan)
+    images_per_sample: int = images_per_sample_field(note="plan: a VLM's images take part of --seq-len")
+    image_size: str = image_size_field()
+    freeze: str = freeze_field(note="plan: frozen parts have no gradients or optimizer states")
 
     def __post_init__(self):
         _positive(self, ("batch_size", "grad_accum", "nnodes"))
@@ -138,6 +144,14 @@ class PlanConfig:
             raise UsageError(f"--mfu must be in (0, 1], got {self.mfu}")
         if self.context_gib < 0 or self.fragmentation < 0:
             raise UsageError("--context-gib and --fragmentation must be >= 0")
+        if self.images_per_sample < 0:
+            raise UsageError(f"--images-per-sample must be >= 0, got {self.images_per_sample}")
+
+    def text_only(self) -> None:
+        """Refuse the image flags for a model without images (a causal LM or a preset), one line."""
+        if self.images_per_sample != 1 or self.image_size or self.freeze:
+            flag = "--freeze" if self.freeze else "--image-size" if self.image_size else "--images-per-sample"
+            raise UsageError(f"{flag} plans an hf: image-text model (a VLM); --model {self.model} has no images")
 
     def for_model(self, max_positions: int) -> PlanConfig:
         """--seq-len 0 resolved: the default, or the model's maximum positions when fewer."""
@@ -185,6 +199,8 @@ class KvConfig:
         default=None,
         metadata={"help": "an 'ampkit bench --inference' run directory: budget from its measured bytes per token"},
     )
+    images_per_sample: int = images_per_sample_field(note="kv: images per request of a VLM")
+    image_size: str = image_size_field()
 
     def __post_init__(self):
         _positive(self, ("batched_tokens",))

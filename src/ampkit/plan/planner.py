@@ -19,6 +19,7 @@ from ampkit.plan.analytic.compute import step_compute
 from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.config import DEFAULT_SEQ_LEN, KvConfig, PlanConfig
 from ampkit.plan.describe import ModelDescription, describe_model
+from ampkit.plan.describe.vlm import VLMDescription
 from ampkit.plan.engines import hf_traced_engine, primary_engine
 from ampkit.plan.fit import Target, resolve_target
 from ampkit.plan.kv.budget import activation_reserve_bytes, kv_budget, kv_pool_bytes, weight_bytes
@@ -161,6 +162,11 @@ def recommendation(desc: ModelDescription, config: PlanConfig, target: Target | 
 
 def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> dict[str, Any]:
     desc = desc or describe_model(config.model)
+    if isinstance(desc, VLMDescription):  # an image-text model: its parts and images (plan/vlm)
+        from ampkit.plan.vlm.planner import build_vlm_plan
+
+        return build_vlm_plan(config, desc)
+    config.text_only()
     config = config.for_model(desc.max_positions)  # --seq-len 0: 2048, or the model's positions when fewer
     target = resolve_target(config.gpu, config.gpu_mem)
     cache = _trace_cache(desc, config)
@@ -285,6 +291,10 @@ def _config_dict(config) -> dict[str, Any]:
 
 def build_kv(config: KvConfig, *, desc: ModelDescription | None = None) -> dict[str, Any]:
     desc = desc or describe_model(config.model)
+    if isinstance(desc, VLMDescription):  # self-attention and cross-attention caches (plan/vlm)
+        from ampkit.plan.vlm.planner import build_vlm_kv
+
+        return build_vlm_kv(config, desc)
     config = config.for_model(desc.max_positions)  # --context-len 0: 4096, or the model's positions when fewer
     target = resolve_target(config.gpu, config.gpu_mem)
     assert target is not None, "KvConfig defaults --gpu when neither --gpu nor --gpu-mem is given"

@@ -11,6 +11,7 @@ TIMING = {
     "items_per_s": NUM,
     "items_per_s_all": NUM,
     "processed_per_s": Absent(NUM),
+    "image_tokens_per_s": Absent(OPT_NUM),  # a VLM's image tokens among the processed items
     "measured_s": NUM,
     "step_ms_median": NUM,
     "step_ms_p10": NUM,

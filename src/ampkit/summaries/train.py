@@ -37,6 +37,7 @@ TRAIN = SummaryKind(
         "items_per_s": Absent(OPT_NUM),
         "tokens_per_s": OPT_NUM,
         "processed_per_s": Absent(OPT_NUM),
+        "image_tokens_per_s": Absent(OPT_NUM),  # a VLM's image tokens among the processed ones
         "step_ms_median": OPT_NUM,
         "skipped_steps": int,
         "final_loss_scale": OPT_NUM,

@@ -161,6 +161,14 @@ def _nhwc(images: torch.Tensor) -> torch.Tensor:
     return images.contiguous(memory_format=torch.channels_last)
 
 
+def count_convolutions(factory: Callable[[], nn.Module]) -> int:
+    """Convolution layers of the model `factory` builds (on the meta device: nothing allocated); the
+    bench's cuDNN TF32 note reads it from the task's description."""
+    with torch.device("meta"):
+        model = factory()
+    return sum(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
+
+
 def make_convnet_task(
     *,
     channels_last: bool = False,
@@ -205,4 +213,5 @@ def make_convnet_task(
         arch=arch,
         channels_last=channels_last,
         image_shape=list(train[0].shape[1:]),
+        convolutions=count_convolutions(factory),
     )

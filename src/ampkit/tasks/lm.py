@@ -109,8 +109,9 @@ class LanguageModelTask(LMObjective):
                 "use a shorter --seq-len"
             )
         self.name = self.model_config.name
-        self.meta_init = not isinstance(self.model_config, HFModelInfo)
-        """presets build on the meta device and are initialised by `materialize` (no transient copy)"""
+        self.meta_init = not (isinstance(self.model_config, HFModelInfo) and self.model_config.pretrained)
+        """presets and `hf:` configs without weights build on the meta device and are initialised by
+        `materialize` (no transient copy); a folder with weights is loaded for real"""
         self._data: dict[tuple[int, int], TrainData] = {}
         self._val_cap: dict[tuple[int, int], int] = {}
         self._streams_given: set[tuple[int, int]] = set()

@@ -68,6 +68,12 @@ class TaskSpec:
     """a .jinja chat template for instruction data ("": the tokenizer's own or the built-in one)."""
     text_field: str = LM_DEFAULTS["text_field"]
     """the field of a text .jsonl record holding the text."""
+    images_per_sample: int = 1
+    """an `hf:` image-text model's images per sample (`ampkit.tasks.image_text`)."""
+    image_size: str = ""
+    """an `hf:` image-text model's image size, N or HxW pixels ('': what its vision tower takes)."""
+    freeze: str = ""
+    """parts of an `hf:` image-text model not trained (vision, projector, language; comma-separated)."""
 
 
 def build_task(spec: TaskSpec) -> Task:
@@ -79,6 +85,9 @@ def build_task(spec: TaskSpec) -> Task:
                 f"the language-model task takes its settings as flags (--model, --data ...), not "
                 f"[task] arguments ({', '.join(kwargs)})"
             )
+        if _image_text(spec.model):
+            return _image_text_task(spec)
+        _refuse_image_options(spec)
         from ampkit.tasks.lm import LanguageModelTask
 
         return LanguageModelTask(
@@ -93,7 +102,48 @@ def build_task(spec: TaskSpec) -> Task:
             text_field=spec.text_field,
         )
     _refuse_lm_options(spec)
+    _refuse_image_options(spec, spec.task)
     return load_task(spec.task, kwargs)
+
+
+def _image_text(model: str) -> bool:
+    if not model.startswith("hf:"):
+        return False
+    from ampkit.models.hf_vlm import is_image_text
+
+    return is_image_text(model)
+
+
+def _image_text_task(spec: TaskSpec) -> Task:
+    """The image-text task of an `hf:` VLM; the text-corpus options mean nothing to it (refused)."""
+    changed = [
+        k
+        for k in ("data", "batching", "dedup", "train_on", "chat_template", "text_field")
+        if getattr(spec, k) not in (LM_DEFAULTS[k], "auto")
+    ]
+    if changed:
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in changed)
+        raise UsageError(
+            f"{flags} configure a text corpus; --model {spec.model} is an image-text model, trained on its own "
+            f"captioned synthetic images: drop {flags}"
+        )
+    from ampkit.tasks.image_text import ImageTextTask
+
+    return ImageTextTask(
+        model=spec.model, images_per_sample=spec.images_per_sample, image_size=spec.image_size, freeze=spec.freeze
+    )
+
+
+def _refuse_image_options(spec: TaskSpec, task: str = "") -> None:
+    """--image-size and --images-per-sample mean nothing without images; --freeze names a VLM's parts."""
+    if spec.freeze:
+        from ampkit.models.hf_vlm import check_part_names
+
+        check_part_names(spec.freeze.split(","), None, model=spec.model if not task else f"--task {task}")
+    if spec.image_size or spec.images_per_sample != 1:
+        given = "--image-size" if spec.image_size else "--images-per-sample"
+        where = f"--task {task}" if task else f"--model {spec.model}"
+        raise UsageError(f"{given} sets the images of an hf: image-text model; {where} takes no images: drop {given}")
 
 
 def _refuse_lm_options(spec: TaskSpec) -> None:

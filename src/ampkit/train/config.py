@@ -80,6 +80,7 @@ class TrainConfig:
         return TaskSpec(
             task=self.model.task,
             task_args=dict(self.model.task_args),
+            **self.model.image_args(),
             model=self.model.model,
             data=self.data.data,
             seq_len=self.data.seq_len,

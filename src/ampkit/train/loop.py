@@ -116,25 +116,31 @@ class ThroughputWindow:
         """(seconds per step, trained items per step, processed items per step) of each closed window"""
         self.last_processed = 0
         """the processed items of the window `close` ended last"""
+        self.images = self.last_images = 0
+        """image tokens among the processed items (a VLM's): of this window, of the one `close` ended"""
+        self.image_timings: list[float] = []
+        """image tokens per step of each closed window (beside `timings`)"""
 
-    def add(self, n_tokens: int, n_processed: int | None = None) -> None:
+    def add(self, n_tokens: int, n_processed: int | None = None, n_image_tokens: int = 0) -> None:
         self.steps += 1
         self.tokens += n_tokens
         self.processed += n_tokens if n_processed is None else n_processed
+        self.images += n_image_tokens
 
     def close(self) -> tuple[float, int, int]:
         """(seconds, steps, trained items) of the window now ending (`last_processed`: its processed
         items); a new one starts."""
         seconds, steps, tokens = self.clock.lap(), self.steps, self.tokens
         self.timings.append((seconds / steps, tokens / steps, self.processed / steps))
-        self.last_processed = self.processed
-        self.steps = self.tokens = self.processed = 0
+        self.image_timings.append(self.images / steps)
+        self.last_processed, self.last_images = self.processed, self.images
+        self.steps = self.tokens = self.processed = self.images = 0
         return seconds, steps, tokens
 
     def restart(self) -> None:
         """Drop the time since the last lap (it was not step time)."""
         self.clock.lap()
-        self.steps = self.tokens = self.processed = 0
+        self.steps = self.tokens = self.processed = self.images = 0
 
 
 class _NoMetrics:
@@ -235,6 +241,7 @@ class _Run:
             self.progress,
             window.timings,
             self.eval_losses,
+            image_timings=window.image_timings,
             wall_s=time.perf_counter() - started,
             status=self.status.value,
             error=self.error,
@@ -305,10 +312,13 @@ class _Run:
         state.step += 1
         state.tokens += result.n_tokens
         state.skipped += not result.stepped
-        window.add(result.n_tokens, result.n_processed)
+        window.add(result.n_tokens, result.n_processed, result.n_image_tokens)
         record = None
         if self.cadence.logs(state.step):
-            record = _log_record(self.objs, state, result, *window.close(), processed=window.last_processed)
+            closed = window.close()
+            record = _log_record(
+                self.objs, state, result, *closed, processed=window.last_processed, images=window.last_images
+            )
             metrics.write(record)
             state.first_loss = record["loss"] if state.first_loss is None else state.first_loss
             state.last_loss = record["loss"]
@@ -401,10 +411,20 @@ def _parameters(model: torch.nn.Module) -> int:
 
 
 def _log_record(
-    objs: RunObjects, state: RunProgress, result: StepResult, seconds: float, steps: int, tokens: int, *, processed: int
+    objs: RunObjects,
+    state: RunProgress,
+    result: StepResult,
+    seconds: float,
+    steps: int,
+    tokens: int,
+    *,
+    processed: int,
+    images: int = 0,
 ) -> dict[str, Any]:
     """One step's metrics.jsonl line; tokens_per_s: the task's trained items/s (tokens with a loss),
-    processed_tokens_per_s: the items read (masked ones too), what MFU would count."""
+    processed_tokens_per_s: the items read (masked ones too), what MFU would count; a VLM's also
+    image_tokens_per_s: the image tokens among the processed ones (read, never trained)."""
+    images_per_s = {"image_tokens_per_s": images / seconds if seconds > 0 else math.inf} if images else {}
     return {
         "event": "train",
         "step": state.step,
@@ -419,6 +439,7 @@ def _log_record(
         "skipped": not result.stepped,
         "skipped_total": state.skipped,
         "padding_fraction": 1.0 - result.n_processed / result.n_slots if result.n_slots else 0.0,
+        **images_per_s,
     }
 
 
@@ -439,6 +460,7 @@ def build_summary(
     timings: list[tuple[float, float, float]],
     eval_losses: list[tuple[int, float]],
     *,
+    image_timings: list[float] | None = None,
     wall_s: float,
     status: str,
     error: str | None,
@@ -450,6 +472,8 @@ def build_summary(
     processed = [p for _, _, p in measured]
     items_per_s = sum(tokens) / sum(step_s) if step_s and sum(step_s) > 0 else None
     processed_per_s = sum(processed) / sum(step_s) if step_s and sum(step_s) > 0 else None
+    images = (image_timings or [])[WARMUP_STEPS_EXCLUDED:] or (image_timings or [])
+    image_per_s = sum(images) / sum(step_s) if any(images) and step_s and sum(step_s) > 0 else None
     return {
         "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_SCHEMA_VERSION,
@@ -478,6 +502,7 @@ def build_summary(
         "items_per_s": items_per_s,
         "tokens_per_s": items_per_s if objs.task.unit == "tokens" else None,
         "processed_per_s": processed_per_s,
+        "image_tokens_per_s": image_per_s,
         "step_ms_median": 1000.0 * statistics.median(step_s) if step_s else None,
         "skipped_steps": state.skipped,
         "final_loss_scale": objs.policy.loss_scale(),

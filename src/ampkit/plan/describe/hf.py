@@ -306,6 +306,12 @@ def describe_config_file(path: Path, data: dict[str, Any], *, vocab_size: int | 
             raise UsageError(f"{refusal} (with transformers installed, pip install 'ampkit[hf]', any type plans)")
         return formula
     config = read_config(path)
+    from ampkit.models.hf import IMAGE_TEXT, check_kind
+
+    if check_kind(config, path) == IMAGE_TEXT:  # a VLM: its parts and images (plan/describe/vlm.py)
+        from ampkit.plan.describe.vlm import describe_vlm_file
+
+        return describe_vlm_file(config, data, path)
     missing = defaulted_fields(config, data)
     if missing:  # transformers would fill in its class defaults: a model of a size nobody asked for
         if refusal is not None and config.model_type in FORMULA_TYPES:

@@ -414,6 +414,12 @@ def write_plan_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Pat
     report.figure(ledger_figure(summary), caption="lines at the peak, per configuration")
     with_fit = target is not None
     report.table(ledger_headers(summary["rows"], with_fit), ledger_rows(summary["rows"], with_fit))
+    if summary.get("workload"):  # an image-text model: each part's share (plan/vlm)
+        from ampkit.plan.vlm.render import model_rows, part_headers, part_rows
+
+        report.heading("Model and parts")
+        report.table(["field", "value"], [list(r) for r in model_rows(summary["model"], summary["workload"])])
+        report.table(part_headers(), part_rows(summary["rows"][0]))
     report.heading("Compute")
     report.table(compute_headers(summary["rows"]), compute_rows(summary["rows"]))
     if has_traced(summary):
