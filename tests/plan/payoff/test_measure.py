@@ -7,7 +7,7 @@ import torch
 
 from ampkit.plan.describe import describe_model
 from ampkit.plan.payoff import parse_formats, payoff_plan
-from ampkit.plan.payoff.measure import measure_formats
+from ampkit.plan.payoff.measure import measure_formats, measure_linear
 
 
 def _block(model: str, formats: str, tokens: int) -> dict:
@@ -19,6 +19,15 @@ def test_measure_skips_in_one_line_on_a_cpu():
     measured = measure_formats(block, parse_formats("fp8"), device="cpu")
     assert measured["skipped"].startswith("--measure times GEMMs on an NVIDIA GPU; this is ")
     assert "\n" not in measured["skipped"] and "layers" not in measured
+
+
+def test_the_timed_gemms_and_casts_run_on_any_device_torch_has_scaled_mm_on():
+    """The code --measure runs, on this CPU (torch's CPU `_scaled_mm`): shapes right, every time positive.
+    The times mean nothing here; on a GPU they are the measurement (the test below)."""
+    linear = {"name": "up_proj", "k": 64, "n": 96}
+    out = measure_linear(torch.device("cpu"), 32, linear, parse_formats("fp8,fp8:rowwise"))
+    assert out["name"] == "up_proj" and out["bf16_s"] > 0 and set(out["formats"]) == {"fp8", "fp8:rowwise"}
+    assert all(f["kernel_s"] > 0 and f["quantize_s"] > 0 for f in out["formats"].values())
 
 
 @pytest.mark.cuda

@@ -46,7 +46,7 @@ def measure_formats(block: dict[str, Any], candidates: list[Candidate], *, devic
         if linear["head"]:
             continue
         try:
-            layers.append(_measure_linear(dev, tokens, linear, recipes))
+            layers.append(measure_linear(dev, tokens, linear, recipes))
         except torch.OutOfMemoryError:
             layers.append({"name": linear["name"], "skipped": "out of GPU memory at these shapes"})
     untimed = [c.label for c in candidates if c not in recipes]
@@ -60,7 +60,8 @@ def measure_formats(block: dict[str, Any], candidates: list[Candidate], *, devic
     }
 
 
-def _measure_linear(dev: torch.device, tokens: int, linear: dict[str, Any], recipes: list[Candidate]) -> dict:
+def measure_linear(dev: torch.device, tokens: int, linear: dict[str, Any], recipes: list[Candidate]) -> dict:
+    """One Linear kind's three GEMMs in bf16 and in each fp8 recipe, with the recipe's casts (seconds)."""
     m, k, n = tokens, linear["k"], linear["n"]
     x, w, dy = (torch.randn(*shape, device=dev, dtype=torch.bfloat16) for shape in ((m, k), (n, k), (m, n)))
     gemms = [(x, w), (dy, w.t().contiguous()), (dy.t().contiguous(), x.t().contiguous())]  # Y, dX, dW^T

@@ -14,9 +14,8 @@ from typing import Any
 import numpy as np
 from rich.console import Group
 
+from ampkit.plan.payoff.predict import WORTH_IT
 from ampkit.report.console import Footnotes, columns, compact_table
-
-WORTH_IT = 1.05  # plan/payoff/predict.py's: below it a format is not worth its fidelity risk
 
 
 def _x(value: float | None) -> str:
