@@ -39,13 +39,13 @@ import torch
 import torch.nn.functional as F
 
 from ampkit.errors import UsageError
-from ampkit.formats import get_format
+from ampkit.formats import dtype_of, get_format
 
 WHAT_IF_FORMATS = ("fp8-e4m3", "fp8-e5m2", "mxfp8", "mxfp4", "nvfp4", "bf16", "fp16")
 """The formats the ledger compares by default, in its column order."""
 E2M1_MAX, E2M1_MIN_SUBNORMAL = 6.0, 0.5  # OCP MX spec: fp4 e2m1 holds 0, 0.5, 1, 1.5, 2, 3, 4, 6
-E4M3_MAX = torch.finfo(torch.float8_e4m3fn).max
-FP16_MAX = torch.finfo(torch.float16).max
+E4M3 = dtype_of("fp8-e4m3")
+E4M3_MAX = torch.finfo(E4M3).max
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def _tensorwise(dtype: torch.dtype) -> Callable[[torch.Tensor], tuple[torch.Tens
 
 E2M1_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 E8M0_BIAS = 127
-E4M3_TINY = torch.finfo(torch.float8_e4m3fn).tiny
+E4M3_TINY = torch.finfo(E4M3).tiny
 
 
 def round_e2m1(x: torch.Tensor) -> torch.Tensor:
@@ -134,7 +134,7 @@ def _mx(elem_max: float, *, fp4: bool, rceil: bool) -> Callable[[torch.Tensor], 
             divide_by = torch.exp2(exponent).clamp(min=torch.finfo(torch.float32).tiny)
         unclamped = blocks / divide_by
         scaled = unclamped.clamp(-elem_max, elem_max)
-        elements = round_e2m1(scaled) if fp4 else scaled.to(torch.float8_e4m3fn).float()
+        elements = round_e2m1(scaled) if fp4 else scaled.to(E4M3).float()
         values = (elements * torch.exp2(exponent)).reshape(x.shape)  # the scale the MMA multiplies by
         return values, (unclamped.abs() > elem_max).reshape(x.shape)
 
@@ -149,17 +149,17 @@ def _nvfp4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     per_tensor = amax / (E4M3_MAX * E2M1_MAX)
     blocks = x.reshape(-1, 16)
     block_scale = blocks.abs().amax(dim=-1, keepdim=True) / E2M1_MAX
-    e4m3 = torch.clamp(block_scale / per_tensor, min=E4M3_TINY, max=E4M3_MAX).to(torch.float8_e4m3fn).float()
+    e4m3 = torch.clamp(block_scale / per_tensor, min=E4M3_TINY, max=E4M3_MAX).to(E4M3).float()
     unclamped = blocks * ((1.0 / per_tensor) / e4m3)
     values = (round_e2m1(unclamped.clamp(-E2M1_MAX, E2M1_MAX)) * (per_tensor * e4m3)).reshape(x.shape)
     return values, (unclamped.abs() > E2M1_MAX).reshape(x.shape)
 
 
 _ROUNDERS: dict[str, Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {
-    "bf16": _cast(torch.bfloat16),
-    "fp16": _cast(torch.float16),
-    "fp8-e4m3": _tensorwise(torch.float8_e4m3fn),
-    "fp8-e5m2": _tensorwise(torch.float8_e5m2),
+    "bf16": _cast(dtype_of("bf16")),
+    "fp16": _cast(dtype_of("fp16")),
+    "fp8-e4m3": _tensorwise(dtype_of("fp8-e4m3")),
+    "fp8-e5m2": _tensorwise(dtype_of("fp8-e5m2")),
     "mxfp8": _mx(E4M3_MAX, fp4=False, rceil=True),
     "mxfp4": _mx(E2M1_MAX, fp4=True, rceil=False),
     "nvfp4": _nvfp4,

@@ -51,8 +51,8 @@ if TYPE_CHECKING:
 
 BASELINE = "bf16"
 """The format every speedup is over."""
-HP_BYTES = 2
-"""bf16: what every quantize kernel reads and what low-precision GEMMs write (bytes an element)."""
+HP_BYTES = get_format(BASELINE).bytes_per_element
+"""bf16's 2 bytes an element: what every quantize kernel reads and what low-precision GEMMs write."""
 FP8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 """torchao's Float8LinearConfig recipe names."""
 

@@ -20,12 +20,14 @@ from typing import Any
 
 import torch
 
+from ampkit.formats import dtype_of
 from ampkit.hardware import backend_for, describe_device, pick_device
 from ampkit.plan.payoff.formats import Candidate
 
 WARMUP, REPEATS, WINDOWS = 3, 10, 3
-FP8 = torch.float8_e4m3fn
+FP8 = dtype_of("fp8-e4m3")
 FP8_MAX = torch.finfo(FP8).max
+BF16 = dtype_of("bf16")
 ROWWISE_CC = (9, 0)  # torch._scaled_mm's rowwise scales: Hopper and later
 TIMED = {("fp8-e4m3", "tensorwise"), ("fp8-e4m3", "rowwise"), ("fp8-e5m2", "tensorwise"), ("fp8-e5m2", "rowwise")}
 
@@ -63,7 +65,7 @@ def measure_formats(block: dict[str, Any], candidates: list[Candidate], *, devic
 def measure_linear(dev: torch.device, tokens: int, linear: dict[str, Any], recipes: list[Candidate]) -> dict:
     """One Linear kind's three GEMMs in bf16 and in each fp8 recipe, with the recipe's casts (seconds)."""
     m, k, n = tokens, linear["k"], linear["n"]
-    x, w, dy = (torch.randn(*shape, device=dev, dtype=torch.bfloat16) for shape in ((m, k), (n, k), (m, n)))
+    x, w, dy = (torch.randn(*shape, device=dev, dtype=BF16) for shape in ((m, k), (n, k), (m, n)))
     gemms = [(x, w), (dy, w.t().contiguous()), (dy.t().contiguous(), x.t().contiguous())]  # Y, dX, dW^T
     bf16 = sum(_seconds(dev, _bf16_gemm(a, b)) for a, b in gemms)
     out: dict[str, Any] = {"name": linear["name"], "k": k, "n": n, "bf16_s": bf16, "formats": {}}
@@ -91,7 +93,7 @@ def _fp8_gemm(a: torch.Tensor, b: torch.Tensor, *, rowwise: bool) -> Callable[[]
     one = torch.ones((), device=a.device)
     sa = torch.ones(a.shape[0], 1, device=a.device) if rowwise else one
     sb = torch.ones(1, b.shape[0], device=a.device) if rowwise else one
-    return lambda: torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+    return lambda: torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb, out_dtype=BF16)
 
 
 def _quantize(t: torch.Tensor, *, rowwise: bool) -> Callable[[], Any]:
