@@ -20,7 +20,7 @@ H100 = Roofline.from_gpu(GPUS["H100-80GB"])
 
 
 def test_a_compute_bound_gemm_by_hand():
-    device = Roofline(bf16_flops=1e12, fp8_flops=2e12, bandwidth=1e15)  # bandwidth so high nothing is memory-bound
+    device = Roofline.from_peaks(bandwidth=1e15, bf16=1e12, fp8=2e12)  # bandwidth so high nothing is memory-bound
     m, k, n = 1000, 2000, 3000
     assert linear_seconds(m, k, n, device, recipe=None) == pytest.approx(3 * 2 * m * k * n / 1e12)
     fp8 = 3 * 2 * m * k * n / 2e12 + 5 * (m * k + k * n + m * n) / 1e15  # GEMMs at the fp8 peak + tensorwise casts
@@ -28,7 +28,7 @@ def test_a_compute_bound_gemm_by_hand():
 
 
 def test_a_memory_bound_gemm_by_hand():
-    device = Roofline(bf16_flops=1e18, fp8_flops=2e18, bandwidth=1e9)  # compute free: bytes decide
+    device = Roofline.from_peaks(bandwidth=1e9, bf16=1e18, fp8=2e18)  # compute free: bytes decide
     m = k = n = 100
     bf16 = 3 * (2 * (m * k + k * n) + 2 * m * n) / 1e9
     assert linear_seconds(m, k, n, device, recipe=None) == pytest.approx(bf16)
@@ -46,7 +46,7 @@ def test_torchaos_published_h100_shapes():
 
 def test_only_the_linears_that_pay_are_converted():
     task = LanguageModelTask(model="small", seq_len=64)
-    compute_bound = Roofline(bf16_flops=1e15, fp8_flops=2e15, bandwidth=1e18)  # casts nearly free: fp8 pays
+    compute_bound = Roofline.from_peaks(bandwidth=1e18, bf16=1e15, fp8=2e15)  # casts nearly free: fp8 pays
     for device, expect_any in ((H100, False), (compute_bound, True)):  # small's 512-wide GEMMs at 64 tokens
         model = task.build_model(device=torch.device("cpu"), seed=0)
         options = Fp8Options(tokens=64, roofline=device)

@@ -83,8 +83,12 @@ def write_planned_run(
 
 
 def planned_provenance(summary: dict) -> dict:
-    """A plan's provenance: nothing ran on a device (the ledger is computed; a trace runs on fake tensors)."""
-    return provenance(device=PLANNED_DEVICE, config=summary["config"])
+    """A plan's provenance: nothing ran on a device (the ledger is computed; a trace runs on fake tensors),
+    unless `--formats --measure` timed GEMMs on one."""
+    measured = (summary.get("formats") or {}).get("measured") or {}
+    timed = measured.get("device") if measured and not measured.get("skipped") else None
+    device = f"{timed} (--measure timed GEMMs on it; the rest is planned)" if timed else PLANNED_DEVICE
+    return provenance(device=device, config=summary["config"])
 
 
 def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
@@ -122,6 +126,14 @@ def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
         console.print(fp8_line(summary["fp8"]), markup=False)
         if summary["fp8"].get("warning"):
             console.print(f"warning: {summary['fp8']['warning']}", style="yellow", markup=False)
+    if summary.get("formats"):
+        from ampkit.plan.render.payoff import payoff_tables
+
+        for part in payoff_tables(summary["formats"], summary["model"]["name"]):
+            if isinstance(part, str):
+                console.print(part, markup=False, highlight=False)
+            else:
+                console.print(part)
     print_run_dir(console, run_dir, "summary.json, report.html")
 
 

@@ -11,7 +11,9 @@ from typing import Any
 
 from ampkit.config import build_config
 from ampkit.diagnostics.inject import FaultSpec, parse_fault_spec
+from ampkit.diagnostics.whatif_qdq import WHAT_IF_FORMATS
 from ampkit.errors import UsageError
+from ampkit.formats import get_format
 from ampkit.lora import LoraSettings, check_lora_run, lora_field
 from ampkit.options import (
     batch_size_field,
@@ -82,6 +84,17 @@ class DoctorConfig:
         },
     )
     fidelity: bool = field(default=True, metadata={"help": "compare each block's output with fp32"})
+    what_if: bool = field(
+        default=False,
+        metadata={
+            "help": "the per-layer what-if ledger: from a few fp32 batches, each Linear's weight, input and output "
+            "gradient rounded to every --what-if-formats format (error, flush, saturation, range; which stay bf16)"
+        },
+    )
+    what_if_formats: str = field(
+        default=",".join(WHAT_IF_FORMATS), metadata={"help": "comma-separated formats of the what-if ledger"}
+    )
+    what_if_batches: int = field(default=2, metadata={"help": "fp32 batches the what-if ledger rounds"})
     ring_size: int = field(default=32, metadata={"help": "locator: frames kept before the first non-finite"})
     fit_check: bool = fit_check_field()
     model: ModelSection = section(ModelSection, "what to diagnose: the task or the language model")
@@ -96,7 +109,7 @@ class DoctorConfig:
     def __post_init__(self):
         object.__setattr__(self, "precision", canonical_name(self.precision))
         check_lora_run(self.lora, precision=self.precision)
-        for name in ("seq_len", "smoke_steps", "ring_size", *AUTO_FIELDS):
+        for name in ("seq_len", "smoke_steps", "ring_size", "what_if_batches", *AUTO_FIELDS):
             least = 0 if name in AUTO_FIELDS else 1  # 0: chosen for the device (`doctor_defaults`)
             if getattr(self, name) < least:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(self, name)}")
@@ -104,6 +117,7 @@ class DoctorConfig:
             raise UsageError(f"--lr must be > 0 and --clip-grad-norm >= 0, got {self.lr}, {self.clip_grad_norm}")
         if self.inject:
             parse_fault_spec(self.inject)  # syntax now; the module path once the model exists
+        self.what_if_format_list()  # an unknown or unroundable format: refused now
 
     def task_spec(self) -> TaskSpec:
         """What building the diagnosed task needs (`ampkit.tasks.load.build_task`; doctor has no --data)."""
@@ -115,6 +129,21 @@ class DoctorConfig:
             seq_len=self.seq_len,
             smoke_seq_len=self.smoke_seq_len,
         )
+
+    def what_if_format_list(self) -> list[str]:
+        """--what-if-formats as registry names, in order, each once (a bad one refused in one line)."""
+        items = [part.strip() for part in self.what_if_formats.split(",")]
+        if not self.what_if_formats.strip() or not all(items):
+            raise UsageError(
+                f"--what-if-formats {self.what_if_formats!r} has an empty item; give formats, e.g. mxfp8,nvfp4"
+            )
+        names = list(dict.fromkeys(get_format(item, flag="--what-if-formats").name for item in items))
+        unknown = [n for n in names if n not in WHAT_IF_FORMATS]
+        if unknown:
+            raise UsageError(
+                f"--what-if-formats: no rounding for {unknown[0]}; choose from {', '.join(WHAT_IF_FORMATS)}"
+            )
+        return names
 
     @property
     def fault(self) -> FaultSpec | None:

@@ -45,6 +45,7 @@ from ampkit.diagnostics.scale import ScaleTrajectory
 from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test
 from ampkit.diagnostics.underflow import FROZEN_AFTER, FrozenLayer, StepUpdateStats, UpdateUnderflowMeter
 from ampkit.diagnostics.unsafe import insert_unsafe_op
+from ampkit.diagnostics.whatif import run_what_if
 from ampkit.errors import RunInterrupted
 from ampkit.hardware import describe_device, pick_device
 from ampkit.lora.build import build_lora_model, check_lora_available
@@ -346,6 +347,7 @@ def run_doctor(
         advice,
         wall_s=time.perf_counter() - started,
         interrupted=interrupted,
+        what_if=parts.what_if,
     )
     return DoctorResult(
         config=config,
@@ -368,6 +370,7 @@ class _Parts:
     layer_norms: dict[str, float] = field(default_factory=dict)
     smoke: dict[str, SmokeResult] = field(default_factory=dict)
     fidelity: FidelityResult | None = None
+    what_if: dict[str, Any] | None = None
     current: str | None = None
     finished: list[str] = field(default_factory=list)
 
@@ -408,7 +411,23 @@ def _run_parts(setup: _Setup, parts: _Parts, progress: Callable[[str], None], *,
             loss_fn=setup.task.loss,
             blocks=optional.repeated_blocks(setup.task, model),
         )
+    if config.what_if:
+        stop()
+        formats = config.what_if_format_list()
+        line = f"what-if ledger: {config.what_if_batches} fp32 batches, each Linear in {len(formats)} formats"
+        parts.begin("what-if ledger", progress, line)
+        parts.what_if = what_if_ledger(setup, formats)
     parts.end()
+
+
+def what_if_ledger(setup: _Setup, formats: list[str]) -> dict[str, Any]:
+    """The what-if ledger (`diagnostics.whatif`) of the task's fp32 model on the diagnosis's first
+    batches, through the step's own forward-and-loss and the fp32 policy's backward."""
+    model = setup.fresh_model(REFERENCE)
+    policy = build_precision(REFERENCE, device_type=setup.device.type)
+    sampler = setup.fresh_sampler()
+    batches = (sampler.next_batch().to(setup.device) for _ in range(setup.config.what_if_batches))
+    return run_what_if(model, batches, policy=policy, loss_fn=setup.task.loss, formats=formats)
 
 
 def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity) -> Evidence:
@@ -470,6 +489,7 @@ def build_summary(
     *,
     wall_s: float,
     interrupted: dict[str, Any] | None = None,
+    what_if: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """doctor's summary.json (schema "ampkit.doctor/1"); an interrupted diagnosis (`interrupted`:
     `signal`, `during`, `finished`) holds the parts it finished, `gradients.scale_range` null before
@@ -508,6 +528,7 @@ def build_summary(
         "lora": cfg.lora.describe(cfg.precision) if cfg.lora.enabled else None,
         "smoke": {name: r.to_dict() for name, r in smoke.items()},
         "fidelity": fidelity.to_dict() if fidelity else None,
+        "what_if": what_if,
         "advice": [a.to_dict() for a in advice],
         "wall_s": wall_s,
     }

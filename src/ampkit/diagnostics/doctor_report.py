@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from ampkit.diagnostics.whatif_report import what_if_rows, what_if_section
 from ampkit.report import Report, as_stored, plt
 from ampkit.report.console import key_value_table, labelled_lines
 
@@ -40,6 +41,7 @@ def key_findings(summary: dict[str, Any]) -> list[Row]:
         *_long_tail_rows(summary["gradients"]["long_tail"]),
         *(_smoke_row(name, smoke) for name, smoke in summary["smoke"].items()),
         *_fidelity_rows(summary["fidelity"]),
+        *what_if_rows(summary.get("what_if")),
     ]
 
 
@@ -188,6 +190,7 @@ def build_report(summary: dict[str, Any]) -> Report:
     _gradient_section(report, summary["gradients"])
     _smoke_section(report, summary["smoke"])
     _fidelity_section(report, summary["fidelity"])
+    what_if_section(report, summary.get("what_if"))
     return report
 
 

@@ -27,6 +27,7 @@ from ampkit.options import (
 from ampkit.plan.kv.budget import KV_DTYPES, WEIGHT_DTYPES, check_dtype
 from ampkit.plan.numerics import parse_precisions
 from ampkit.plan.optim import OPTIMIZERS, check_optimizer
+from ampkit.plan.payoff.formats import parse_formats
 from ampkit.precision import precision_names_help
 
 DEFAULT_KV_GPU = "A100-80GB"
@@ -120,6 +121,18 @@ class PlanConfig:
     )
     context_gib: float = field(default=0.5, metadata={"help": "CUDA context and workspaces outside the allocator, GiB"})
     fragmentation: float = field(default=0.05, metadata={"help": "allocator slack as a fraction of the tensor peak"})
+    formats: str = field(
+        default="",
+        metadata={
+            "help": "the payoff predictor: comma-separated numeric formats (fp8, fp8:rowwise, mxfp8, mxfp4, nvfp4, "
+            "fp16, tf32, ...) or 'all', each priced against bf16 on the model's GEMMs on --gpu (or every GPU of the "
+            "table): '' = off"
+        },
+    )
+    measure: bool = field(
+        default=False,
+        metadata={"help": "with --formats: also time the model's GEMMs on this machine's NVIDIA GPU (else skipped)"},
+    )
     lora: LoraSettings = lora_field()  # --lora RANK: the LoRA ledger, and full vs LoRA vs QLoRA (ampkit.plan.lora.plan)
     images_per_sample: int = images_per_sample_field(note="plan: a VLM's images take part of --seq-len")
     image_size: str = image_size_field()
@@ -144,6 +157,13 @@ class PlanConfig:
             raise UsageError(f"--mfu must be in (0, 1], got {self.mfu}")
         if self.context_gib < 0 or self.fragmentation < 0:
             raise UsageError("--context-gib and --fragmentation must be >= 0")
+        if self.formats:
+            parse_formats(self.formats)
+            if self.task or self.lora.enabled:
+                other = "--task" if self.task else "--lora"
+                raise UsageError(f"--formats prices a language model's Linears; it does not combine with {other}")
+        elif self.measure:
+            raise UsageError("--measure times the GEMMs of --formats' formats; give --formats too (e.g. --formats all)")
         if self.images_per_sample < 0:
             raise UsageError(f"--images-per-sample must be >= 0, got {self.images_per_sample}")
 

@@ -194,6 +194,7 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
         "recommendation": recommendation(desc, config, target, primary),
         "fp8": _fp8_block(desc, config, target),
         "refused": refused,
+        "formats": _formats_block(desc, config, target),
     }
 
 
@@ -283,6 +284,29 @@ def _fp8_block(desc: ModelDescription, config: PlanConfig, target: Target | None
     if not native_fp8 or target is None:
         return None
     return fp8_plan(desc, micro_batch=config.batch_size, seq_len=config.seq_len, gpu=target.gpu)
+
+
+def _formats_block(desc: ModelDescription, config: PlanConfig, target: Target | None) -> dict[str, Any] | None:
+    """`--formats`: the payoff predictor on the target GPU, or on every GPU of the table; `--measure`
+    times the GEMMs where a CUDA GPU is present (`plan/payoff/`)."""
+    if not config.formats:
+        return None
+    from ampkit.plan.payoff import parse_formats, payoff_plan
+
+    block = payoff_plan(
+        desc,
+        formats=config.formats,
+        micro_batch=config.batch_size,
+        seq_len=config.seq_len,
+        grad_accum=config.grad_accum,
+        shards=config.world_size if config.parallel == "fsdp" else 1,
+        gpu=target.gpu if target else None,
+    )
+    if config.measure and block["linears"]:
+        from ampkit.plan.payoff.measure import measure_formats
+
+        block["measured"] = measure_formats(block, parse_formats(config.formats))
+    return block
 
 
 def _config_dict(config) -> dict[str, Any]:

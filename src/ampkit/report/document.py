@@ -73,7 +73,13 @@ class _Figure:
     caption: str
 
 
-_Block = _Heading | _Text | _Table | _Figure
+@dataclass(frozen=True)
+class _Code:
+    text: str
+    language: str = ""
+
+
+_Block = _Heading | _Text | _Table | _Figure | _Code
 
 
 @dataclass
@@ -96,6 +102,11 @@ class Report:
 
     def table(self, headers: Sequence[object], rows: Sequence[Sequence[object]]) -> Report:
         self.blocks.append(_Table(headers, rows))
+        return self
+
+    def code(self, text: str, *, language: str = "") -> Report:
+        """A preformatted block (code a reader copies: a torchao filter), lines kept as they are."""
+        self.blocks.append(_Code(text, language))
         return self
 
     def figure(self, fig: Figure, caption: str = "") -> Report:
@@ -150,6 +161,8 @@ def _html_block(block: _Block) -> str:
         head = "".join(f"<th>{html.escape(str(h))}</th>" for h in block.headers)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in block.rows)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    if isinstance(block, _Code):
+        return f"<pre><code>{html.escape(block.text)}</code></pre>"
     data = base64.b64encode(block.png).decode("ascii")
     return (
         f"<figure><img alt='{html.escape(block.caption)}' src='data:image/png;base64,{data}'>"
@@ -166,6 +179,8 @@ def _md_block(block: _Block, figures: Iterator[str]) -> list[str]:
         out = ["| " + " | ".join(map(str, block.headers)) + " |", "|" + "---|" * len(block.headers)]
         out += ["| " + " | ".join(str(c) for c in row) + " |" for row in block.rows]
         return out
+    if isinstance(block, _Code):
+        return [f"```{block.language}", *block.text.splitlines(), "```"]
     return [f"![{block.caption}]({next(figures)})"]
 
 

@@ -21,6 +21,40 @@ LEDGER = {
 MODEL = {"name": str}
 """The planned model (`plan.describe.ModelDescription.to_dict`, or a transformers architecture's counts)."""
 
+FORMATS = {
+    "tokens": int,
+    "candidates": ListOf({"format": str, "recipe": str, "label": str}),
+    "assumptions": ListOf(str),
+    "linears": ListOf({"name": str, "k": int, "n": int, "count": int, "head": bool, "gemms": ListOf(dict)}),
+    "gpus": ListOf(
+        {
+            "gpu": str,
+            "bf16_step_s": NUM,
+            "gemm_share": NUM,
+            "amdahl_bound": NUM,
+            "other": MapOf(NUM),
+            "formats": ListOf(
+                {
+                    "format": str,
+                    "recipe": str,
+                    "label": str,
+                    "predicted": bool,
+                    "note": Opt(str),
+                    "kernel_only": OPT_NUM,
+                    "with_overhead": OPT_NUM,
+                    "step_speedup": OPT_NUM,
+                    "converted_layers": ListOf(str),
+                    "layers": ListOf(dict),
+                    "filter": Opt(dict),
+                }
+            ),
+        }
+    ),
+    "note": Opt(str),
+    "measured": Opt(dict),
+}
+"""`plan --formats`: the payoff predictor per GPU and format (`plan.payoff.payoff_plan`), speedups over bf16."""
+
 PLANNED = {
     "command": Absent(OneOf("plan")),  # Absent: the first plans' summaries had no "command"
     "units": MapOf(str),
@@ -43,6 +77,7 @@ PLAN = SummaryKind(
         "recommendation": {"precision": Opt(str), "reason": str, "notes": ListOf(str)},
         "fp8": Absent(Opt(dict)),
         "refused": Absent(MapOf(str)),  # precision -> why its low-bit converter refused the model
+        "formats": Absent(Opt(FORMATS)),
     },
 )
 

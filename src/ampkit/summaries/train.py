@@ -55,6 +55,19 @@ TRAIN = SummaryKind(
 ADVICE = {"rule": str, "severity": OneOf("fix", "warn", "info"), "title": str, "evidence": ListOf(str), "fix": str}
 """One finding -> fix (`diagnostics.advice.Advice`)."""
 
+WHAT_IF = {
+    "batches": int,
+    "reference": str,
+    "formats": ListOf(str),
+    "format_range_binades": MapOf(NUM),
+    "tensors": ListOf(str),
+    "head": Opt(str),
+    "layers": ListOf({"name": str, "in_features": int, "out_features": int, "formats": MapOf(dict)}),
+    "keep_bf16": MapOf(ListOf({"layer": str, "why": str})),
+    "notes": ListOf(str),
+}
+"""`doctor --what-if`: each Linear's GEMM inputs rounded to each format (`diagnostics.whatif`)."""
+
 DOCTOR = SummaryKind(
     name="doctor",
     schema="ampkit.doctor/1",
@@ -80,6 +93,7 @@ DOCTOR = SummaryKind(
         "lora": Absent(Opt(dict)),
         "smoke": MapOf({"precision": str, "passed": bool}),
         "fidelity": Opt(dict),
+        "what_if": Absent(Opt(WHAT_IF)),
         "advice": ListOf(ADVICE),
         "wall_s": NUM,
     },

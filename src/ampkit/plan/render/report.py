@@ -428,7 +428,22 @@ def write_plan_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Pat
     report.heading("Recommendation")
     for line in recommendation_lines(summary["recommendation"], target):
         report.text(line)
+    _low_bit_sections(report, summary)
     return report.write(run_dir)
+
+
+def _low_bit_sections(report, summary: dict[str, Any]) -> None:
+    """fp8's per-Linear prediction (`--precisions fp8 --gpu`) and the payoff predictor (`--formats`)."""
+    if summary.get("fp8"):
+        from ampkit.plan.analytic.fp8 import fp8_line
+
+        report.text(fp8_line(summary["fp8"]))
+        if summary["fp8"].get("warning"):
+            report.text(summary["fp8"]["warning"], kind="warn")
+    if summary.get("formats"):
+        from ampkit.plan.render.payoff import payoff_section
+
+        payoff_section(report, summary["formats"], summary["model"]["name"])
 
 
 def kv_headers() -> list[str]:
