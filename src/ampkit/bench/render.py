@@ -258,7 +258,7 @@ def console_table(summary: dict, *, wide: bool = False) -> Group:
 
 def image_legend(summary: dict) -> list[str]:
     """A VLM's token account under the table: which tokens each figure counts."""
-    if summary["task"].get("kind") != "image-text":
+    if (summary.get("task") or {}).get("kind") != "image-text":
         return []
     ref = next((e for e in summary["precisions"] if e["name"] == summary["reference"] and e["timing"]), None)
     images = ref["timing"].get("image_tokens_per_s") if ref is not None else None
