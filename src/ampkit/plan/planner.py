@@ -167,7 +167,7 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
     if engines[1] is not None:  # the rows' traces (and their fits'), two processes where there are two cores
         fits = target is not None and engines[1] is primary
         extra = _sure_fix_search(desc, config, target) if target is not None and fits else []
-        engines[1].prefetch(settings, fits=fits, extra=extra)
+        engines[1].prefetch(settings, capacity=target.capacity_bytes if target and fits else None, extra=extra)
     rows = [_row(desc, setting, config, target, engines) for setting in settings]
     return {
         "schema": PLAN_SCHEMA,
