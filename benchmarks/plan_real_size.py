@@ -9,18 +9,23 @@ in a fresh process with `AMPKIT_CACHE_DIR` a fresh empty folder (the trace cache
 wall seconds to the JSON answer and to exit, CPU seconds (with the forked child), peak RSS, the
 1-minute load average before it, and the traced steps the cache holds after it (after a cold run: how
 many steps the plan traced, whatever the machine). `--warm` also plans each again with the cache the first run left
-(a bonus, not the target). The CPU kind (from /proc/cpuinfo's flags), the model name and the cores
-are recorded; `--avx2` runs the children with `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2` (and
-a fresh TORCHINDUCTOR_CACHE_DIR), which makes this CPU's kernels those of the AVX2 kind (fake-tensor
-tracing is mostly Python, so the kind's clock and cores matter more than its vector width).
+(a bonus, not the target). `--repeat N` plans each config N times, each cold (a fresh cache folder),
+and reports the median run by exit seconds (all runs are kept in the JSON). `--workers 1|2` sets
+`AMPKIT_PLAN_WORKERS` (default: unset, the plan forks its second process when a core is idle).
+The CPU kind (from /proc/cpuinfo's flags), the model name and the cores are recorded; `--avx2` runs
+the children with `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2` (and a fresh
+TORCHINDUCTOR_CACHE_DIR), which makes this CPU's kernels those of the AVX2 kind (fake-tensor tracing
+is mostly Python, so the kind's clock and cores matter more than its vector width).
+Each config ends with one line: `CONFIG: exit S s, T traced steps (cold cache), CPU C s`.
 Writes benchmarks/results/plan_real_size.json.
-Run: .venv/bin/python benchmarks/plan_real_size.py [--configs Qwen3-0.6B,...] [--warm] [--avx2]
+Run: .venv/bin/python benchmarks/plan_real_size.py [--configs Qwen3-0.6B,...] [--repeat 3] [--warm] [--avx2]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -71,14 +76,35 @@ def plan_once(name: str, folder: Path, cache: Path, env: dict[str, str]) -> dict
     }
 
 
-def _env(avx2: bool, tmp: Path) -> dict[str, str]:
-    if not avx2:
-        return {}
+def _env(avx2: bool, workers: str, tmp: Path) -> dict[str, str]:
+    env = {"AMPKIT_PLAN_WORKERS": workers} if workers else {}
+    if avx2:
+        env.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2", TORCHINDUCTOR_CACHE_DIR=str(tmp / "inductor"))
+    return env
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run whose exit time is the median (the lower middle one of an even count), all runs beside it."""
+    ordered = sorted(runs, key=lambda r: r["exit_s"])
+    middle = ordered[(len(ordered) - 1) // 2]
     return {
-        "ATEN_CPU_CAPABILITY": "avx2",
-        "ONEDNN_MAX_CPU_ISA": "AVX2",
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+        **middle,
+        "exit_s_runs": [r["exit_s"] for r in runs],
+        "exit_s_median": statistics.median_low([r["exit_s"] for r in runs]),
     }
+
+
+def plan_config(name: str, tmp: Path, env: dict[str, str], *, repeat: int, warm: bool) -> tuple[dict, dict | None]:
+    """`repeat` cold plans of `name` (median by exit time) and, with `warm`, one more on the last one's cache."""
+    folder = write_config(tmp / name, CONFIGS[name])
+    runs = []
+    for i in range(repeat):
+        cache = tmp / f"cache-{name}-{i}"
+        runs.append(plan_once(name, folder, cache, env))
+    cold = median_run(runs)
+    if len({tuple(r["rows_digest"]) for r in runs}) != 1:
+        raise SystemExit(f"{name}: repeated cold plans gave different totals")
+    return cold, (plan_once(name, folder, cache, env) if warm else None)
 
 
 def main() -> None:
@@ -88,22 +114,28 @@ def main() -> None:
         default=",".join(REAL_SIZE),
         help="comma-separated names of hf_configs.REAL_SIZE or VLM_REAL_SIZE (e.g. Llama-3.2-11B-Vision)",
     )
-    parser.add_argument("--warm", action="store_true", help="also plan each again with the cache the first run left")
+    parser.add_argument("--repeat", type=int, default=1, help="cold plans per config (the median is reported)")
+    parser.add_argument("--warm", action="store_true", help="also plan each again with the cache the last run left")
     parser.add_argument("--avx2", action="store_true", help="the children's kernels limited to AVX2")
+    parser.add_argument("--workers", choices=("", "1", "2"), default="", help="AMPKIT_PLAN_WORKERS for the plans")
     args = parser.parse_args()
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     cold, warm = [], []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        env = _env(args.avx2, tmp)
+        env = _env(args.avx2, args.workers, tmp)
         for name in names:
-            folder = write_config(tmp / name, CONFIGS[name])
-            cache = tmp / f"cache-{name}"
-            cold.append(plan_once(name, folder, cache, env))
-            if args.warm:
-                warm.append(plan_once(name, folder, cache, env))
+            first, again = plan_config(name, tmp, env, repeat=max(1, args.repeat), warm=args.warm)
+            cold.append(first)
+            if again is not None:
+                warm.append(again)
+            print(
+                f"{name}: exit {first['exit_s']:.2f} s, {first['traced_steps_cached']} traced steps (cold cache), "
+                f"CPU {first['cpu_s']:.2f} s",
+                flush=True,
+            )
     kind = cpu_kind()
-    print(f"`ampkit plan --model hf:FOLDER --gpu {GPU} --json`, fresh process, cold trace cache; CPU: {kind}")
+    print(f"\n`ampkit plan --model hf:FOLDER --gpu {GPU} --json`, fresh process, cold trace cache; CPU: {kind}")
     headers = ["config", "engine", "rows", "traces", "load", "answer s", "exit s", "CPU s", "RSS MiB"]
     keys = (
         "config",
@@ -118,7 +150,7 @@ def main() -> None:
     )
     print_table(headers, [[r[k] for k in keys] for r in cold])
     if warm:
-        print("\nthe same, warm cache (the first run's)")
+        print("\nthe same, warm cache (the last cold run's)")
         print_table(headers, [[r[k] for k in keys] for r in warm])
         same = all(c["rows_digest"] == w["rows_digest"] for c, w in zip(cold, warm))
         print(f"warm plans give the cold plans' totals: {same}")
@@ -129,6 +161,8 @@ def main() -> None:
         {
             "cpu": kind,
             "avx2_kernels": args.avx2,
+            "workers": args.workers or "auto",
+            "repeat": max(1, args.repeat),
             "gpu": GPU,
             "cold": cold,
             "warm": warm,

@@ -134,7 +134,9 @@ def test_a_step_that_surely_does_not_fit_has_its_fix_search_traced_with_the_rows
     roomy = PlanConfig(model=f"hf:{tmp_path}", gpu_mem="80GiB", precisions="fp32", seq_len=32)
     assert planner._sure_fix_search(desc, roomy, resolve_target(roomy.gpu, roomy.gpu_mem)) == []
     engine = HFTracedEngine(desc)
-    engine.prefetch(planner.settings_of(config.for_model(desc.max_positions)), fits=True, extra=extra)
+    engine.prefetch(
+        planner.settings_of(config.for_model(desc.max_positions)), capacity=target.capacity_bytes, extra=extra
+    )
     traced = engine.steps.traced
     fix = cheapest_fix(desc, extra[0], target.capacity_bytes, gpu=None, engine=engine)  # every candidate, then FSDP
     assert fix is None or fix.total_bytes <= target.capacity_bytes

@@ -178,7 +178,7 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
         fits = target is not None and engines[1] is primary
         extra = _sure_fix_search(desc, config, target) if target is not None and fits else []
         try:
-            engines[1].prefetch(settings, fits=fits, extra=extra)
+            engines[1].prefetch(settings, capacity=target.capacity_bytes if target and fits else None, extra=extra)
         except ConversionRefused:  # a low-bit converter refused the model: its rows say so, the rest trace on demand
             pass
     rows = _rows(desc, settings, config, target, engines, refused)

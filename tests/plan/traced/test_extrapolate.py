@@ -135,3 +135,39 @@ def test_the_sequence_edge_from_a_line_or_three_lengths(tmp_path, family, linear
         assert best < desc.max_positions
         at, over = (engine.ledger(StepSetting(**{**setting.to_dict(), "seq_len": t})).total for t in (best, best + 1))
         assert best > 64 and at <= capacity < over, (setting.label(), best)
+
+
+def test_a_step_over_the_gpu_at_micro_batch_1_fits_nothing_without_other_steps(tmp_path):
+    """Over the budget at micro-batch 1: the largest micro-batch is 0 from that step alone (what the
+    line through micro-batches 1 and 2 gives too); weights, gradients and states alone over it: the
+    largest sequence is 0 too, with no step of another length."""
+    desc = described(tmp_path, "qwen3", 8)
+    engine = HFTracedEngine(desc, reserve=NO_RESERVE)
+    setting = StepSetting(precision="bf16-mixed", micro_batch=1, seq_len=32)
+    moments = engine.moments(setting)
+    weights = max(sum(lines[n] for n in extrapolate._WEIGHT_LINES) for lines in moments.values())
+    traced = engine.steps.traced
+    assert engine.fit(setting, engine.ledger(setting).total, weights - 1).to_dict()["max_micro_batch"] == 0
+    assert engine.largest(setting, weights - 1, field="seq_len") == 0
+    assert engine.steps.traced == traced  # neither micro-batch 2 nor another length
+    between = (weights + engine.ledger(setting).tensor_peak) // 2  # the weights fit, the step does not
+    at1, at2 = engine.totals(setting), engine.totals(StepSetting(precision="bf16-mixed", micro_batch=2, seq_len=32))
+    assert engine.largest(setting, between, field="micro_batch") == 0
+    assert extrapolate.largest_affine(((at1[k], at2[k]) for k in at1), between, 1 << 24) == 0
+    assert 0 < engine.largest(setting, between, field="seq_len") < 32
+
+
+def test_a_prefetch_leaves_out_the_fits_of_steps_whose_weights_exceed_the_gpu(tmp_path, monkeypatch):
+    desc = described(tmp_path, "llama", 8)
+    engine = HFTracedEngine(desc, reserve=NO_RESERVE)
+    fp32, true = (StepSetting(precision=p, micro_batch=1, seq_len=32) for p in ("fp32", "bf16-true"))
+    assert engine.weights_floor(true) < engine.weights_floor(fp32)
+    asked: list[StepSetting] = []
+    monkeypatch.setattr(engine, "_split", lambda wanted, needed: asked.extend(needed))
+    engine.prefetch([fp32, true], capacity=(engine.weights_floor(true) + engine.weights_floor(fp32)) // 2)
+    two = {s.precision for s in asked if s.micro_batch == 2 and s.seq_len == 32}
+    assert {fp32, true} <= set(asked) and two == {"fp32", "bf16-true"}  # fp32's pair only for the check
+    assert set(engine.sequences.check_settings(fp32)) <= set(asked)  # the check stays on the first setting
+    asked.clear()
+    engine.prefetch([fp32, true], capacity=engine.weights_floor(true) // 2)  # neither fits: no fit steps
+    assert asked == [fp32, true]

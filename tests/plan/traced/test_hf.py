@@ -7,7 +7,14 @@ import torch
 
 from ampkit.plan.describe import describe_model
 from ampkit.plan.setting import StepSetting
-from ampkit.plan.traced.hf import CopyMismatch, as_on_real_tensors, build_at_depth, trace_hf_step, traced_precision
+from ampkit.plan.traced.hf import (
+    CopyMismatch,
+    StepRig,
+    as_on_real_tensors,
+    build_at_depth,
+    trace_hf_step,
+    traced_precision,
+)
 from ampkit.precision import build_precision
 from hf_archs import save_tiny
 
@@ -86,3 +93,48 @@ def test_a_copy_with_other_layers_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(hf_trace, "check_copy", lambda *args: False)
     with pytest.raises(CopyMismatch, match="2-layer copy"):
         build_at_depth(desc, 2, build_precision("fp32", device_type="cpu"))
+
+
+RIG_CASES = [  # (architecture, precision, optimizer, grad_accum)
+    ("llama", "fp32", "adamw", 2),  # kept gradients, remade between steps
+    ("qwen3", "bf16-mixed", "sgd", 1),
+    ("gemma2", "bf16-true", "adamw", 1),
+    ("mixtral", "fp16-mixed", "adamw", 1),
+]
+
+
+@pytest.mark.parametrize(("model_type", "precision", "optimizer", "grad_accum"), RIG_CASES)
+def test_a_rig_traces_every_step_as_a_fresh_model(tmp_path, model_type, precision, optimizer, grad_accum):
+    desc = desc_of(tmp_path, model_type)
+    steps = [
+        StepSetting(
+            precision=precision, optimizer=optimizer, grad_accum=grad_accum, checkpointing=c, micro_batch=m, seq_len=t
+        )
+        for c, m, t in (("none", 1, 16), ("full", 2, 16), ("none", 2, 32), ("full", 1, 32))
+    ]
+    rig = StepRig(desc, steps[0], depth=2)
+    for setting in [*steps, steps[0]]:  # in any order, checkpointing on and off, the first again
+        assert rig.step(setting).trace() == trace_hf_step(desc, setting, depth=2).trace(), setting.label()
+
+
+def test_a_rig_of_float8_linears_traces_as_a_fresh_model(tmp_path):
+    save_tiny(tmp_path, "llama", hidden_size=64, intermediate_size=128)
+    desc = describe_model(f"hf:{tmp_path}")
+    one, two = (
+        StepSetting(precision="fp8", micro_batch=m, seq_len=16, checkpointing=c) for m, c in ((1, "none"), (2, "full"))
+    )
+    rig = StepRig(desc, one, depth=1)
+    for setting in (one, two, one):
+        assert rig.step(setting).trace() == trace_hf_step(desc, setting, depth=1).trace()
+
+
+def test_the_device_shortcut_changes_no_byte(tmp_path, monkeypatch):
+    """The tracker answers a fake tensor's device query itself (two in three of a step's dispatches):
+    the step's figures are those of the query passed on to FakeTensorMode."""
+    from ampkit.plan.traced import tracker as tracker_module
+
+    desc = desc_of(tmp_path, "qwen3")
+    setting = StepSetting(precision="bf16-mixed", micro_batch=2, seq_len=16, checkpointing="full")
+    short = trace_hf_step(desc, setting, depth=2).trace()
+    monkeypatch.setattr(tracker_module, "_DEVICE", object())  # no query matches: every one dispatched on
+    assert trace_hf_step(desc, setting, depth=2).trace() == short

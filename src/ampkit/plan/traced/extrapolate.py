@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from ampkit.plan.describe.hf import HFDescription
 from ampkit.plan.fit import MAX_SEARCH, Fit, SearchField, fit_of, largest_affine
 from ampkit.plan.numerics import get_numerics
+from ampkit.plan.optim import optimizer_state_bytes
 from ampkit.plan.setting import DEFAULT_RESERVE, TENSOR_LINES, Ledger, Reserve, StepSetting
 from ampkit.plan.traced.cache import TraceCache
 from ampkit.plan.traced.hf import CopyMismatch, MomentTracker
@@ -216,22 +217,42 @@ class HFTracedEngine:
         return self.reason or "traced"
 
     def prefetch(
-        self, settings: Iterable[StepSetting], *, fits: bool = False, extra: Iterable[StepSetting] = ()
+        self, settings: Iterable[StepSetting], *, capacity: int | None = None, extra: Iterable[StepSetting] = ()
     ) -> None:
-        """Trace the steps `settings` need before they are asked for (`fits`: also those of their
-        largest micro-batch and sequence: `fit_settings`, and the sequence model's check, which may ask
-        for three lengths a setting when it fails; `extra`: other settings' own), in two processes where
-        `forked.py` offers a second (`StepTraces.split`): the first setting here (it checks the
-        extrapolation, as it would first in order), the other steps split by `trace_cost`.
-        Every table is the one `table(setting)` computes (a trace depends on its setting and depth only)."""
+        """Trace the steps `settings` need before they are asked for (`capacity`: the GPU's bytes, when
+        their fits are asked for too: the steps of their largest micro-batch and sequence, `fit_settings`,
+        and the sequence model's check, which may ask for three lengths a setting when it fails;
+        `extra`: other settings' own), in two processes where `forked.py` offers a second
+        (`StepTraces.split`): the first setting here (it checks the extrapolation, as it would first in
+        order), the other steps split by `trace_cost`. A setting whose weights, gradients and optimizer
+        states alone surely exceed the GPU (`weights_floor`) gets no fit steps: its fits are 0 from its
+        own step (`largest`). Every table is the one `table(setting)` computes (a trace depends on its
+        setting and depth only), so what is prefetched decides when a step is traced, never a number."""
         wanted, more = list(settings), list(extra)
+        if wanted:
+            self.sequences.pin(wanted[0])
         limit = self.desc.max_positions
         if not wanted or self.extrapolating is False or (limit and any(s.seq_len > limit for s in wanted + more)):
             return  # full traces, or a setting `ledger` refuses before tracing anything: leave them to the rows
-        fit_needs = [v for s in wanted for v in fit_settings(s)] + self.sequences.check_settings(wanted[0])
-        self._split(wanted, wanted + (fit_needs if fits else []) + more)
-        if fits and not self.sequences.linear(wanted[0]):  # memory quadratic in the sequence: three lengths a setting
-            self._split(wanted, [v for s in wanted for v in self.sequences.quadratic_settings(s)])
+        searched = [] if capacity is None else [s for s in wanted if not self._surely_unfit(s, capacity)]
+        fit_needs = [v for s in searched for v in fit_settings(s)]
+        if searched:  # the sequence model's check, on the first setting whatever its own fit
+            fit_needs += fit_settings(wanted[0]) + self.sequences.check_settings(wanted[0])
+        self._split(wanted, wanted + fit_needs + more)
+        if searched and not self.sequences.linear(wanted[0]):  # memory quadratic in the sequence: a length more
+            self._split(wanted, [v for s in searched for v in self.sequences.quadratic_settings(s)])
+
+    def weights_floor(self, setting: StepSetting) -> int:
+        """Bytes of one process's parameters, gradients and optimizer states under `setting`, from the
+        model's description: all alive at the optimizer step whatever the micro-batch and sequence (a
+        guess of the traced figure, used only to choose what to trace early)."""
+        tensors = self.desc.parameter_tensors()
+        param_bytes = get_numerics(setting.precision).param_bytes
+        states = optimizer_state_bytes(setting.optimizer, tensors, param_bytes=param_bytes)
+        return (2 * param_bytes * sum(tensors) + states) // setting.shards
+
+    def _surely_unfit(self, setting: StepSetting, capacity: int) -> bool:
+        return self.weights_floor(setting) > self.reserve.tensor_budget(capacity)
 
     def _split(self, wanted: list[StepSetting], needed: list[StepSetting]) -> None:
         p = self.desc.pattern
@@ -292,12 +313,22 @@ class HFTracedEngine:
         return self._largest_seq(setting, budget, min(limit, self.desc.max_positions or limit))
 
     def _largest_batch(self, setting: StepSetting, budget: float, limit: int) -> int:
-        at1, at2 = self.totals(replace(setting, micro_batch=1)), self.totals(replace(setting, micro_batch=2))
+        at1 = self.totals(replace(setting, micro_batch=1))
+        if max(at1.values()) > budget:
+            # 0 without micro-batch 2's step: a moment over the budget at 1 stays over it at every
+            # larger micro-batch when its total grows with it, and its line's intercept (2 at1 - at2)
+            # is higher still when it does not (`largest_affine` gives 0 either way)
+            return 0
+        at2 = self.totals(replace(setting, micro_batch=2))
         return largest_affine(((at1[key], at2[key]) for key in at1.keys() & at2.keys()), budget, limit)
 
     def _largest_seq(self, setting: StepSetting, budget: float, limit: int) -> int:
         """Largest sequence at `setting`'s micro-batch: `SequenceModel`'s line per moment (or quadratic,
         for models whose memory grows with its square), solved exactly."""
+        if any(_weights(lines) > budget for lines in self.moments(setting).values()):
+            # no sequence fits, with no step of another length: a moment's weights, gradients, their
+            # copies and optimizer states do not depend on the length, and every length has the moment
+            return 0
         best = float(limit)
         for a, b, c in self.sequences.polynomials(setting):
             best = min(best, _quadratic_root(a, b, c, budget))
@@ -305,6 +336,15 @@ class HFTracedEngine:
 
     def fit(self, setting: StepSetting, total_bytes: int, capacity: int) -> Fit:
         return fit_of(total_bytes, capacity, functools.partial(self.largest, setting, capacity))
+
+
+_WEIGHT_LINES = ("parameters", "gradients", "optimizer_states", "master_weights", "weight_copies")
+"""the lines of a moment that hold weights and what is kept per weight: the same at every micro-batch
+and sequence length"""
+
+
+def _weights(lines: Lines) -> int:
+    return sum(lines[name] for name in _WEIGHT_LINES)
 
 
 def _quadratic_root(a: float, b: float, c: float, budget: float) -> float:

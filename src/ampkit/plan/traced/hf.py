@@ -7,7 +7,10 @@ precision policy's `init_context` (bf16-true weights are born bf16) and `convert
 Float8Linear swap), wrapped in `HFCausalLM` (the module `ampkit train --model hf:PATH` trains),
 its parameters and buffers replaced by fake CPU tensors, and then `ampkit.core.Trainer.train_step`
 runs one steady-state step with the language model's loss (`forward_loss`), as `ampkit train`
-does. Native fp8 is traced as fp8-emulated (torchao's emulation: the same recipe and memory).
+does. Native fp8 is traced as fp8-emulated (torchao's emulation: the same recipe and memory). A
+`StepRig` holds such a model in its steady state and traces any number of steps on it (every
+micro-batch, sequence and checkpointing of one precision, optimizer and depth), each as a fresh
+model would.
 
 `MomentTracker` files every storage under a ledger line like `StorageTracker` and also keeps, per
 moment of the step (the label: "forward: block 3", "backward: block 0", "backward: loss", ...), the
@@ -20,24 +23,27 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ampkit.core.step import forward_loss, lm_count
 from ampkit.models.hf import HFCausalLM, HFModelInfo, decoder_layers
 from ampkit.plan.describe.hf import HFDescription, meta_model
 from ampkit.plan.describe.layers import check_copy, config_at_depth
+from ampkit.plan.optim import build_optimizer
 from ampkit.plan.setting import StepSetting
 from ampkit.plan.traced.sharing import StepTrace, traced_precision
 from ampkit.plan.traced.trace import (
     _train_step,
-    checkpoint_task_blocks,
+    _warm_up,
     convert_for_trace,
     fake_batch,
+    file_new_gradients,
     materialize_fake,
-    steady_state_optimizer,
+    tag_state,
 )
 from ampkit.plan.traced.tracker import StorageTracker
 from ampkit.precision import Precision, build_precision
@@ -52,7 +58,7 @@ class MomentTracker(StorageTracker):
         self.moments: dict[str, tuple[int, dict[str, int]]] = {}
         self.line_peaks: dict[str, dict[str, int]] = {}
 
-    def _change(self, line: str, delta: int, what: str) -> None:
+    def _change(self, line: str, delta: int, what: object) -> None:
         super()._change(line, delta, what)
         if delta > 0:
             total = sum(self.current.values())
@@ -118,38 +124,66 @@ def _first_grad_tensor(output: Any) -> torch.Tensor | None:
     return None
 
 
-def _on_grad(tracker: MomentTracker, output: Any, label: str) -> None:
+def _on_grad(rig: _Current, output: Any, label: str) -> None:
     tensor = _first_grad_tensor(output)
     if tensor is not None:
-        tensor.register_hook(lambda grad: setattr(tracker, "label", label))
+        tensor.register_hook(lambda grad: setattr(rig.tracker, "label", label))
 
 
-def install_moments(model: HFCausalLM, tracker: MomentTracker) -> None:
-    """Label the step's moments: each decoder layer forward and backward, the head and the loss, the
-    embedding's backward (tensor hooks on outputs mark where a module's backward begins)."""
+class _Current(Protocol):
+    """What the moment hooks read: the tracker of the step being traced now."""
+
+    tracker: MomentTracker
+
+
+def install_moments(model: HFCausalLM, rig: _Current) -> None:
+    """Label the step's moments in `rig.tracker`: each decoder layer forward and backward, the head and
+    the loss, the embedding's backward (tensor hooks on outputs mark where a module's backward begins)."""
     hf: Any = model.hf
     embed, head = hf.get_input_embeddings(), hf.get_output_embeddings()
 
     def forward_label(text: str):
         def hook(*_):
             in_backward = torch._C._current_graph_task_id() != -1  # a checkpointed block recomputed
-            tracker.label = f"{text} recompute" if in_backward else text
+            rig.tracker.label = f"{text} recompute" if in_backward else text
 
         return hook
 
     def head_done(module, inputs, output):
+        tracker = rig.tracker
         tracker.tag(output, "temporaries")  # logits: the loss region starts here
         tracker.phase, tracker.label = "temporaries", "forward: logits and loss"
-        _on_grad(tracker, output, "backward: output head")
+        _on_grad(rig, output, "backward: output head")
 
     embed.register_forward_pre_hook(forward_label("forward: embedding"))
-    embed.register_forward_hook(lambda m, i, out: _on_grad(tracker, out, "backward: embedding"))
+    embed.register_forward_hook(lambda m, i, out: _on_grad(rig, out, "backward: embedding"))
     for k, block in enumerate(model.blocks or []):
         block.register_forward_pre_hook(forward_label(f"forward: block {k}"))
-        block.register_forward_hook(lambda m, i, out, k=k: _on_grad(tracker, out, f"backward: block {k}"))
+        block.register_forward_hook(lambda m, i, out, k=k: _on_grad(rig, out, f"backward: block {k}"))
     if head is not None:
         head.register_forward_pre_hook(forward_label("forward: final norm and head"))
         head.register_forward_hook(head_done)
+
+
+def _checkpointable(blocks: list[nn.Module], rig: StepRig) -> None:
+    """Full activation checkpointing of `blocks` while `rig.checkpointing` is on (non-reentrant
+    `torch.utils.checkpoint`, recomputed tensors filed as activations); the plain forward otherwise."""
+
+    def wrap(forward):
+        def run(*args, **kwargs):
+            if not rig.checkpointing:
+                return forward(*args, **kwargs)
+
+            def inner(*a, **k):
+                with rig.tracker.phase_as("activations"):
+                    return forward(*a, **k)
+
+            return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+
+        return run
+
+    for block in blocks:
+        block.forward = wrap(block.forward)
 
 
 @contextlib.contextmanager
@@ -188,24 +222,66 @@ def as_on_real_tensors() -> Iterator[None]:
             setattr(module, name, value)
 
 
-def trace_hf_step(desc: HFDescription, setting: StepSetting, *, depth: int) -> MomentTracker:
-    """One steady-state training step of `desc`'s model with `depth` decoder layers, on fake tensors."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+class StepRig:
+    """`desc`'s model with `depth` decoder layers, built, faked and brought to its optimizer's steady
+    state once, for every step traced on it (`step`): the steps of one traced precision, optimizer and
+    gradient keeping at any micro-batch, sequence and checkpointing. A step leaves the rig as it found
+    it (the step zeroes its gradients with `set_to_none`; autocast empties its weight cache on exit;
+    kept gradients are remade as zeros; each step runs a fresh precision policy, whose loss scaler
+    makes its scale in the step, as a fresh model's does), so each step's trace is the one a fresh model gives, byte
+    for byte (tests/plan/traced/test_hf.py); the model's build, fake parameters and warm-up step, an
+    tenth of a step's CPU (Qwen3-0.6B), are paid once a rig instead of once a step."""
 
-    policy = build_precision(traced_precision(setting.precision), device_type="cpu")
-    model = build_at_depth(desc, depth, policy)
-    tracker = MomentTracker()
-    fake = FakeTensorMode(allow_non_fake_inputs=True)  # bitsandbytes' lookup tables stay real constants
-    with fake:
-        materialize_fake(model)
-        _fake_buffers(model)
-    optimizer = steady_state_optimizer(model, setting, tracker, fake)
-    with fake:
-        install_moments(model, tracker)
-        if setting.checkpointing == "full":
-            checkpoint_task_blocks(list(model.blocks or []), tracker)
-        batch = fake_batch(desc.vocab_size, setting, tracker)
-        with policy.run_context(), as_on_real_tensors(), tracker:
-            tracker.label = "forward: embedding"
-            _train_step(model, policy, optimizer, tracker, batch, loss_fn=forward_loss, count_fn=lm_count)
-    return tracker
+    def __init__(self, desc: HFDescription, setting: StepSetting, *, depth: int):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        self.desc, self.key = desc, self.key_of(setting)
+        self.keeps_grads = setting.grad_accum > 1
+        self.model = build_at_depth(desc, depth, self._policy())
+        self.fake = FakeTensorMode(allow_non_fake_inputs=True)  # bitsandbytes' lookup tables stay real constants
+        self.tracker = MomentTracker()
+        """the tracker of the step being traced (the hooks file into it)"""
+        self.checkpointing = False
+        with self.fake:
+            materialize_fake(self.model)
+            _fake_buffers(self.model)
+        self.optimizer = build_optimizer(setting.optimizer, self.model)  # no tensors made: safe outside fake mode
+        with self.fake:
+            _warm_up(self.model, self.optimizer, keep_grads=self.keeps_grads)
+        file_new_gradients(self.model, lambda: self.tracker)
+        install_moments(self.model, self)
+        _checkpointable(list(self.model.blocks or []), self)
+
+    @staticmethod
+    def key_of(setting: StepSetting) -> tuple:
+        """What a rig fixes of the steps traced on it."""
+        return (traced_precision(setting.precision), setting.optimizer, setting.grad_accum > 1)
+
+    def step(self, setting: StepSetting) -> MomentTracker:
+        """One steady-state training step of `setting` (of this rig's `key_of`), traced."""
+        assert self.key_of(setting) == self.key, (
+            "a rig traces the steps of one precision, optimizer and gradient keeping"
+        )
+        tracker = self.tracker = MomentTracker()
+        self.checkpointing = setting.checkpointing == "full"
+        policy = self._policy()  # a fresh one a step: a loss scaler makes its scale at the step's first scale()
+        with self.fake:
+            if self.keeps_grads:  # as the warm-up leaves them: the previous step set them to None
+                for p in self.model.parameters():
+                    if p.requires_grad and p.grad is None:
+                        p.grad = torch.zeros_like(p)
+            tag_state(tracker, self.model, self.optimizer)
+            batch = fake_batch(self.desc.vocab_size, setting, tracker)
+            with policy.run_context(), as_on_real_tensors(), tracker:
+                tracker.label = "forward: embedding"
+                _train_step(self.model, policy, self.optimizer, tracker, batch, loss_fn=forward_loss, count_fn=lm_count)
+        return tracker
+
+    def _policy(self) -> Precision:
+        return build_precision(self.key[0], device_type="cpu")
+
+
+def trace_hf_step(desc: HFDescription, setting: StepSetting, *, depth: int) -> MomentTracker:
+    """One steady-state training step of `desc`'s model with `depth` decoder layers, on fake tensors
+    (a rig of its own: `StepTraces` keeps rigs for the steps of a plan)."""
+    return StepRig(desc, setting, depth=depth).step(setting)

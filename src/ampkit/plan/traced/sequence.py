@@ -76,6 +76,8 @@ class SequenceModel:
         """q per moment (bytes per token), from the first setting's check"""
         self._linear = False
         self._checked = False
+        self._reference: StepSetting | None = None
+        """the setting the check is made on (`pin`); None: the first one asked"""
 
     @property
     def _limit(self) -> int | None:
@@ -96,11 +98,17 @@ class SequenceModel:
             return [replace(setting, seq_len=self._checked_length(setting))]
         return [replace(setting, seq_len=t) for t in seq_points(setting.seq_len, self._limit)]
 
+    def pin(self, setting: StepSetting) -> None:
+        """Make the check on `setting` (a plan's first), whichever setting asks first (a setting whose
+        weights alone exceed the GPU asks nothing: `HFTracedEngine.largest`)."""
+        if not self._checked:
+            self._reference = setting
+
     def linear(self, setting: StepSetting) -> bool:
-        """Whether the line holds (checked once, on the first setting asked)."""
+        """Whether the line holds (checked once: on the pinned setting, else the first one asked)."""
         if not self._checked:
             self._checked = True
-            self._check(setting)
+            self._check(self._reference or setting)
         return self._linear
 
     def _pair(self, setting: StepSetting) -> dict[str, tuple[int, int]]:

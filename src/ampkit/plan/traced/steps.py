@@ -2,8 +2,9 @@
 
 A step is traced per (shared setting, depth): settings that allocate the same tensors share it
 (`sharing.py`: fp32/tf32, bf16/fp16-mixed plus the scaler's own tensors, ...). A trace is looked
-up in this process first, then in the disk cache (`cache.py`), and only then traced
-(`hf.trace_hf_step`). `StepTraces.split` spreads the traces a plan will ask for over this process
+up in this process first, then in the disk cache (`cache.py`), and only then traced, on the rig of
+its precision, optimizer and depth (`hf.StepRig`: a model built and brought to its steady state once
+for all the steps traced on it). `StepTraces.split` spreads the traces a plan will ask for over this process
 and a forked child (`forked.py`): the child traces its share (writing the disk cache as it goes)
 and sends the traces back; whatever it does not deliver is traced here when asked for. A trace
 depends on its setting and depth only, so how it was obtained never changes a number.
@@ -21,7 +22,7 @@ from ampkit.plan.numerics import get_numerics
 from ampkit.plan.setting import StepSetting
 from ampkit.plan.traced.cache import TraceCache, code_versions
 from ampkit.plan.traced.forked import run_beside
-from ampkit.plan.traced.hf import CopyMismatch, trace_hf_step
+from ampkit.plan.traced.hf import CopyMismatch, StepRig
 from ampkit.plan.traced.sharing import StepTrace, for_setting, shared_setting
 
 CHECK_COST = 1.0
@@ -61,6 +62,7 @@ class StepTraces:
     def __init__(self, desc: HFDescription, *, cache: TraceCache | None = None):
         self.desc, self.cache = desc, cache
         self._memo: dict[tuple, StepTrace] = {}
+        self._rigs: dict[tuple, StepRig] = {}
         self.traced = 0
         """steps this process traced (not found here or in the cache)"""
 
@@ -97,11 +99,19 @@ class StepTraces:
     def _load_or_trace(self, shared: StepSetting, depth: int) -> StepTrace:
         if self.has(shared, depth):  # read from the cache
             return self._memo[self.key(shared, depth)]
-        trace = trace_hf_step(self.desc, shared, depth=depth).trace()
+        trace = self._rig(shared, depth).step(shared).trace()
         self.traced += 1
         if self.cache is not None:
             self.cache.put(self._cache_key(shared, depth), trace)
         return trace
+
+    def _rig(self, shared: StepSetting, depth: int) -> StepRig:
+        """The rig `shared`'s step at `depth` is traced on (built at its first step: may raise
+        `hf.CopyMismatch`)."""
+        key = (*StepRig.key_of(shared), depth)
+        if key not in self._rigs:
+            self._rigs[key] = StepRig(self.desc, shared, depth=depth)
+        return self._rigs[key]
 
     @functools.cached_property
     def _model_key(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -162,17 +163,29 @@ def fake_batch(vocab_size: int, setting: StepSetting, tracker: StorageTracker) -
     return batch
 
 
-def _tag_state(tracker: StorageTracker, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+def tag_state(tracker: StorageTracker, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """File what exists before the step: the parameters, any kept gradients, the optimizer's states."""
     for p in model.parameters():
         tracker.tag(p, "parameters")
         if p.grad is not None:
             tracker.tag(p.grad, "gradients")
-        if p.requires_grad:  # a frozen weight (a LoRA base) gets no gradient
-            p.register_post_accumulate_grad_hook(lambda param: tracker.tag(param.grad, "gradients"))
     for state in optimizer.state.values():
         for value in state.values():
             if isinstance(value, torch.Tensor):
                 tracker.tag(value, "optimizer_states")
+
+
+def file_new_gradients(model: nn.Module, tracker_of: Callable[[], StorageTracker]) -> None:
+    """File each gradient under gradients as it lands on its parameter, in the tracker `tracker_of()`
+    names then (a frozen weight, a LoRA base, gets none)."""
+    for p in model.parameters():
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(lambda param: tracker_of().tag(param.grad, "gradients"))
+
+
+def _tag_state(tracker: StorageTracker, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    tag_state(tracker, model, optimizer)
+    file_new_gradients(model, lambda: tracker)
 
 
 def _install_labels(model: LlamaLM, tracker: StorageTracker) -> None:

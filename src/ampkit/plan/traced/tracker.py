@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
@@ -30,7 +31,9 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ampkit.plan.setting import TENSOR_LINES
 
 _CAST_OPS = {torch.ops.aten._to_copy.default}
-_QUERY_OPS = {torch.ops.prim.device.default}
+_DEVICE = torch.ops.prim.device.default
+"""a fake tensor's device query: two in three of a traced step's dispatches (autograd and the foreach
+optimizers ask each tensor's device), which allocate nothing"""
 
 
 class _Entry:
@@ -71,7 +74,7 @@ class StorageTracker(TorchDispatchMode):
         except (RuntimeError, NotImplementedError):  # sparse or storage-less tensors: nothing to count
             return []
 
-    def _add(self, storage, line: str, what: str) -> None:
+    def _add(self, storage, line: str, what: object) -> None:
         entry = self._entries.get(storage)
         if entry is not None:
             return
@@ -83,10 +86,10 @@ class StorageTracker(TorchDispatchMode):
     def _free(self, entry: _Entry) -> None:
         self._change(entry.line, -entry.nbytes, "free")
 
-    def _change(self, line: str, delta: int, what: str) -> None:
+    def _change(self, line: str, delta: int, what: object) -> None:
         self.current[line] += delta
         if self.events is not None:
-            self.events.append((self.label, what, line, delta, sum(self.current.values())))
+            self.events.append((self.label, str(what), line, delta, sum(self.current.values())))
         if delta <= 0:
             return
         self.largest[line] = max(self.largest[line], self.current[line])
@@ -123,9 +126,21 @@ class StorageTracker(TorchDispatchMode):
             self.phase, self.label = saved
 
     # -- dispatch ----------------------------------------------------------------------------
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """No torch.compile frame ever runs inside this mode: its dispatch needs no dynamo-disable
+        wrapper (torch wraps every mode's `__torch_dispatch__` in one by default: a few microseconds
+        a dispatch, thousands of dispatches a traced step)."""
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _DEVICE and type(args[0]) is FakeTensor:
+            # answered as FakeTensorMode answers it, without its dispatch: this mode sits above it, so
+            # its kernels (where the answer would be "meta") never call back into here
+            fake = args[0]
+            return torch.device("meta") if fake.fake_mode.in_kernel_invocation else fake.fake_device
         out = func(*args, **(kwargs or {}))
-        if func in _QUERY_OPS:  # answers a question about a tensor (its device): allocates nothing
+        if func is _DEVICE:  # a real or other tensor's device query: allocates nothing
             return out
         line = self.phase
         if func in _CAST_OPS and args and isinstance(args[0], torch.Tensor) and self.line_of(args[0]) == "parameters":
@@ -133,5 +148,5 @@ class StorageTracker(TorchDispatchMode):
         for tensor in tree_flatten(out)[0]:
             if isinstance(tensor, torch.Tensor):
                 for storage in self._storages(tensor):
-                    self._add(storage, line, str(func))
+                    self._add(storage, line, func)
         return out
