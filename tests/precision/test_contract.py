@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ampkit.models import build_model, causal_lm_loss, get_preset
-from ampkit.precision import SPECS, build_precision
+from ampkit.precision import SPECS, build_precision, check_supported
 
 ALL = sorted(SPECS)
 CFG = get_preset("tiny", n_layers=1, d_model=32, n_heads=2, d_ff=64)
@@ -19,12 +19,25 @@ def _policy(name):
     return build_precision(name, device_type="cpu")
 
 
-def _skip_sm100_kernels(name: str) -> None:
+def _sm100_only(name: str) -> bool:
     """Native MXFP8/NVFP4 Linears run torchao's CUDA/Triton kernels (sm100), not even on fake CPU
-    tensors; native MXFP4 has none anywhere (its refusal: tests/precision/test_formats_training.py)."""
+    tensors; native MXFP4 has none anywhere. Their CPU path is the `-emulated` twin, which ALL holds."""
     spec = SPECS[name]
-    if spec.native_low_bit and spec.matmul_key != "fp8":
-        pytest.skip(f"native {name} runs torchao's sm100 kernels; {spec.emulated_twin} is its CPU path")
+    return spec.native_low_bit and spec.matmul_key != "fp8"
+
+
+RUNS_HERE = [name for name in ALL if not _sm100_only(name)]
+
+
+def test_the_sm100_only_precisions_are_refused_on_a_cpu_naming_their_emulated_twin():
+    from ampkit.errors import UsageError
+    from ampkit.hardware import describe_device
+
+    names = [name for name in ALL if _sm100_only(name)]
+    assert {"mxfp8", "nvfp4", "mxfp4"} <= set(names)
+    for name in names:
+        with pytest.raises(UsageError, match=str(SPECS[name].emulated_twin)):
+            check_supported(name, describe_device(torch.device("cpu")))
 
 
 def _cpu_runs_fp8_matmuls() -> bool:
@@ -38,13 +51,12 @@ def _cpu_runs_fp8_matmuls() -> bool:
     return True
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", RUNS_HERE)
 def test_dtypes_inside_forward_context(name):
     """The dtypes each policy's forward produces; native fp8 on a CPU whose oneDNN has no float8 matmul
     runs on fake tensors (the same dtypes from the ops' shape functions, no values)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    _skip_sm100_kernels(name)
     spec, policy = SPECS[name], _policy(name)
     model = policy.convert_module(build_model(CFG, seed=0))
     assert {p.dtype for p in model.parameters()} == {spec.param_dtype}
@@ -98,9 +110,8 @@ def test_state_restored_even_when_body_raises(name):
     assert after == before
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", RUNS_HERE)
 def test_state_dict_round_trip(name):
-    _skip_sm100_kernels(name)
     policy = _policy(name)
     model = policy.convert_module(nn.Sequential(nn.Linear(32, 32)))  # 32: whole blocks for every format
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

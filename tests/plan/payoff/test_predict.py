@@ -132,7 +132,8 @@ def test_block_scaled_formats_are_not_predicted_off_blackwell():
     assert "B200" in names and "H100-80GB" in names and "V100-16GB" in block["skipped_gpus"]
     for gpu in block["gpus"]:
         for fmt in gpu["formats"]:
-            assert fmt["predicted"] == (gpu["gpu"] == "B200"), (gpu["gpu"], fmt["label"])
+            sm100 = (GPUS[gpu["gpu"]].compute_capability or (0, 0)) >= (10, 0)  # B200, GB200: block-scaled MMA
+            assert fmt["predicted"] == sm100, (gpu["gpu"], fmt["label"])
             if not fmt["predicted"]:
                 assert "block-scaled MMA" in fmt["note"]
 
