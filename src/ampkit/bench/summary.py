@@ -149,7 +149,8 @@ def precision_entry(
     # MFU counts the items the model read (processed: masked prompts too), not only the trained ones:
     # the trained rate scaled by the measured steps' processed/trained ratio.
     processed = result.get("processed") or result["tokens"]
-    processed_per_s = stats.items_per_s * sum(processed) / max(1, sum(result["tokens"]))
+    # The ratio first: exactly 1.0 where none is masked (a * b / b need not be a in floating point).
+    processed_per_s = stats.items_per_s * (sum(processed) / max(1, sum(result["tokens"])))
     images = sum(result.get("image_tokens") or [])  # a VLM's image tokens, among the processed
     image_per_s = stats.items_per_s * images / max(1, sum(result["tokens"])) if images else None
     flops = flops_per_item if flops_per_item is not None else result.get("flops_per_item")

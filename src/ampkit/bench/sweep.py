@@ -120,7 +120,8 @@ def _measure(fs: FeatureSet, precision: str, plan: BenchPlan, run_dir: Path) -> 
         "error": None,
         "measured_steps": stats.measured_steps,
         "tokens_per_s": stats.items_per_s,
-        "processed_per_s": stats.items_per_s * sum(processed) / max(1, sum(result["tokens"])),
+        # the ratio first: exactly 1.0 where nothing is masked (a * b / b need not be a in floating point)
+        "processed_per_s": stats.items_per_s * (sum(processed) / max(1, sum(result["tokens"]))),
         "step_ms_median": stats.step_ms_median,
         # the measured steps' share (processed / slots); `SweepPadding.fill` puts data stats' figure here
         "padding_fraction": 1.0 - sum(processed) / max(1, sum(result["slots"])),
