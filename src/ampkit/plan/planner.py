@@ -22,7 +22,7 @@ from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.describe.vlm import VLMDescription
 from ampkit.plan.engines import hf_traced_engine, primary_engine
 from ampkit.plan.fit import Target, resolve_target
-from ampkit.plan.kv.budget import activation_reserve_bytes, kv_budget, kv_pool_bytes, weight_bytes
+from ampkit.plan.kv.budget import kv_budget, pool_budget
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import optimizer_state_bytes
 from ampkit.plan.setting import GIB, TENSOR_LINES, Ledger, Reserve, StepSetting
@@ -322,21 +322,9 @@ def build_kv(config: KvConfig, *, desc: ModelDescription | None = None) -> dict[
     config = config.for_model(desc.max_positions)  # --context-len 0: 4096, or the model's positions when fewer
     target = resolve_target(config.gpu, config.gpu_mem)
     assert target is not None, "KvConfig defaults --gpu when neither --gpu nor --gpu-mem is given"
-    weights = weight_bytes(desc, config.weight_dtype)
-    if config.activation_reserve_gib is not None:
-        reserve = int(config.activation_reserve_gib * GIB)
-    else:
-        reserve = activation_reserve_bytes(desc, batched_tokens=config.batched_tokens, weight_dtype=config.weight_dtype)
-    overhead = int(config.overhead_gib * GIB)
-    pool = kv_pool_bytes(
-        capacity=target.capacity_bytes,
-        utilization=config.utilization,
-        weights=weights,
-        activation_reserve=reserve,
-        overhead=overhead,
-    )
+    budget = pool_budget(desc, config, capacity=target.capacity_bytes)
     budgets = [
-        kv_budget(desc, kv_dtype=name, pool_bytes=pool, context_len=config.context_len).to_dict()
+        kv_budget(desc, kv_dtype=name, pool_bytes=int(budget["pool_bytes"]), context_len=config.context_len).to_dict()
         for name in config.kv_dtype_list()
     ]
     return {
@@ -345,14 +333,6 @@ def build_kv(config: KvConfig, *, desc: ModelDescription | None = None) -> dict[
         "config": _config_dict(config),
         "model": desc.to_dict(),
         "target": target.to_dict(),
-        "budget": {
-            "capacity_bytes": target.capacity_bytes,
-            "utilization": config.utilization,
-            "usable_bytes": int(target.capacity_bytes * config.utilization),
-            "weights_bytes": weights,
-            "activation_reserve_bytes": reserve,
-            "overhead_bytes": overhead,
-            "pool_bytes": pool,
-        },
+        "budget": budget,
         "kv": budgets,
     }

@@ -12,12 +12,17 @@ exactly twice the tokens of an fp32 one; the whole-token floor can differ from 2
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ampkit.errors import UsageError
 from ampkit.formats import get_format
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.numerics import FP32_BYTES as F
+from ampkit.plan.setting import GIB
 from ampkit.records import Record
+
+if TYPE_CHECKING:
+    from ampkit.plan.config import KvConfig
 
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 """the KV-cache and weight formats a budget compares (`ampkit.formats`: fp8 is e4m3)"""
@@ -75,6 +80,34 @@ class KvBudget(Record):
 
 def kv_pool_bytes(*, capacity: int, utilization: float, weights: int, activation_reserve: int, overhead: int) -> int:
     return int(capacity * utilization) - weights - activation_reserve - overhead
+
+
+def pool_budget(desc: ModelDescription, config: KvConfig, *, capacity: int) -> dict[str, int | float]:
+    """kv's `budget` block: of `capacity` bytes, the usable share (--utilization) less the weights in
+    --weight-dtype, the activation reserve (--activation-reserve-gib, else the estimate for
+    --batched-tokens) and --overhead-gib; what is left is the KV pool (`pool_bytes`, may be < 0).
+    Bytes; the flags' GiB are 1024**3 bytes."""
+    weights = weight_bytes(desc, config.weight_dtype)
+    if config.activation_reserve_gib is not None:
+        reserve = int(config.activation_reserve_gib * GIB)
+    else:
+        reserve = activation_reserve_bytes(desc, batched_tokens=config.batched_tokens, weight_dtype=config.weight_dtype)
+    overhead = int(config.overhead_gib * GIB)
+    return {
+        "capacity_bytes": capacity,
+        "utilization": config.utilization,
+        "usable_bytes": int(capacity * config.utilization),
+        "weights_bytes": weights,
+        "activation_reserve_bytes": reserve,
+        "overhead_bytes": overhead,
+        "pool_bytes": kv_pool_bytes(
+            capacity=capacity,
+            utilization=config.utilization,
+            weights=weights,
+            activation_reserve=reserve,
+            overhead=overhead,
+        ),
+    }
 
 
 def kv_budget(desc: ModelDescription, *, kv_dtype: str, pool_bytes: int, context_len: int) -> KvBudget:

@@ -20,7 +20,7 @@ from ampkit.plan.advice import base_precision, cheapest_fix, fp8_note
 from ampkit.plan.config import DEFAULT_SEQ_LEN, KvConfig, PlanConfig
 from ampkit.plan.describe.vlm import VLMDescription
 from ampkit.plan.fit import Target, resolve_target
-from ampkit.plan.kv.budget import KV_DTYPES, activation_reserve_bytes, dtype_bytes, kv_pool_bytes, weight_bytes
+from ampkit.plan.kv.budget import KV_DTYPES, dtype_bytes, pool_budget
 from ampkit.plan.setting import GIB, Reserve, StepSetting
 from ampkit.plan.vlm.compute import vlm_compute
 from ampkit.plan.vlm.engine import VLMEngine
@@ -172,20 +172,8 @@ def build_vlm_kv(config: KvConfig, desc: VLMDescription) -> dict[str, Any]:
         )
     target = resolve_target(config.gpu, config.gpu_mem)
     assert target is not None, "KvConfig defaults --gpu"
-    weights = weight_bytes(desc, config.weight_dtype)
-    reserve = (
-        int(config.activation_reserve_gib * GIB)
-        if config.activation_reserve_gib is not None
-        else activation_reserve_bytes(desc, batched_tokens=config.batched_tokens, weight_dtype=config.weight_dtype)
-    )
-    overhead = int(config.overhead_gib * GIB)
-    pool = kv_pool_bytes(
-        capacity=target.capacity_bytes,
-        utilization=config.utilization,
-        weights=weights,
-        activation_reserve=reserve,
-        overhead=overhead,
-    )
+    budget = pool_budget(desc, config, capacity=target.capacity_bytes)
+    pool = max(0, int(budget["pool_bytes"]))
     lm = desc.language_stack
     rows = []
     for name in config.kv_dtype_list():
@@ -200,8 +188,8 @@ def build_vlm_kv(config: KvConfig, desc: VLMDescription) -> dict[str, Any]:
                 "bytes_per_token": per_token,
                 "cross_attention_bytes_per_request": cross,
                 "bytes_per_request": per_request,
-                "max_tokens": max(0, pool) // per_token,
-                "max_requests": max(0, pool) // per_request,
+                "max_tokens": pool // per_token,
+                "max_requests": pool // per_request,
             }
         )
     return {
@@ -211,14 +199,6 @@ def build_vlm_kv(config: KvConfig, desc: VLMDescription) -> dict[str, Any]:
         "model": desc.to_dict(),
         "workload": workload.to_dict(),
         "target": target.to_dict(),
-        "budget": {
-            "capacity_bytes": target.capacity_bytes,
-            "utilization": config.utilization,
-            "usable_bytes": int(target.capacity_bytes * config.utilization),
-            "weights_bytes": weights,
-            "activation_reserve_bytes": reserve,
-            "overhead_bytes": overhead,
-            "pool_bytes": pool,
-        },
+        "budget": budget,
         "kv": rows,
     }
