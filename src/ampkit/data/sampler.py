@@ -44,7 +44,7 @@ from ampkit.data.chat import ChatTemplate
 from ampkit.data.corpus import Corpus, train_val_split
 from ampkit.data.dedup import DedupStats, dedup_indices
 from ampkit.data.instructions import InstructionSet
-from ampkit.data.samples import encode_sample
+from ampkit.data.samples import Encoded, encode_sample
 from ampkit.data.shards import ShardSet, ShardWindows, split_documents
 from ampkit.data.tokenizer import Tokenizer
 from ampkit.errors import UsageError
@@ -385,11 +385,8 @@ def build_data(
             dedup=dedup,
             train_on=train_on,
         )
-    samples = corpus.samples(template, train_on=train_on)
-    encoded = [encode_sample(tokenizer, sample) for sample in samples]
+    encoded, kept, stats = _encoded_and_deduped(corpus, tokenizer, template=template, train_on=train_on, dedup=dedup)
     truncate = corpus.format != "text"  # instruction examples: cut at seq_len + 1, named when too few
-    level = "example" if truncate else "paragraph"
-    kept, stats = dedup_indices([s.text for s in samples], mode=dedup, sizes=[len(e.ids) for e in encoded], level=level)
     source = corpus.name if truncate else ""
     train_idx, val_idx = train_val_split(kept, val_fraction=val_fraction, seed=seed, source=source)
     if truncate:
@@ -409,6 +406,18 @@ def build_data(
     )
     val_batches = held_out_batches(val_units, val_labels, batch_size=batch_size, max_batches=max_val_batches)
     return TrainData(train=train, val_batches=val_batches, dedup=stats)
+
+
+def _encoded_and_deduped(
+    corpus: Corpus | InstructionSet, tokenizer: Tokenizer, *, template: ChatTemplate | None, train_on: str, dedup: str
+) -> tuple[list[Encoded], list[int], DedupStats]:
+    """Each sample tokenized once, and the indices `dedup` keeps (per paragraph, or per example for
+    instruction data) with what it removed."""
+    samples = corpus.samples(template, train_on=train_on)
+    encoded = [encode_sample(tokenizer, sample) for sample in samples]
+    level = "paragraph" if corpus.format == "text" else "example"
+    kept, stats = dedup_indices([s.text for s in samples], mode=dedup, sizes=[len(e.ids) for e in encoded], level=level)
+    return encoded, kept, stats
 
 
 def _require_a_trained_target(name: str, labels: list[torch.Tensor], *, seq_len: int) -> None:
