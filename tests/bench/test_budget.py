@@ -27,8 +27,8 @@ from ampkit.bench.budget import (
     reduced_batch,
     warmup_plan,
 )
+from ampkit.bench.budget_text import took_line
 from ampkit.bench.config import BenchConfig
-from ampkit.bench.render import took_line
 from ampkit.bench.schema import validate_summary
 from ampkit.cli import main
 from bench_fakes import AMX_CPU, AVX2_CPU, MODEL_RATIOS, SimWorker, bound_holds, peaks_of, step_times

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ampkit.bench.budget_text import budget_lines
 from ampkit.bench.figures import fidelity_figure, loss_figure, profile_figure, step_time_figure, throughput_figure
 from ampkit.bench.render import (
     _memory_note,
@@ -16,7 +17,6 @@ from ampkit.bench.render import (
     _title,
     _unit,
     _with_fidelity,
-    budget_lines,
     fidelity_rows,
     main_rows,
     memory_rows,

@@ -68,11 +68,11 @@ def _answer(args: argparse.Namespace, summary: dict, run_dir, show: Callable[...
 
 def show_bench(out: Console, summary: dict, run_dir, *, wide: bool = False) -> None:
     """The answer on stdout: the side-by-side table, the profile, the recommendation and the train command."""
+    from ampkit.bench.budget_text import took_line
     from ampkit.bench.render import (  # matplotlib loads with the report
         console_table,
         profile_table,
         recommendation_text,
-        took_line,
         train_lines,
         why_lines,
     )
