@@ -12,7 +12,7 @@ exactly twice the tokens of an fp32 one; the whole-token floor can differ from 2
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ampkit.errors import UsageError
 from ampkit.formats import get_format
@@ -20,9 +20,6 @@ from ampkit.plan.describe import ModelDescription
 from ampkit.plan.numerics import FP32_BYTES as F
 from ampkit.plan.setting import GIB
 from ampkit.records import Record
-
-if TYPE_CHECKING:
-    from ampkit.plan.config import KvConfig
 
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 """the KV-cache and weight formats a budget compares (`ampkit.formats`: fp8 is e4m3)"""
@@ -78,11 +75,27 @@ class KvBudget(Record):
     context_len: int
 
 
+class BudgetSettings(Protocol):
+    """The serving flags a pool budget reads (`ampkit.plan.config.KvConfig` has them; a Protocol so
+    this layer does not import the config that imports it)."""
+
+    @property
+    def weight_dtype(self) -> str: ...
+    @property
+    def utilization(self) -> float: ...
+    @property
+    def activation_reserve_gib(self) -> float | None: ...
+    @property
+    def batched_tokens(self) -> int: ...
+    @property
+    def overhead_gib(self) -> float: ...
+
+
 def kv_pool_bytes(*, capacity: int, utilization: float, weights: int, activation_reserve: int, overhead: int) -> int:
     return int(capacity * utilization) - weights - activation_reserve - overhead
 
 
-def pool_budget(desc: ModelDescription, config: KvConfig, *, capacity: int) -> dict[str, int | float]:
+def pool_budget(desc: ModelDescription, config: BudgetSettings, *, capacity: int) -> dict[str, int | float]:
     """kv's `budget` block: of `capacity` bytes, the usable share (--utilization) less the weights in
     --weight-dtype, the activation reserve (--activation-reserve-gib, else the estimate for
     --batched-tokens) and --overhead-gib; what is left is the KV pool (`pool_bytes`, may be < 0).
