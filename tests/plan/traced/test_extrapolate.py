@@ -137,6 +137,26 @@ def test_the_sequence_edge_from_a_line_or_three_lengths(tmp_path, family, linear
         assert best > 64 and at <= capacity < over, (setting.label(), best)
 
 
+def test_fp8_takes_its_square_term_from_bf16_mixed_and_finds_its_own_edge(tmp_path):
+    """Eager attention (Gemma 2): fp8's T x T tensors are bf16-mixed's (made outside the float8 block
+    Linears), so fp8's largest sequence reads bf16-mixed's trace at the check length, none of its own,
+    and is still the edge of fp8's own ledgers."""
+    pytest.importorskip("torchao")
+    desc = described(tmp_path, "gemma2", 8, hidden_size=64, intermediate_size=128)
+    engine = HFTracedEngine(desc, reserve=NO_RESERVE)
+    first = StepSetting(precision="fp32", micro_batch=2, seq_len=64)
+    assert engine.sequences.linear(first) is False
+    fp8 = StepSetting(precision="fp8-emulated", micro_batch=2, seq_len=64)
+    assert engine.sequences.donor(fp8).precision == "bf16-mixed"
+    longer = StepSetting(precision="fp8-emulated", micro_batch=2, seq_len=128)
+    capacity = int(1.2 * engine.ledger(fp8).total)
+    best = engine.largest(fp8, capacity, field="seq_len")
+    assert not engine.steps.has(longer, desc.pattern.depth(1))  # fp8 traced no length of its own
+    at, over = (engine.ledger(StepSetting(**{**fp8.to_dict(), "seq_len": t})).total for t in (best, best + 1))
+    assert best > 64 and at <= capacity < over, best
+    assert engine.ledger(fp8).total != engine.ledger(StepSetting(**{**fp8.to_dict(), "precision": "bf16-mixed"})).total
+
+
 def test_a_step_over_the_gpu_at_micro_batch_1_fits_nothing_without_other_steps(tmp_path):
     """Over the budget at micro-batch 1: the largest micro-batch is 0 from that step alone (what the
     line through micro-batches 1 and 2 gives too); weights, gradients and states alone over it: the

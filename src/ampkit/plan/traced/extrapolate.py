@@ -238,6 +238,10 @@ class HFTracedEngine:
         fit_needs = [v for s in searched for v in fit_settings(s)]
         if searched:  # the sequence model's check, on the first setting whatever its own fit
             fit_needs += fit_settings(wanted[0]) + self.sequences.check_settings(wanted[0])
+        if (
+            searched and getattr(self.desc.hf_config, "_attn_implementation", None) == "eager"
+        ):  # T x T scores: the check will fail
+            fit_needs += [v for s in searched for v in self.sequences.far_settings(s)]  # one split, not two
         self._split(wanted, wanted + fit_needs + more)
         if searched and not self.sequences.linear(wanted[0]):  # memory quadratic in the sequence: a length more
             self._split(wanted, [v for s in searched for v in self.sequences.quadratic_settings(s)])

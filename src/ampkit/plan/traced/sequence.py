@@ -18,7 +18,11 @@ root, with q from the first setting per moment (the same shared tensors in every
 moment it does not have): no traces beyond the micro-batch pair. Where the check fails (a sample's
 memory grows with T^2: eager attention's scores, per-layer masks), each setting traces its own
 micro-batch at the check length too, which gives a sample's share there, and with it p and r of
-p*T + r*T^2 per moment (q still the first setting's). Where no check can be made (a one-token step,
+p*T + r*T^2 per moment (q still the first setting's). The T x T tensors are made outside the block
+Linears, so a low-bit Linears precision (fp8) takes r from the setting with plain Linears and the same
+weights, compute dtype and autocast (`sharing.attention_precision`: bf16-mixed), and p from its own pair:
+one traced length fewer a setting, on its costliest traces (float8 Linears ~2.1x; checked against its
+own trace in tests/plan/traced/test_extrapolate.py). Where no check can be made (a one-token step,
 moments that differ between lengths), three lengths a setting are traced (`seq_points`).
 
 The check length lies above T0 (half of it only where the model's positions leave no room): fits are
@@ -35,6 +39,7 @@ from typing import Protocol
 
 from ampkit.plan.describe.hf import HFDescription
 from ampkit.plan.setting import StepSetting
+from ampkit.plan.traced.sharing import attention_precision
 
 
 class Engine(Protocol):
@@ -95,8 +100,22 @@ class SequenceModel:
         """The steps a quadratic of `setting` reads beyond its micro-batch pair (after a failed check):
         its own micro-batch at the check length, or three lengths where the check could not be made."""
         if self._shared is not None:
-            return [replace(setting, seq_len=self._checked_length(setting))]
+            return self.far_settings(setting)
         return [replace(setting, seq_len=t) for t in seq_points(setting.seq_len, self._limit)]
+
+    def far_settings(self, setting: StepSetting) -> list[StepSetting]:
+        """The steps `setting`'s quadratic reads when the check has failed (what a prefetch may trace
+        before the check where a failure is expected: eager attention): its donor's micro-batch at
+        the check length, and the donor's pair where the donor is another setting."""
+        donor = self.donor(setting)
+        pair = [] if donor == setting else [replace(donor, micro_batch=m) for m in (1, 2)]
+        return [replace(donor, seq_len=self._checked_length(setting)), *pair]
+
+    @staticmethod
+    def donor(setting: StepSetting) -> StepSetting:
+        """The setting whose trace at the check length gives `setting`'s T^2 coefficients (itself, but
+        for a low-bit Linears precision: `attention_precision`)."""
+        return replace(setting, precision=attention_precision(setting.precision))
 
     def pin(self, setting: StepSetting) -> None:
         """Make the check on `setting` (a plan's first), whichever setting asks first (a setting whose
@@ -145,20 +164,38 @@ class SequenceModel:
             tables = [self.engine.totals(replace(setting, seq_len=t)) for t in points]
             keys = set.intersection(*(set(t) for t in tables))
             return [_through(points, [t[key] for t in tables]) for key in keys]
-        checked = self._checked_length(setting)
-        far = {} if linear else self.engine.totals(replace(setting, seq_len=checked))
+        squares = {} if linear else self._squares(self.donor(setting))
         out = []
-        for key, (one, two) in self._pair(setting).items():
+        for key, (fixed, per_sample) in self._shares(setting).items():
             q = self._shared.get(key, 0.0)
-            per_sample = two - one  # p*T0 (+ r*T0^2)
-            fixed = one - per_sample - q * length  # c
-            if linear or key not in far:
+            if key not in squares:
                 out.append((fixed, q + batch * per_sample / length, 0.0))
                 continue
-            # a sample's share at the check length, from this setting's own trace there
-            far_per_sample = (far[key] - fixed - q * checked) / batch
-            p, r = _split(length, per_sample, checked, far_per_sample)
+            r = squares[key]
+            p = per_sample / length - r * length  # a sample's share at T0 is p*T0 + r*T0^2
             out.append((fixed, q + batch * p, batch * r))
+        return out
+
+    def _shares(self, setting: StepSetting) -> dict[str, tuple[float, float]]:
+        """Each moment's (c, a sample's share at the step's length: p*T0 + r*T0^2), from the pair."""
+        assert self._shared is not None, "the shares need q, from the check"
+        length, out = setting.seq_len, dict[str, tuple[float, float]]()
+        for key, (one, two) in self._pair(setting).items():
+            per_sample = two - one
+            out[key] = (one - per_sample - self._shared.get(key, 0.0) * length, per_sample)
+        return out
+
+    def _squares(self, setting: StepSetting) -> dict[str, float]:
+        """r per moment (bytes per token^2 a sample), from `setting`'s own trace at the check length:
+        a sample's share there and at the step's length split into p*T + r*T^2."""
+        assert self._shared is not None, "the shares need q, from the check"
+        length, checked = setting.seq_len, self._checked_length(setting)
+        far = self.engine.totals(replace(setting, seq_len=checked))
+        out: dict[str, float] = {}
+        for key, (fixed, per_sample) in self._shares(setting).items():
+            if key in far:
+                far_per_sample = (far[key] - fixed - self._shared.get(key, 0.0) * checked) / setting.micro_batch
+                out[key] = _split(length, per_sample, checked, far_per_sample)[1]
         return out
 
 

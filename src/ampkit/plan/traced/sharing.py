@@ -82,6 +82,23 @@ def shared_precision(precision: str) -> str:
     return precision
 
 
+@functools.cache
+def attention_precision(precision: str) -> str:
+    """The precision whose step runs `precision`'s attention and everything else outside the block
+    Linears on the same tensors: a low-bit Linears precision's is the one with its weights, compute
+    dtype and autocast and plain Linears (fp8's: bf16-mixed); any other's is its own trace's. What
+    grows with the square of the sequence (eager attention's T x T scores, their softmax and masks)
+    is made there, so the two share its coefficient (`sequence.SequenceModel`)."""
+    num = get_numerics(traced_precision(precision))
+    if not num.float8_block_linears:
+        return shared_precision(precision)
+    plain = (num.param_bytes, num.compute_bytes, num.autocast, False)
+    for name, spec in SPECS.items():
+        if get_numerics(name).traceable and not spec.loss_scaling and memory_class(name) == plain:
+            return name
+    return shared_precision(precision)
+
+
 def shared_setting(setting: StepSetting) -> StepSetting:
     """The setting whose trace `setting` shares."""
     return replace(setting, precision=shared_precision(setting.precision))
