@@ -4,13 +4,16 @@ train (exact resume), doctor (a fault in the vision tower named by its path), be
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import torch
 
+from ampkit.core import Trainer, build_optimizer, build_scheduler
 from ampkit.data import IGNORE_INDEX
 from ampkit.errors import UsageError
+from ampkit.precision import build_precision
 from ampkit.tasks.builtin import builtin_task
 from ampkit.tasks.image_batch import caption_of
 from ampkit.tasks.load import TaskSpec, build_task
@@ -75,6 +78,28 @@ def test_the_image_positions_read_the_projected_patches():
     assert not torch.allclose(
         model(batch.input_ids, **batch.image_inputs)[caption], model(batch.input_ids, **other)[caption]
     )
+
+
+@pytest.mark.slow
+def test_it_learns_to_read_the_images():
+    """The captions' fixed words are learnt first (the loss falls from ln 257 to ~0.1 nats in 50 steps);
+    the class words need the image: after 200 steps the held-out loss with each sample's own images is
+    about a third of that with another sample's (measured 0.061 vs 0.197; a blind model pays the same)."""
+    task = builtin_task("vlm")
+    model = task.build_model(device=CPU, seed=0)
+    optimizer = build_optimizer(model, name="adamw", lr=3e-3, weight_decay=0.0)
+    trainer = Trainer(
+        model=model, policy=build_precision("fp32", device_type="cpu"), optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, warmup_steps=10, total_steps=200, min_lr_ratio=0.1),
+        sampler=task.train_stream(batch_size=16, seed=0), device=CPU, grad_accum=1, clip_grad_norm=1.0,
+        loss_fn=task.loss, count_fn=task.count,
+    )  # fmt: skip
+    held = task.held_out(batch_size=64, max_batches=1)
+    for _ in range(200):
+        trainer.train_step()
+    others = [dataclasses.replace(b, image_inputs={"pixel_values": b.pixels.roll(1, dims=0)}) for b in held]
+    own, other = trainer.evaluate(held), trainer.evaluate(others)
+    assert own < 0.15 and other > 1.5 * own
 
 
 def test_parts_are_named_like_an_hf_vlms_and_freeze_stops_their_gradients():
