@@ -18,6 +18,7 @@ def train_losses(run_dir) -> dict[int, float]:
 
     return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if r.get("event") == "train"}
 
+
 REAL_RUNS: dict[str, list[str]] = {
     # a real two-precision bench on the tiny model: 1 warmup (2 untimed steps) and 3 measured steps each
     "bench": [

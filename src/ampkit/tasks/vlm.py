@@ -32,7 +32,7 @@ IMAGE_TOKEN = 256
 """the image placeholder's id: the first after the byte vocabulary"""
 VOCAB_SIZE = 257
 MAX_IMAGES = 8
-"""images per sample at most: the decoder's positions are sized for them"""
+"""images per sample at most (each adds its patches to the decoder's sequence)"""
 
 
 def pixel_inputs(pixels: torch.Tensor, *, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
