@@ -8,6 +8,16 @@ import sys
 
 # A training run small enough for tests: tiny preset, short rows, few steps.
 TINY_ARGS = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--warmup-steps", "2", "--eval-batches", "2"]
+# A bench of a built-in task short enough for tests: half a second of measured steps per precision.
+QUICK_TASK_BENCH = ["--budget-s", "0.5", "--min-steps", "3", "--max-steps", "12", "--warmup-steps", "1"]
+
+
+def train_losses(run_dir) -> dict[int, float]:
+    """step -> training loss of a run directory's metrics.jsonl (floats as written: bitwise comparable)."""
+    from ampkit.runs import read_metrics
+
+    return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if r.get("event") == "train"}
+
 
 REAL_RUNS: dict[str, list[str]] = {
     # a real two-precision bench on the tiny model: 1 warmup (2 untimed steps) and 3 measured steps each

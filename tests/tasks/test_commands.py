@@ -12,13 +12,10 @@ import torch
 
 from ampkit.runs import read_metrics
 from ampkit.train.checkpoint import list_checkpoints
+from helpers import QUICK_TASK_BENCH as QUICK_BENCH
+from helpers import train_losses as _losses
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "tasks" / "tinymlp.py") + ":make_task"
-QUICK_BENCH = ["--budget-s", "0.5", "--min-steps", "3", "--max-steps", "12", "--warmup-steps", "1"]
-
-
-def _losses(run_dir: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if r.get("event") == "train"}
 
 
 @pytest.mark.parametrize("task", ["mlp", "convnet", EXAMPLE])

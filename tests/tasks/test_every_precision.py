@@ -22,6 +22,10 @@ TINY = {  # a few thousand parameters each; 32-wide Linears, so every low-bit fo
     "mlp": {"features": 32, "hidden": 32, "train_size": 16, "held_size": 8},
     "convnet": {"widths": (4, 8, 8), "blocks_per_stage": 1, "image_size": 8, "train_size": 16, "held_size": 8},
     "encoder": {"d_model": 32, "n_heads": 2, "n_layers": 1, "seq_len": 8, "train_size": 16, "held_size": 8},
+    "vlm": {
+        **{"vision_width": 32, "vision_heads": 2, "vision_layers": 1, "d_model": 32, "n_heads": 2, "n_layers": 1},
+        **{"image_size": 16, "train_size": 16, "held_size": 8},
+    },
 }
 NOTHING_TO_CONVERT = {"convnet"}  # its one Linear is its 8 -> 10 head: no low-bit format's shape rule holds
 REFUSED_ON_CPU = sorted(n for n, s in SPECS.items() if s.tf32 or s.native_low_bit)  # tf32, fp8, mxfp8, ...
@@ -63,6 +67,8 @@ def _two_steps(task_name: str, precision: str):
     )
     with policy.run_context():
         results = [trainer.train_step() for _ in range(2)]
+    again = task.train_stream(batch_size=4, seed=0)
+    assert [r.n_tokens for r in results] == [task.count(again.next_batch()).trained for _ in range(2)]  # 4 samples
     return model, results
 
 
@@ -77,7 +83,7 @@ def test_two_steps_of_every_task_in_every_precision_have_a_finite_loss(task_name
         return
     model, results = _two_steps(task_name, precision)
     assert all(r.loss.dtype == torch.float32 and torch.isfinite(r.loss) for r in results)
-    assert all(r.n_tokens == 4 and torch.isfinite(r.grad_norm) for r in results)
+    assert all(torch.isfinite(r.grad_norm) for r in results)
     spec = SPECS[precision]
     assert {p.dtype for p in model.parameters()} == {spec.param_dtype}  # the step kept the weights' dtype
 

@@ -423,16 +423,17 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
     batch = rows if capped else batch
     name, optimizer = split_candidate(entry["name"])
     model, data = config.model, config.data
-    if model.task:
-        head = f"ampkit train --task {model.task}"
+    images = (f" --image-size {model.image_size}" if model.image_size else "") + (
+        f" --freeze {model.freeze}" if model.freeze else ""
+    )
+    if model.task:  # a built-in image task (vlm) takes the image flags too
+        many = f" --images-per-sample {model.images_per_sample}" if model.images_per_sample != 1 else ""
+        head = f"ampkit train --task {model.task}" + (many + images if task.get("kind") == "image-text" else "")
     elif task.get("seq_len") is not None:  # the language model
         corpus = f" --data {data.data}" if data.data != "default" else ""
         head = f"ampkit train --model {model.model}{corpus} --seq-len {data.seq_len}"
     elif task.get("kind") == "image-text" and model.model.startswith("hf:"):  # an hf: VLM on its captioned images
-        head = f"ampkit train --model {model.model} --images-per-sample {model.images_per_sample}"
-        head += (f" --image-size {model.image_size}" if model.image_size else "") + (
-            f" --freeze {model.freeze}" if model.freeze else ""
-        )
+        head = f"ampkit train --model {model.model} --images-per-sample {model.images_per_sample}" + images
     else:  # a task object of the Python API
         head = None
     lora = _lora_settings(config.lora)  # a LoRA bench recommends a LoRA run, with its settings

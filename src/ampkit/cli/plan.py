@@ -141,9 +141,10 @@ def _run_task(config: PlanConfig, args: argparse.Namespace) -> int:
     """A task other than the language model: its own model traced on fake tensors, one setting a row."""
     from ampkit.plan.task_plan import build_task_plan, task_plan_table, write_task_plan_report
     from ampkit.report.console import make_console, print_run_dir
-    from ampkit.tasks.load import load_task
+    from ampkit.tasks.load import image_args, load_task
 
-    summary = build_task_plan(config, load_task(config.task, config.task_args))  # a bad task: before the run dir
+    task = load_task(config.task, config.task_args, images=image_args(config))  # --freeze etc.: `--task vlm`'s
+    summary = build_task_plan(config, task)  # a bad task: before the run dir
 
     def show(summary: dict, run_dir) -> None:
         console = make_console(wide=args.wide)

@@ -14,6 +14,9 @@ whatever else the family needs) are built then, on the CPU, and travel with the 
 The token account of a batch (`ampkit.core.counts.Counts`): trained = caption targets with a loss;
 processed = every non-padding input position, image tokens included (the language model computes
 them); image_tokens = the positions that hold images; slots = rows x length.
+
+`CaptionTask` is the contract's half every image-text task shares (the `hf:` VLMs' `ImageTextTask`,
+the built-in `vlm`): streams, held-out batches, the caption-only loss, the account, fidelity, accuracy.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ampkit.core.counts import Counts
 from ampkit.data import IGNORE_INDEX
+from ampkit.models import causal_lm_loss
 from ampkit.precision.base import LOSS_ONLY
 from ampkit.tasks.base import IndexStream
 from ampkit.tasks.synthetic import grating_images
@@ -217,3 +222,49 @@ class ImageTextStream:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.order.load_state_dict(state)
+
+
+class CaptionTask:
+    """What every image-text task does alike, given `train_samples`, `held_samples` and `collate`
+    (a subclass sets them): a model called `model(input_ids, **image_inputs) -> logits (B, T, vocab)`
+    is trained with next-token cross-entropy (fp32) on the caption's tokens only; one item is one
+    caption token with a loss ("tokens"), the image tokens counted beside them."""
+
+    unit = "tokens"
+    train_samples: Samples
+    held_samples: Samples
+
+    @property
+    def collate(self) -> Collator:
+        raise NotImplementedError
+
+    def train_stream(self, *, batch_size: int, seed: int) -> ImageTextStream:
+        return ImageTextStream(self.train_samples, self.collate, batch_size=batch_size, seed=seed)
+
+    def held_out(self, *, batch_size: int, max_batches: int, seed: int = 0) -> list[ImageTextBatch]:
+        """The held-out samples in their stored order (the split is fixed: `seed` does not move it)."""
+        collate, n = self.collate, len(self.held_samples)
+        starts = range(0, min(n, batch_size * max_batches), batch_size)
+        return [collate(self.held_samples, torch.arange(s, min(n, s + batch_size))) for s in starts]
+
+    def loss(self, model: nn.Module, batch: ImageTextBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = model(batch.input_ids, **batch.image_inputs)
+        return causal_lm_loss(logits, batch.targets), logits
+
+    def count(self, batch: ImageTextBatch) -> Counts:
+        return batch.counts
+
+    def fidelity_outputs(self, outputs: torch.Tensor, batch: ImageTextBatch) -> torch.Tensor:
+        """The logits at the caption's positions (n, vocab) fp32: what the loss reads."""
+        return outputs.detach()[batch.targets != IGNORE_INDEX].float()
+
+    def accuracy(self, outputs: torch.Tensor, batch: ImageTextBatch) -> torch.Tensor:
+        real = batch.targets != IGNORE_INDEX
+        return ((outputs.detach().argmax(-1) == batch.targets) & real).sum() / real.sum().clamp_min(1)
+
+    def smoke_batch(self, *, samples: int, seed: int) -> ImageTextBatch:
+        """The first `samples` training samples of the seeded order."""
+        return self.train_stream(batch_size=samples, seed=seed).next_batch()
+
+    def example_batch(self, *, batch_size: int) -> ImageTextBatch:
+        return self.collate(self.train_samples, torch.arange(min(batch_size, len(self.train_samples))))

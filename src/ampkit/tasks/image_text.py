@@ -9,7 +9,9 @@ a loss ("tokens"); the account also counts the image tokens the model read (`Cou
 `--freeze vision,projector,...` stops training those parts.
 
 What is built here any image-text task reuses: the model (`build_hf_vlm`), the family's image rule
-(`models/vlm_images.py`), the batches and their account (`ImageTextBatch`, `Collator`).
+(`models/vlm_images.py`), the batches and their account (`ImageTextBatch`, `Collator`), and the
+contract's caption half (`CaptionTask`: streams, the caption-only loss, fidelity), which the built-in
+`vlm` task (`tasks/vlm.py`) shares.
 """
 
 from __future__ import annotations
@@ -19,15 +21,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit.core.counts import Counts
-from ampkit.data import IGNORE_INDEX
 from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.errors import UsageError
-from ampkit.models import causal_lm_loss
 from ampkit.models.hf import load_hf_config
 from ampkit.models.hf_vlm import HFVisionInfo, build_hf_vlm, check_part_names, describe_hf_vlm, family_of
 from ampkit.models.vlm_images import FAMILIES, ImageCost, ImageFamily, ImageSize, check_images
-from ampkit.tasks.image_batch import Collator, ImageTextBatch, ImageTextStream, caption_of, synthetic_samples
+from ampkit.tasks.image_batch import CaptionTask, Collator, caption_of, synthetic_samples
 
 LONGEST_CAPTION = caption_of(9)  # the longest class words: "narrow stripes at 144 degrees"
 
@@ -37,10 +36,8 @@ def parse_parts(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
-class ImageTextTask:
+class ImageTextTask(CaptionTask):
     """`--model hf:PATH` (an image-text config) on seeded captioned images (module docstring)."""
-
-    unit = "tokens"
 
     def __init__(
         self,
@@ -106,42 +103,10 @@ class ImageTextTask:
             make_inputs=self.family.model_inputs,
         )
 
-    # -- the contract ------------------------------------------------------------------------
+    # -- the contract (the rest: CaptionTask) -------------------------------------------------
     def build_model(self, *, device: torch.device, seed: int) -> nn.Module:
         """On `device`, weights seeded by `seed` (`device="meta"`: shapes only; `materialize` follows)."""
         return build_hf_vlm(self.model_spec, device=device, seed=seed, frozen=self.frozen)
-
-    def train_stream(self, *, batch_size: int, seed: int) -> ImageTextStream:
-        return ImageTextStream(self.train_samples, self.collate, batch_size=batch_size, seed=seed)
-
-    def held_out(self, *, batch_size: int, max_batches: int, seed: int = 0) -> list[ImageTextBatch]:
-        """The held-out samples in their stored order (the split is fixed: `seed` does not move it)."""
-        collate, n = self.collate, len(self.held_samples)
-        starts = range(0, min(n, batch_size * max_batches), batch_size)
-        return [collate(self.held_samples, torch.arange(s, min(n, s + batch_size))) for s in starts]
-
-    def loss(self, model: nn.Module, batch: ImageTextBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = model(batch.input_ids, **batch.image_inputs)
-        return causal_lm_loss(logits, batch.targets), logits
-
-    def count(self, batch: ImageTextBatch) -> Counts:
-        return batch.counts
-
-    # -- optional parts ----------------------------------------------------------------------
-    def fidelity_outputs(self, outputs: torch.Tensor, batch: ImageTextBatch) -> torch.Tensor:
-        """The logits at the caption's positions (n, vocab) fp32: what the loss reads."""
-        return outputs.detach()[batch.targets != IGNORE_INDEX].float()
-
-    def accuracy(self, outputs: torch.Tensor, batch: ImageTextBatch) -> torch.Tensor:
-        real = batch.targets != IGNORE_INDEX
-        return ((outputs.detach().argmax(-1) == batch.targets) & real).sum() / real.sum().clamp_min(1)
-
-    def smoke_batch(self, *, samples: int, seed: int) -> ImageTextBatch:
-        """The first `samples` training samples of the seeded order."""
-        return self.train_stream(batch_size=samples, seed=seed).next_batch()
-
-    def example_batch(self, *, batch_size: int) -> ImageTextBatch:
-        return self.collate(self.train_samples, torch.arange(min(batch_size, len(self.train_samples))))
 
     def repeated_blocks(self, model: nn.Module) -> list[nn.Module]:
         blocks = getattr(model, "blocks", None)

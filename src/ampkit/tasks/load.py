@@ -1,6 +1,6 @@
 """`--task SPEC` -> a task: the language model, a built-in task, or the user's own factory.
 
-SPEC is '' (the language model of `--model`/`--data`), a built-in name (`mlp`, `convnet`, `encoder`),
+SPEC is '' (the language model of `--model`/`--data`), a built-in name (`mlp`, `convnet`, `encoder`, `vlm`),
 `path/to/file.py:factory` or `package.module:factory`; the factory is called with the config file's
 `[task]` table as keyword arguments and must return an object meeting `ampkit.tasks.base.Task`.
 Every mistake is one line naming the task and the problem (a `UsageError`, exit 2): a missing file,
@@ -69,11 +69,11 @@ class TaskSpec:
     text_field: str = LM_DEFAULTS["text_field"]
     """the field of a text .jsonl record holding the text."""
     images_per_sample: int = 1
-    """an `hf:` image-text model's images per sample (`ampkit.tasks.image_text`)."""
+    """an `hf:` image-text model's images per sample (`ampkit.tasks.image_text`), or `--task vlm`'s."""
     image_size: str = ""
     """an `hf:` image-text model's image size, N or HxW pixels ('': what its vision tower takes)."""
     freeze: str = ""
-    """parts of an `hf:` image-text model not trained (vision, projector, language; comma-separated)."""
+    """parts not trained of an `hf:` image-text model or `--task vlm` (vision, projector, language; comma-separated)."""
 
 
 def build_task(spec: TaskSpec) -> Task:
@@ -87,7 +87,7 @@ def build_task(spec: TaskSpec) -> Task:
             )
         if _image_text(spec.model):
             return _image_text_task(spec)
-        _refuse_image_options(spec)
+        _refuse_image_options(image_args(spec), f"--model {spec.model}")
         from ampkit.tasks.lm import LanguageModelTask
 
         return LanguageModelTask(
@@ -102,8 +102,7 @@ def build_task(spec: TaskSpec) -> Task:
             text_field=spec.text_field,
         )
     _refuse_lm_options(spec)
-    _refuse_image_options(spec, spec.task)
-    return load_task(spec.task, kwargs)
+    return load_task(spec.task, kwargs, images=image_args(spec))
 
 
 def _image_text(model: str) -> bool:
@@ -134,16 +133,24 @@ def _image_text_task(spec: TaskSpec) -> Task:
     )
 
 
-def _refuse_image_options(spec: TaskSpec, task: str = "") -> None:
+IMAGE_DEFAULTS = {"images_per_sample": 1, "image_size": "", "freeze": ""}
+"""The image flags (an `hf:` VLM's, or a built-in image task's arguments) at their defaults."""
+
+
+def image_args(spec: Any) -> dict[str, Any]:
+    """The image flags `spec` changed (a `TaskSpec`, or a config with the same fields: plan's)."""
+    return {k: getattr(spec, k) for k, default in IMAGE_DEFAULTS.items() if getattr(spec, k) != default}
+
+
+def _refuse_image_options(given: dict[str, Any], where: str) -> None:
     """--image-size and --images-per-sample mean nothing without images; --freeze names a VLM's parts."""
-    if spec.freeze:
+    if "freeze" in given:
         from ampkit.models.hf_vlm import check_part_names
 
-        check_part_names(spec.freeze.split(","), None, model=spec.model if not task else f"--task {task}")
-    if spec.image_size or spec.images_per_sample != 1:
-        given = "--image-size" if spec.image_size else "--images-per-sample"
-        where = f"--task {task}" if task else f"--model {spec.model}"
-        raise UsageError(f"{given} sets the images of an hf: image-text model; {where} takes no images: drop {given}")
+        check_part_names(given["freeze"].split(","), None, model=where.removeprefix("--model "))
+    if given:
+        flag = "--image-size" if "image_size" in given else "--images-per-sample"
+        raise UsageError(f"{flag} sets the images of an hf: image-text model; {where} takes no images: drop {flag}")
 
 
 def _refuse_lm_options(spec: TaskSpec) -> None:
@@ -164,13 +171,17 @@ def _refuse_lm_options(spec: TaskSpec) -> None:
         )
 
 
-def load_task(spec: str, kwargs: dict[str, Any] | None = None) -> Task:
-    """A built-in task by name, or `FILE.py:FACTORY` / `package.module:FACTORY` called with `kwargs`."""
-    from ampkit.tasks.builtin import BUILTIN_TASKS, builtin_task
+def load_task(spec: str, kwargs: dict[str, Any] | None = None, *, images: dict[str, Any] | None = None) -> Task:
+    """A built-in task by name, or `FILE.py:FACTORY` / `package.module:FACTORY` called with `kwargs`.
+    `images`: the image flags given (`image_args(config)`): arguments of a built-in image task
+    (`vlm`), over its `[task]` table's; refused for any other task."""
+    from ampkit.tasks.builtin import BUILTIN_TASKS, IMAGE_TASKS, builtin_task
 
     kwargs = kwargs or {}
+    if images and spec not in IMAGE_TASKS:
+        _refuse_image_options(images, f"--task {spec}")
     if spec in BUILTIN_TASKS:
-        return check_task(builtin_task(spec, **kwargs), spec)
+        return check_task(builtin_task(spec, **{**kwargs, **(images or {})}), spec)
     if ":" not in spec:
         raise UsageError(
             f"unknown task {spec!r}; use a built-in task ({', '.join(BUILTIN_TASKS)}), "
