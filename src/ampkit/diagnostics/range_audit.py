@@ -311,12 +311,23 @@ def _kept(path: str, patterns: list[str]) -> bool:
     return any(_within(path, p) or fnmatch.fnmatchcase(path, p) for p in patterns)
 
 
-def range_fix(unit: str) -> str:
-    """The advice's fix for a fix unit, in the words of `diagnostics.advice`."""
+def range_fix(units: list[str]) -> str:
+    """The fix for fix units that do not fit fp16, in the words of `diagnostics.advice`."""
     bf16 = "use bf16 (--precision bf16-mixed: fp32's exponent range, no overflow at 65504)"
-    if unit == ROOT:
+    parts = [u for u in units if u != ROOT]
+    if not parts:
         return f"{bf16}; the value is made in the model's own forward, outside any submodule"
-    return f"keep {unit} in fp32 (--keep-fp32 {unit}) or {bf16}"
+    return f"keep {', '.join(parts)} in fp32 (--keep-fp32 {','.join(parts)}) or {bf16}"
+
+
+def range_lines(audit: RangeAudit, offenders: list[RangeOffender]) -> list[str]:
+    """One line of evidence per offender: where the value is born, how large, its headroom."""
+    return [
+        f"{o.module}: {o.origin}'s {o.site} reach |x| {o.max_abs:.3g} in fp32 over {audit.batches} batch(es), "
+        f"headroom {o.headroom_bits:+.2f} bits to fp16's max {audit.max:g}"
+        + (" (over: inf in fp16)" if o.status == "over" else f" (under {audit.near_bits:g} bit: one doubling)")
+        for o in offenders
+    ]
 
 
 def find_offenders(ranges: list[ModuleRange], blocks: list[str], keep_fp32: list[str]) -> list[RangeOffender]:
@@ -345,7 +356,7 @@ def _offender(unit: str, origins: list[tuple[ModuleRange, str, float]], keep_fp3
         headroom_bits=head,
         status=worst,
         kept_fp32=_kept(unit, keep_fp32) or _kept(m.name, keep_fp32),
-        fix=range_fix(unit),
+        fix=range_fix([unit]),
     )
 
 
