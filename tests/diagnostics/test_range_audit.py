@@ -203,3 +203,22 @@ def test_cli_prints_and_records_the_audit(tmp_path, run_cli, monkeypatch):
 def test_no_range_audit_skips_it():
     result = run_doctor(DoctorConfig.of(precision="fp32", range_audit=False, **QUICK), task=make_task(overflow=False))
     assert result.summary["range_audit"] is None and result.range_audit is None
+
+
+def test_the_finding_line_names_the_top_offenders_only_and_notes_cover_the_rest():
+    from ampkit.diagnostics.range_report import TOP, range_notes, range_rows
+
+    ranges = [_range(f"enc.layers.{i}.fc", out=7e4 * 2**i, inp=1.0) for i in range(TOP + 2)]
+    audit = audit_of(ranges, batches=2, blocks=[f"enc.layers.{i}" for i in range(TOP + 2)], keep_fp32=["enc.layers.0"])
+    ((label, value),) = range_rows(audit.to_dict())
+    assert label == "range audit (fp16, 2 fp32 batches)"
+    named = [o.module for o in audit.offenders]
+    assert named[0] == f"enc.layers.{TOP + 1}" and value.startswith(f"{named[0]} over (|x| ")  # least headroom first
+    assert all(name in value for name in named[:TOP]) and "2 more (report.html)" in value
+    (kept,) = range_notes(audit.to_dict(), advice=[{"rule": "range_exceeds_fp16"}])
+    assert kept.startswith("note: enc.layers.0 reaches |x| 7e+04") and "kept in fp32" in kept
+    assert len(range_notes(audit.to_dict(), advice=[])) == TOP + 2  # no advice (bf16, fp32): every one a note
+    fits = audit_of([_range("fc", out=2.0)], batches=1, blocks=[], keep_fp32=[]).to_dict()
+    least = f"{math.log2(65504 / 2.0):.1f}"
+    fitting = f"every module fits: least headroom {least} bits (fc)"
+    assert range_rows(fits) == [("range audit (fp16, 1 fp32 batch)", fitting)]

@@ -21,7 +21,8 @@ def range_rows(audit: dict[str, Any] | None) -> list[Row]:
     """doctor's key findings: the offenders by headroom (top `TOP`), or the least headroom when all fit."""
     if not audit:
         return []
-    label = f"range audit ({audit['format']}, {audit['batches']} fp32 batches)"
+    batches = audit["batches"]
+    label = f"range audit ({audit['format']}, {batches} fp32 batch{'' if batches == 1 else 'es'})"
     offenders = audit["offenders"]
     if not offenders:
         least = audit["min_headroom_bits"]
