@@ -190,11 +190,13 @@ def test_cli_prints_and_records_the_audit(tmp_path, run_cli, monkeypatch):
     assert "range audit" in stderr  # the progress line, before the diagnostic run
     assert stderr.index("range audit") < stderr.index("diagnostic run")
     assert all(len(line) <= 80 for line in stdout.splitlines() if not line.startswith("report: "))  # a path
-    flat = " ".join(stdout.split())
-    assert f"range audit (fp16, 3 fp32 batches) {BLOCK} over (|x| 8.01e+04, -0.29 bits)" in flat
-    assert f"note: {BLOCK} reaches |x| 8.01e+04 in fp32 (over fp16's max 65504)" in flat
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["range_audit"]["batches"] == 3 and summary["range_audit"]["offenders"][0]["module"] == BLOCK
+    (offender,) = summary["range_audit"]["offenders"]
+    assert summary["range_audit"]["batches"] == 3 and offender["module"] == BLOCK
+    size, bits = f"{offender['max_abs']:.3g}", f"{offender['headroom_bits']:+.2f}"
+    flat = " ".join(stdout.split())
+    assert f"range audit (fp16, 3 fp32 batches) {BLOCK} over (max abs {size}, {bits} bits)" in flat
+    assert f"note: {BLOCK} reaches |x| {size} in fp32 (over fp16's max 65504)" in flat
     assert summary["config"]["range_audit"] is True
     html = (out / "report.html").read_text()
     assert escape("Range audit: each module's fp32 range against fp16's") in html and f"{BLOCK}.mlp.2" in html
@@ -212,8 +214,8 @@ def test_the_finding_line_names_the_top_offenders_only_and_notes_cover_the_rest(
     audit = audit_of(ranges, batches=2, blocks=[f"enc.layers.{i}" for i in range(TOP + 2)], keep_fp32=["enc.layers.0"])
     ((label, value),) = range_rows(audit.to_dict())
     assert label == "range audit (fp16, 2 fp32 batches)"
-    named = [o.module for o in audit.offenders]
-    assert named[0] == f"enc.layers.{TOP + 1}" and value.startswith(f"{named[0]} over (|x| ")  # least headroom first
+    named = [o.module for o in audit.offenders]  # least headroom first
+    assert named[0] == f"enc.layers.{TOP + 1}" and value.startswith(f"{named[0]} over (max abs ")
     assert all(name in value for name in named[:TOP]) and "2 more (report.html)" in value
     (kept,) = range_notes(audit.to_dict(), advice=[{"rule": "range_exceeds_fp16"}])
     assert kept.startswith("note: enc.layers.0 reaches |x| 7e+04") and "kept in fp32" in kept

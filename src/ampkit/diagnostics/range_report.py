@@ -1,6 +1,7 @@
 """The range audit in doctor's console and report: one finding line (the top offenders only), notes for
 what the advice does not cover, and (report) the offenders and the modules with the least headroom.
-Everything reads summary.json's `range_audit` block (`diagnostics.range_audit.RangeAudit.to_dict`)."""
+Everything reads summary.json's `range_audit` block (`diagnostics.range_audit.RangeAudit.to_dict`).
+Table headers say "max abs", not "max |x|": a pipe would split report.md's table cells."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def range_rows(audit: dict[str, Any] | None) -> list[Row]:
         where = f"least headroom {least:.1f} bits ({audit['tightest']})" if least is not None else "nothing measured"
         return [(label, f"every module fits: {where}")]
     items = [
-        f"{o['module']} {o['status']} (|x| {o['max_abs']:.3g}, {o['headroom_bits']:+.2f} bits"
+        f"{o['module']} {o['status']} (max abs {o['max_abs']:.3g}, {o['headroom_bits']:+.2f} bits"
         + (", kept fp32)" if o["kept_fp32"] else ")")
         for o in offenders[:TOP]
     ]
@@ -71,7 +72,7 @@ def range_section(report: Report, audit: dict[str, Any] | None) -> None:
     )
     if audit["offenders"]:
         report.table(
-            ["fix unit", "born in", "site", "max |x|", "headroom (bits)", "status", "fix"],
+            ["fix unit", "born in", "site", "max abs", "headroom (bits)", "status", "fix"],
             [_offender_row(o) for o in audit["offenders"]],
         )
     else:
@@ -79,7 +80,7 @@ def range_section(report: Report, audit: dict[str, Any] | None) -> None:
     measured = [m for m in audit["modules"] if m["headroom_bits"] is not None]
     measured.sort(key=lambda m: m["headroom_bits"])
     report.table(
-        ["module", "class", "max |out|", "max |in|", "max |w|", "headroom (bits)", "underflow %", "status"],
+        ["module", "class", "max abs out", "max abs in", "max abs w", "headroom (bits)", "underflow %", "status"],
         [_module_row(m) for m in measured[:TABLE_ROWS]],
     )
 
