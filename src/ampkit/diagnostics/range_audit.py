@@ -225,11 +225,14 @@ class RangeRecorder:
         modules = {self.names[id(m)]: m for m in self.model.modules()}
         names = [*self.sums, *(n for n, m in modules.items() if n not in self.sums and _own_params(m))]
         weights = [_Sums.row(_own_params(modules[n]), self._normal) for n in names]
-        empty = torch.full((3,), math.nan)
         rows = [[self.sums[n].out, self.sums[n].inp] if n in self.sums else [None, None] for n in names]
-        flat = [t.float().cpu() if t is not None else empty for pair in rows for t in pair]
-        flat += [w.float().cpu() if w is not None else empty for w in weights]
-        host = torch.stack(flat).tolist() if flat else []  # the sync
+        flat = [t for pair in rows for t in pair] + weights
+        device = next((t.device for t in flat if t is not None), torch.device("cpu"))
+        empty = torch.full((3,), math.nan, device=device)  # not measured
+        stacked = [
+            t.to(device) if t is not None else empty for t in flat
+        ]  # a model split over devices: gathered on one
+        host = torch.stack(stacked).tolist() if stacked else []  # the sync
         out = []
         for i, name in enumerate(names):
             out_row, in_row, w_row = host[2 * i], host[2 * i + 1], host[2 * len(names) + i]
