@@ -224,3 +224,18 @@ def test_the_finding_line_names_the_top_offenders_only_and_notes_cover_the_rest(
     least = f"{math.log2(65504 / 2.0):.1f}"
     fitting = f"every module fits: least headroom {least} bits (fc)"
     assert range_rows(fits) == [("range audit (fp16, 1 fp32 batch)", fitting)]
+
+
+@pytest.mark.parametrize(("compute", "out", "severity"), [("float16", 5e4, "warn"), ("float16", 9e4, "fix")])
+def test_the_advice_is_a_fix_when_over_a_warning_when_near_and_none_outside_fp16(compute, out, severity):
+    from ampkit.diagnostics.advice import Evidence, rule_range_audit
+
+    audit = audit_of([_range("enc.layers.0.fc", out=out, inp=1.0)], batches=1, blocks=["enc.layers.0"], keep_fp32=[])
+    facts = dict(loss_scaling=True, device_type="cpu", native_bf16=False, init_scale=65536.0, clip_grad_norm=1.0)
+    advice = rule_range_audit(Evidence(precision="fp16-mixed", compute_dtype=compute, range_audit=audit, **facts))
+    assert advice is not None and advice.severity == severity and "--keep-fp32 enc.layers.0" in advice.fix
+    (line,) = advice.evidence
+    bits = f"headroom {audit.offenders[0].headroom_bits:+.2f} bits"
+    assert line.startswith("enc.layers.0: enc.layers.0.fc's outputs") and bits in line
+    bf16 = Evidence(precision="bf16-mixed", compute_dtype="bfloat16", range_audit=audit, **facts)
+    assert rule_range_audit(bf16) is None
