@@ -90,7 +90,7 @@ def test_sigterm_during_the_smoke_test_writes_the_parts_doctor_finished(tmp_path
     assert summary["interrupted"] == {
         "signal": "SIGTERM",
         "during": "smoke test",
-        "finished": ["diagnostic run", "gradient snapshot"],
+        "finished": ["range audit", "diagnostic run", "gradient snapshot"],
     }
     assert summary["run"]["steps"] == 2 and summary["gradients"]["scale_range"] is not None
     assert summary["fidelity"] is None

@@ -1,8 +1,9 @@
 """`ampkit doctor`: numerics diagnosis of a precision on a model.
 
-Finds the first module and phase where inf/nan appears, forecasts fp16 gradient underflow and
-overflow, records the loss-scale trajectory, runs the 16-sample smoke test and the per-layer
-fidelity check, and maps the findings to fixes. Writes summary.json, report.html and report.md
+Audits each module's fp32 range against fp16's (before training), finds the first module and phase
+where inf/nan appears, forecasts fp16 gradient underflow and overflow, records the loss-scale
+trajectory, runs the 16-sample smoke test and the per-layer fidelity check, and maps the findings
+to fixes. Writes summary.json, report.html and report.md
 into the run directory; `--json` prints the summary on stdout.
 
 Try it: `ampkit doctor --precision fp16-mixed --unsafe-op blocks.1.mlp` (a demo op that overflows
@@ -43,8 +44,9 @@ def register(sub) -> argparse.ArgumentParser:
         sub,
         "doctor",
         DoctorConfig,
-        "Numerics diagnosis: first non-finite module (forward and backward), gradient underflow/overflow "
-        "forecast, loss-scale trajectory, smoke overfit test, per-layer fidelity against fp32, advice.",
+        "Numerics diagnosis: range audit (each module's fp32 range against fp16's), first non-finite module "
+        "(forward and backward), gradient underflow/overflow forecast, loss-scale trajectory, smoke overfit test, "
+        "per-layer fidelity against fp32, advice.",
         json_help="print summary.json to stdout",
     )
     add_wide_flag(parser)

@@ -17,6 +17,7 @@ from typing import Any
 from ampkit.diagnostics.gradstats import LongTail, ScaleRange
 from ampkit.diagnostics.layer_fidelity import FidelityResult
 from ampkit.diagnostics.locator import ROOT, Finding
+from ampkit.diagnostics.range_audit import RangeAudit, range_fix, range_lines
 from ampkit.diagnostics.smoke import SmokeResult
 from ampkit.diagnostics.underflow import FrozenLayer
 from ampkit.records import Record
@@ -53,6 +54,8 @@ class Evidence:
     fidelity: FidelityResult | None = None
     frozen_layers: list[FrozenLayer] = field(default_factory=list)
     """layers whose weights stopped changing (`ampkit.diagnostics.underflow`)"""
+    range_audit: RangeAudit | None = None
+    """the initial fp32 model's per-module ranges against fp16's (`ampkit.diagnostics.range_audit`)"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -310,6 +313,33 @@ def rule_frozen_layers(ev: Evidence) -> Advice | None:
     )
 
 
+def rule_range_audit(ev: Evidence) -> Advice | None:
+    """Parts of the model whose fp32 range does not fit fp16: an overflow under fp16 compute before any
+    loss scale can help (forward values). Under bf16 or fp32 they are a note (`doctor_report.notes`)."""
+    audit = ev.range_audit
+    if audit is None or ev.compute_dtype != "float16":
+        return None
+    found = [o for o in audit.offenders if not o.kept_fp32]
+    if not found:
+        return None
+    over = [o for o in found if o.status == "over"]
+    names = ", ".join(o.module for o in found[:3]) + (", ..." if len(found) > 3 else "")
+    one = len(found) == 1
+    title = (
+        f"{names} {'exceeds' if one else 'exceed'} fp16's range: {'it overflows' if one else 'they overflow'} "
+        f"under {ev.precision}"
+        if over
+        else f"{names} {'comes' if one else 'come'} within one doubling of fp16's max under {ev.precision}"
+    )
+    return Advice(
+        rule="range_exceeds_fp16",
+        severity="fix" if over else "warn",
+        title=title,
+        evidence=range_lines(audit, found[:4]),
+        fix=range_fix([o.module for o in (over or found)]),
+    )
+
+
 def _range_evidence(ev: Evidence) -> list[str]:
     r = ev.scale_range
     if r is None:
@@ -324,6 +354,7 @@ def _range_evidence(ev: Evidence) -> list[str]:
 
 RULES: tuple[Callable[[Evidence], Advice | None], ...] = (
     rule_keep_fp32,
+    rule_range_audit,
     rule_not_precision,
     rule_weights_corrupted,
     rule_lower_init_scale,

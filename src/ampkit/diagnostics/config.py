@@ -95,6 +95,14 @@ class DoctorConfig:
         default=",".join(WHAT_IF_FORMATS), metadata={"help": "comma-separated formats of the what-if ledger"}
     )
     what_if_batches: int = field(default=2, metadata={"help": "fp32 batches the what-if ledger rounds"})
+    range_audit: bool = field(
+        default=True,
+        metadata={
+            "help": "the range audit: per module, the largest |activation| and |weight| of the fp32 model over "
+            "--range-batches batches against fp16's range (headroom in bits; what to keep in fp32)"
+        },
+    )
+    range_batches: int = field(default=2, metadata={"help": "fp32 batches the range audit runs"})
     ring_size: int = field(default=32, metadata={"help": "locator: frames kept before the first non-finite"})
     fit_check: bool = fit_check_field()
     model: ModelSection = section(ModelSection, "what to diagnose: the task or the language model")
@@ -109,7 +117,7 @@ class DoctorConfig:
     def __post_init__(self):
         object.__setattr__(self, "precision", canonical_name(self.precision))
         check_lora_run(self.lora, precision=self.precision)
-        for name in ("seq_len", "smoke_steps", "ring_size", "what_if_batches", *AUTO_FIELDS):
+        for name in ("seq_len", "smoke_steps", "ring_size", "what_if_batches", "range_batches", *AUTO_FIELDS):
             least = 0 if name in AUTO_FIELDS else 1  # 0: chosen for the device (`doctor_defaults`)
             if getattr(self, name) < least:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(self, name)}")

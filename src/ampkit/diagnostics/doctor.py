@@ -2,6 +2,7 @@
 
 Order (each part can be skipped; all share the same seed, model and data):
     device check -> model (+ demo unsafe op, + fp32 fixes) -> fault spec resolved against the model
+    0. range audit: the initial model's per-module |activation| and |weight| in fp32 against fp16's range
     1. diagnostic run: `steps` real training steps (the `train` step itself, `Trainer.train_step`)
        with the non-finite locator, gradient statistics and the fault injector attached as hooks;
        the loss-scale trajectory is read from the policy after each step
@@ -41,6 +42,7 @@ from ampkit.diagnostics.gradstats import (
 from ampkit.diagnostics.inject import FaultInjector, resolve_module
 from ampkit.diagnostics.layer_fidelity import FidelityResult, compare_layers
 from ampkit.diagnostics.locator import Finding, NonFiniteLocator
+from ampkit.diagnostics.range_audit import RangeAudit, run_range_audit
 from ampkit.diagnostics.scale import ScaleTrajectory
 from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test
 from ampkit.diagnostics.underflow import FROZEN_AFTER, FrozenLayer, StepUpdateStats, UpdateUnderflowMeter
@@ -58,7 +60,7 @@ from ampkit.precision import (
 )
 from ampkit.provenance import device_text, provenance
 from ampkit.tasks import optional
-from ampkit.tasks.check import check_first_batch
+from ampkit.tasks.check import check_first_batch, check_loss
 from ampkit.tasks.lm import LanguageModelTask
 from ampkit.tasks.load import build_task
 
@@ -100,6 +102,7 @@ class DoctorResult:
     advice: list[Advice]
     smoke: dict[str, SmokeResult]
     fidelity: FidelityResult | None
+    range_audit: RangeAudit | None = None
     signum: int | None = None
     """the stop signal that interrupted it (the summary says `"status": "interrupted"`), or None"""
 
@@ -129,9 +132,19 @@ class _Setup:
         self.first_batch = self.sampler.next_batch().to(self.device)
         self.sampler.load_state_dict(self._data_start)
         if not isinstance(self.task, LanguageModelTask):  # a user's task: its first batch must make sense first
-            policy = self.policy()  # the probe as every part runs it: converted (a -true regime's weights)
-            probe = policy.convert_module(probe)
-            check_first_batch(self.task, probe, self.first_batch, device=self.device, policy=policy)
+            self._check_first_batch(probe)
+
+    def _check_first_batch(self, probe: nn.Module) -> None:
+        """The task's first batch under the diagnosed precision, the probe as every part runs it (converted:
+        a -true regime's weights); its loss must be finite in fp32 only (non-finite in the diagnosed
+        precision is what doctor diagnoses: a SigLIP-like overflow under fp16)."""
+        reference = self.spec.is_reference
+        policy = self.policy()
+        converted = policy.convert_module(probe)
+        check_first_batch(self.task, converted, self.first_batch, device=self.device, policy=policy, finite=reference)
+        if not reference:
+            fp32 = build_precision(REFERENCE, device_type=self.device.type)
+            check_loss(self.task, self.fresh_model(REFERENCE), self.first_batch, policy=fp32)
 
     def fresh_sampler(self):
         """The data stream from its first batch (tokenizing the corpus once, not per part)."""
@@ -335,7 +348,7 @@ def run_doctor(
         interrupted = {"signal": stops.name, "during": parts.current, "finished": parts.finished}
         advice: list[Advice] = []
     else:
-        advice = advise(_evidence(setup, parts.run, parts.scale_range, parts.tail, parts.smoke, parts.fidelity))
+        advice = advise(_evidence(setup, parts))
     summary = build_summary(
         setup,
         parts.run,
@@ -348,6 +361,7 @@ def run_doctor(
         wall_s=time.perf_counter() - started,
         interrupted=interrupted,
         what_if=parts.what_if,
+        range_audit=parts.range_audit,
     )
     return DoctorResult(
         config=config,
@@ -356,6 +370,7 @@ def run_doctor(
         advice=advice,
         smoke=parts.smoke,
         fidelity=parts.fidelity,
+        range_audit=parts.range_audit,
         signum=stops.signum,
     )
 
@@ -371,6 +386,7 @@ class _Parts:
     smoke: dict[str, SmokeResult] = field(default_factory=dict)
     fidelity: FidelityResult | None = None
     what_if: dict[str, Any] | None = None
+    range_audit: RangeAudit | None = None
     current: str | None = None
     finished: list[str] = field(default_factory=list)
 
@@ -389,6 +405,11 @@ class _Parts:
 def _run_parts(setup: _Setup, parts: _Parts, progress: Callable[[str], None], *, stop: Callable[[], None]) -> None:
     """The diagnosis's parts in order, each into `parts`; `stop()` raises between steps to interrupt."""
     config = setup.config
+    if config.range_audit:
+        line = f"range audit: fp32 |activation|, |weight| per module vs fp16 ({config.range_batches} batches)"
+        parts.begin("range audit", progress, line)
+        parts.range_audit = range_audit(setup)
+        stop()
     line = f"diagnostic run: {config.steps} steps of {config.precision} with the locator attached"
     parts.begin("diagnostic run", progress, line)
     diagnostic_run(setup, parts.run, stop=stop)
@@ -420,6 +441,19 @@ def _run_parts(setup: _Setup, parts: _Parts, progress: Callable[[str], None], *,
     parts.end()
 
 
+def range_audit(setup: _Setup) -> RangeAudit:
+    """The range audit (`diagnostics.range_audit`) of the task's initial fp32 model on the diagnosis's
+    first batches, through the step's own forward-and-loss under the fp32 policy (no gradients)."""
+    model = setup.fresh_model(REFERENCE)
+    policy = build_precision(REFERENCE, device_type=setup.device.type)
+    sampler = setup.fresh_sampler()
+    batches = (sampler.next_batch().to(setup.device) for _ in range(setup.config.range_batches))
+    blocks = optional.repeated_blocks(setup.task, model)
+    return run_range_audit(
+        model, batches, policy=policy, loss_fn=setup.task.loss, blocks=blocks, keep_fp32=setup.config.fp32_paths
+    )
+
+
 def what_if_ledger(setup: _Setup, formats: list[str]) -> dict[str, Any]:
     """The what-if ledger (`diagnostics.whatif`) of the task's fp32 model on the diagnosis's first
     batches, through the step's own forward-and-loss and the fp32 policy's backward."""
@@ -430,8 +464,8 @@ def what_if_ledger(setup: _Setup, formats: list[str]) -> dict[str, Any]:
     return run_what_if(model, batches, policy=policy, loss_fn=setup.task.loss, formats=formats)
 
 
-def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity) -> Evidence:
-    cfg, spec = setup.config, setup.spec
+def _evidence(setup: _Setup, parts: _Parts) -> Evidence:
+    cfg, spec, run, smoke = setup.config, setup.spec, parts.run, parts.smoke
     return Evidence(
         precision=cfg.precision,
         compute_dtype=str(spec.compute_dtype).replace("torch.", ""),
@@ -445,13 +479,14 @@ def _evidence(setup: _Setup, run: RunRecord, scale_range, tail, smoke, fidelity)
         near_max=run.near_max,
         nonfinite_loss_steps=run.nonfinite_loss_steps,
         scale=run.trajectory.summary(),
-        scale_range=scale_range,
+        scale_range=parts.scale_range,
         flush_fraction=_final_flush_fraction(run.grad_stats),
-        long_tail=tail,
+        long_tail=parts.tail,
         smoke=smoke.get(cfg.precision),
         smoke_fp32=smoke.get(REFERENCE) if not spec.is_reference else None,
-        fidelity=fidelity,
+        fidelity=parts.fidelity,
         frozen_layers=run.frozen,
+        range_audit=parts.range_audit,
     )
 
 
@@ -490,6 +525,7 @@ def build_summary(
     wall_s: float,
     interrupted: dict[str, Any] | None = None,
     what_if: dict[str, Any] | None = None,
+    range_audit: RangeAudit | None = None,
 ) -> dict[str, Any]:
     """doctor's summary.json (schema "ampkit.doctor/1"); an interrupted diagnosis (`interrupted`:
     `signal`, `during`, `finished`) holds the parts it finished, `gradients.scale_range` null before
@@ -529,6 +565,7 @@ def build_summary(
         "smoke": {name: r.to_dict() for name, r in smoke.items()},
         "fidelity": fidelity.to_dict() if fidelity else None,
         "what_if": what_if,
+        "range_audit": range_audit.to_dict() if range_audit else None,
         "advice": [a.to_dict() for a in advice],
         "wall_s": wall_s,
     }

@@ -1,5 +1,6 @@
 """Rendering doctor's result: the console view (rich) and report.html / report.md with plots
-(gradient-norm heat map, underflow fractions, loss-scale trajectory, smoke curves, per-layer fidelity)."""
+(gradient-norm heat map, underflow fractions, loss-scale trajectory, smoke curves, per-layer fidelity),
+the range audit's rows and tables (`range_report`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from ampkit.diagnostics.range_report import range_notes, range_rows, range_section
 from ampkit.diagnostics.whatif_report import what_if_rows, what_if_section
 from ampkit.report import Report, as_stored, plt
 from ampkit.report.console import key_value_table, labelled_lines
@@ -35,6 +37,7 @@ def key_findings(summary: dict[str, Any]) -> list[Row]:
         *_subject_rows(summary),
         *_interrupted_rows(summary.get("interrupted")),
         *_locator_rows(summary["locator"], near_max=summary["status"] == "problems"),
+        *range_rows(summary.get("range_audit")),
         _diagnostic_run_row(summary["run"]),
         ("loss scale", _scale_text(summary["scale"])),
         *([_scale_range_row(rng)] if rng else []),
@@ -58,13 +61,16 @@ def _subject_rows(summary: dict[str, Any]) -> list[Row]:
 
 
 def notes(summary: dict[str, Any]) -> list[str]:
-    """Observations that are no problem, printed after the advice (never in the verdict's table)."""
+    """Observations that are no problem, printed after the advice (never in the verdict's table): a value
+    near fp16's max when nothing overflowed, and the range audit's offenders the advice does not cover."""
     near = summary["locator"].get("first_near_fp16_max")
+    audit = range_notes(summary.get("range_audit"), summary["advice"])
     if not near or summary["status"] == "problems":
-        return []
+        return audit
     return [
         f"note: {near['module']}'s {near['phase']} {near['site']} came near fp16's max 65504 "
-        f"({near['values']}), and nothing overflowed: no problem, shown for reference"
+        f"({near['values']}), and nothing overflowed: no problem, shown for reference",
+        *audit,
     ]
 
 
@@ -186,6 +192,7 @@ def build_report(summary: dict[str, Any]) -> Report:
         for line in item["evidence"]:
             report.text(f"Evidence: {line}")
     _locator_section(report, summary["locator"])
+    range_section(report, summary.get("range_audit"))
     _scale_section(report, summary["scale"])
     _gradient_section(report, summary["gradients"])
     _smoke_section(report, summary["smoke"])

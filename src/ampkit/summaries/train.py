@@ -68,6 +68,44 @@ WHAT_IF = {
 }
 """`doctor --what-if`: each Linear's GEMM inputs rounded to each format (`diagnostics.whatif`)."""
 
+RANGE_AUDIT = {
+    "format": str,
+    "max": NUM,
+    "smallest_normal": NUM,
+    "near_bits": NUM,
+    "batches": int,
+    "modules": ListOf(
+        {
+            "name": str,
+            "cls": str,
+            "calls": int,
+            "output_max": OPT_NUM,
+            "input_max": OPT_NUM,
+            "weight_max": OPT_NUM,
+            "headroom_bits": OPT_NUM,
+            "underflow_fraction": OPT_NUM,
+            "status": OneOf("over", "near", "ok"),
+            "grad_scaled_max": OPT_NUM,
+        }
+    ),
+    "offenders": ListOf(
+        {
+            "module": str,
+            "origin": str,
+            "site": OneOf("outputs", "weights"),
+            "max_abs": NUM,
+            "headroom_bits": NUM,
+            "status": OneOf("over", "near"),
+            "kept_fp32": bool,
+            "fix": str,
+        }
+    ),
+    "min_headroom_bits": OPT_NUM,
+    "tightest": Opt(str),
+    "notes": ListOf(str),
+}
+"""doctor's range audit: each module's fp32 range against fp16's (`diagnostics.range_audit`)."""
+
 DOCTOR = SummaryKind(
     name="doctor",
     schema="ampkit.doctor/1",
@@ -94,6 +132,7 @@ DOCTOR = SummaryKind(
         "smoke": MapOf({"precision": str, "passed": bool}),
         "fidelity": Opt(dict),
         "what_if": Absent(Opt(WHAT_IF)),
+        "range_audit": Absent(Opt(RANGE_AUDIT)),
         "advice": ListOf(ADVICE),
         "wall_s": NUM,
     },

@@ -59,8 +59,9 @@ def check_counts(task, batch: Any) -> Counts:
     return counts
 
 
-def check_loss(task, model: nn.Module, batch: Any, *, policy) -> float:
-    """The loss of one batch under the run's precision; refused unless it is a finite 0-d tensor."""
+def check_loss(task, model: nn.Module, batch: Any, *, policy, finite: bool = True) -> float:
+    """The loss of one batch under the run's precision; refused unless it is a 0-d tensor, and finite
+    (`finite=False`: doctor, for whom a loss non-finite in the diagnosed precision is the finding)."""
     was_training = model.training
     model.eval()
     try:
@@ -75,7 +76,7 @@ def check_loss(task, model: nn.Module, batch: Any, *, policy) -> float:
         shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise UsageError(f"task {task.name}: loss must return a 0-d tensor (the mean over the batch), got {shape}")
     value = float(loss.detach().float())  # sync point: once, before training
-    if not math.isfinite(value):
+    if finite and not math.isfinite(value):
         raise UsageError(
             f"task {task.name}: the loss of the first batch is not finite ({value}) at the initial weights; check "
             "the data and the loss before choosing a precision"
@@ -95,8 +96,10 @@ def one_line(task, failed: str, call: Callable[[], Any]) -> Any:
         raise UsageError(f"task {task.name}: its {failed}: {type(err).__name__}: {first}") from None
 
 
-def check_first_batch(task, model: nn.Module, batch: Any, *, device: torch.device, policy) -> float:
-    """All three checks on one batch; returns its loss."""
+def check_first_batch(
+    task, model: nn.Module, batch: Any, *, device: torch.device, policy, finite: bool = True
+) -> float:
+    """All three checks on one batch; returns its loss (`finite`: see `check_loss`)."""
     moved = check_batch_device(task, batch, device)
     check_counts(task, moved)
-    return check_loss(task, model, moved, policy=policy)
+    return check_loss(task, model, moved, policy=policy, finite=finite)

@@ -1,0 +1,420 @@
+"""The range audit: per module, the largest |activation| and |weight| of the fp32 model against fp16's range.
+
+fp16 holds magnitudes up to 65504 (`formats`: fp16's `finfo.max`) and normal values down to 2^-14 =
+6.1e-5 (`finfo.smallest_normal`); bf16 and fp32 reach ~3.4e38. A model whose fp32 activations or
+weights exceed 65504 somewhere (SigLIP vision towers: biases near 5.4e4, poolers reaching ~8e4)
+overflows to inf the moment that part runs in fp16, whatever the loss scale (the scale only touches
+the backward). The audit finds that part before any training step: a few fp32 batches go through the
+task's own forward-and-loss (`core.policy_loss`, the fp32 policy, no gradients) with a forward
+pre-hook and a forward hook on every module, which record per module
+- `output_max`: the largest finite |x| of its floating outputs (tuples, dicts, model outputs walked);
+- `input_max`: the same of its floating inputs (positional and keyword);
+- `weight_max`: the largest |w| of its own parameters (not its children's);
+- `underflow_fraction`: the share of its nonzero outputs below fp16's smallest normal (subnormal or
+  flushed to zero in fp16: they lose precision or vanish).
+Headroom is log2(65504 / max |x|) in bits: how many doublings (a residual add, a larger input) the
+largest value can take before fp16 overflows; below 0 the value is already out of range.
+
+A module is *over* when its headroom is below 0 and *near* when below `NEAR_BITS` (1 bit: one doubling
+from overflow). An *origin* is a flagged module whose own inputs fit (the large value is born there),
+or whose own weights are flagged. Each origin is named at its *fix unit*: the innermost repeated block
+holding it (the task's `repeated_blocks`, or any `nn.ModuleList` item: a ViT's `encoder.layers.N`), or
+the origin itself outside any block; a unit that holds another unit is dropped (the deeper one says
+more). The fix: keep that unit in fp32 (`--keep-fp32 PATH`), or use bf16, which has fp32's range.
+
+The gradients-times-loss-scale side (`ModuleRange.grad_scaled_max`) is left empty here: a field for
+the diagnosis that measures it. Cost: a few forward passes in fp32; statistics stay on the device
+until the end (one sync per audit).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampkit.core import policy_loss
+from ampkit.formats import get_format
+from ampkit.records import Record
+
+NEAR_BITS = 1.0
+"""Headroom (bits) below which a module is flagged "near": one doubling from fp16's max."""
+AUDITED_FORMAT = "fp16"
+"""The format whose range is audited (its max and smallest normal are read from `ampkit.formats`)."""
+ROOT = "(model)"
+"""Display path of the root module (as the locator names it)."""
+
+
+def fp16_limits() -> tuple[float, float]:
+    """(largest finite, smallest normal) of the audited format: 65504.0 and 2^-14 for fp16."""
+    info = get_format(AUDITED_FORMAT).finfo
+    assert info is not None  # fp16 is a floating-point format
+    return float(info.max), float(info.smallest_normal)
+
+
+def headroom_bits(max_abs: float | None) -> float | None:
+    """log2(fp16 max / max_abs): doublings left before overflow (< 0: already over); None when nothing
+    nonzero was seen (no value to overflow)."""
+    if max_abs is None or max_abs <= 0:
+        return None
+    return math.log2(fp16_limits()[0] / max_abs)
+
+
+def _status(headroom: float | None) -> str:
+    if headroom is None or headroom >= NEAR_BITS:
+        return "ok"
+    return "over" if headroom < 0 else "near"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModuleRange(Record):
+    """One module's range over the audited batches (magnitudes in the model's units; None: not seen)."""
+
+    name: str
+    cls: str
+    calls: int
+    """forward calls seen (0: a module that holds weights but was never called)"""
+    output_max: float | None
+    input_max: float | None
+    weight_max: float | None
+    output_headroom_bits: float | None
+    weight_headroom_bits: float | None
+    headroom_bits: float | None
+    """the smaller of the two: the module's margin below fp16's max"""
+    underflow_fraction: float | None
+    """share of its nonzero outputs below fp16's smallest normal (subnormal or flushed in fp16)"""
+    weight_underflow_fraction: float | None
+    """share of its nonzero weights below fp16's smallest normal"""
+    status: str
+    """"over" (headroom < 0), "near" (< NEAR_BITS) or "ok" (fits)"""
+    grad_scaled_max: float | None = None
+    """largest |gradient x loss scale| at its outputs: not measured yet (the diagnosis issue adds it)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RangeOffender(Record):
+    """A fix unit whose range does not fit fp16: where to keep fp32, with the evidence."""
+
+    module: str
+    """the fix unit's path (a repeated block, or the origin outside any block)"""
+    origin: str
+    """the innermost module where the out-of-range value is born"""
+    site: str
+    """"outputs" or "weights": which of the origin's ranges is flagged"""
+    max_abs: float
+    """the largest flagged |x| in the unit (the one its headroom is of)"""
+    headroom_bits: float
+    """the unit's smallest headroom, bits (< 0: over fp16's max)"""
+    status: str
+    """"over" or "near" (headroom below NEAR_BITS)"""
+    kept_fp32: bool
+    """already inside a --keep-fp32 path (the audit ran in fp32, so it still sees the range)"""
+    fix: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RangeAudit(Record):
+    """summary.json's `range_audit`: every module's range, and the fix units that do not fit fp16."""
+
+    format: str
+    max: float
+    smallest_normal: float
+    near_bits: float
+    batches: int
+    modules: list[ModuleRange]
+    """every module with a forward call or weights, in first-call order"""
+    offenders: list[RangeOffender]
+    """fix units, smallest headroom first"""
+    min_headroom_bits: float | None
+    """the smallest headroom of any module (None: nothing measured)"""
+    tightest: str | None
+    """the module with that headroom"""
+    notes: list[str] = field(default_factory=list)
+
+
+def floating_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """The floating-point tensors in a module's inputs or outputs: tensors, tuples, lists, dicts
+    (a Hugging Face ModelOutput is one), dataclasses."""
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point():
+            yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from floating_tensors(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from floating_tensors(item)
+    elif hasattr(obj, "__dataclass_fields__"):
+        for name in obj.__dataclass_fields__:
+            yield from floating_tensors(getattr(obj, name, None))
+
+
+class _Sums:
+    """One module's running statistics, on the device: [max finite |x|, n below smallest normal, n nonzero]."""
+
+    def __init__(self) -> None:
+        self.out: torch.Tensor | None = None
+        self.inp: torch.Tensor | None = None
+        self.calls = 0
+
+    @staticmethod
+    def row(tensors: Iterable[torch.Tensor], normal: float) -> torch.Tensor | None:
+        rows = []
+        for x in tensors:
+            a = x.detach().abs().float()
+            a = torch.where(torch.isfinite(a), a, torch.zeros((), device=a.device))  # an fp32 inf is the locator's
+            nonzero = a > 0
+            small = (nonzero & (a < normal)).sum()
+            rows.append(torch.stack([a.amax() if a.numel() else a.new_zeros(()), small.float(), nonzero.sum().float()]))
+        if not rows:
+            return None
+        stacked = torch.stack(rows)
+        return torch.stack([stacked[:, 0].amax(), stacked[:, 1].sum(), stacked[:, 2].sum()])
+
+    @staticmethod
+    def merge(old: torch.Tensor | None, new: torch.Tensor | None) -> torch.Tensor | None:
+        if new is None or old is None:
+            return old if new is None else new
+        return torch.stack([torch.maximum(old[0], new[0]), old[1] + new[1], old[2] + new[2]])
+
+
+class RangeRecorder:
+    """Forward hooks on every module of `model`, summing each call's input and output ranges."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.names = {id(m): (name or ROOT) for name, m in model.named_modules()}
+        self.sums: dict[str, _Sums] = {}  # insertion order: first call
+        self._normal = fp16_limits()[1]
+        self._handles: list[Any] = []
+
+    def attach(self) -> RangeRecorder:
+        for module in self.model.modules():
+            name = self.names[id(module)]
+            self._handles.append(module.register_forward_pre_hook(self._pre_hook(name), with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._hook(name)))
+        return self
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _pre_hook(self, name: str):
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            sums = self.sums.setdefault(name, _Sums())
+            sums.inp = _Sums.merge(sums.inp, _Sums.row(floating_tensors((args, kwargs)), self._normal))
+
+        return hook
+
+    def _hook(self, name: str):
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+            sums = self.sums.setdefault(name, _Sums())
+            sums.calls += 1
+            sums.out = _Sums.merge(sums.out, _Sums.row(floating_tensors(output), self._normal))
+
+        return hook
+
+    def ranges(self) -> list[ModuleRange]:
+        """Every called module, then every uncalled one holding weights; one host sync for all."""
+        modules = {self.names[id(m)]: m for m in self.model.modules()}
+        names = [*self.sums, *(n for n, m in modules.items() if n not in self.sums and _own_params(m))]
+        weights = [_Sums.row(_own_params(modules[n]), self._normal) for n in names]
+        rows = [[self.sums[n].out, self.sums[n].inp] if n in self.sums else [None, None] for n in names]
+        flat = [t for pair in rows for t in pair] + weights
+        device = next((t.device for t in flat if t is not None), torch.device("cpu"))
+        empty = torch.full((3,), math.nan, device=device)  # not measured
+        stacked = [
+            t.to(device) if t is not None else empty for t in flat
+        ]  # a model split over devices: gathered on one
+        host = torch.stack(stacked).tolist() if stacked else []  # the sync
+        out = []
+        for i, name in enumerate(names):
+            out_row, in_row, w_row = host[2 * i], host[2 * i + 1], host[2 * len(names) + i]
+            calls = self.sums[name].calls if name in self.sums else 0
+            out.append(_module_range(name, type(modules[name]).__name__, calls, out_row, in_row, w_row))
+        return out
+
+
+def _own_params(module: nn.Module) -> list[torch.Tensor]:
+    return [p.detach() for p in module.parameters(recurse=False) if p.is_floating_point()]
+
+
+def _max_of(row: list[float]) -> float | None:
+    return None if math.isnan(row[0]) else row[0]
+
+
+def _share(row: list[float]) -> float | None:
+    return None if math.isnan(row[0]) or row[2] == 0 else row[1] / row[2]
+
+
+def _module_range(name: str, cls: str, calls: int, out_row, in_row, w_row) -> ModuleRange:
+    out_h, w_h = headroom_bits(_max_of(out_row)), headroom_bits(_max_of(w_row))
+    both = [h for h in (out_h, w_h) if h is not None]
+    head = min(both) if both else None
+    return ModuleRange(
+        name=name,
+        cls=cls,
+        calls=calls,
+        output_max=_max_of(out_row),
+        input_max=_max_of(in_row),
+        weight_max=_max_of(w_row),
+        output_headroom_bits=out_h,
+        weight_headroom_bits=w_h,
+        headroom_bits=head,
+        underflow_fraction=_share(out_row),
+        weight_underflow_fraction=_share(w_row),
+        status=_status(head),
+    )
+
+
+_RANK = {"ok": 0, "near": 1, "over": 2}
+UNDERFLOW_NOTE = 0.1
+"""A module with over 10% of its nonzero outputs below fp16's smallest normal gets a note. Lower shares are
+the small tail of any activation (the tiny LM's MLPs: ~1.5%), below the rounding error of its large values."""
+
+
+def origin_sites(m: ModuleRange) -> list[tuple[str, float]]:
+    """The sites ("weights", "outputs") where a flagged value is born in `m`, with their headroom: its own
+    weights are flagged, or its outputs are flagged and worse than its inputs (a value passed on is not born here)."""
+    sites = []
+    if _status(m.weight_headroom_bits) != "ok":
+        sites.append(("weights", m.weight_headroom_bits))
+    out = _status(m.output_headroom_bits)
+    if out != "ok" and _RANK[out] > _RANK[_status(headroom_bits(m.input_max))]:
+        sites.append(("outputs", m.output_headroom_bits))
+    return [(site, head) for site, head in sites if head is not None]
+
+
+def block_paths(model: nn.Module, blocks: Iterable[nn.Module] = ()) -> list[str]:
+    """The fix units' candidates: the task's repeated blocks (by identity) and every `nn.ModuleList` item."""
+    names = {id(m): name for name, m in model.named_modules()}
+    found = [names[id(b)] for b in blocks if id(b) in names]
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList):
+            found += [f"{name}.{child}" if name else child for child, _ in module.named_children()]
+    return list(dict.fromkeys(found))
+
+
+def _within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent + ".")
+
+
+def _unit_of(path: str, blocks: list[str]) -> str:
+    holding = [b for b in blocks if _within(path, b)]
+    return max(holding, key=len) if holding else path
+
+
+def _kept(path: str, patterns: list[str]) -> bool:
+    """Inside a --keep-fp32 path (a path, its subtree, or a glob)."""
+    return any(_within(path, p) or fnmatch.fnmatchcase(path, p) for p in patterns)
+
+
+def range_fix(units: list[str]) -> str:
+    """The fix for fix units that do not fit fp16, in the words of `diagnostics.advice`."""
+    bf16 = "use bf16 (--precision bf16-mixed: fp32's exponent range, no overflow at 65504)"
+    parts = [u for u in units if u != ROOT]
+    if not parts:
+        return f"{bf16}; the value is made in the model's own forward, outside any submodule"
+    return f"keep {', '.join(parts)} in fp32 (--keep-fp32 {','.join(parts)}) or {bf16}"
+
+
+def range_lines(audit: RangeAudit, offenders: list[RangeOffender]) -> list[str]:
+    """One line of evidence per offender: where the value is born, how large, its headroom."""
+    return [
+        f"{o.module}: {o.origin}'s {o.site} reach |x| {o.max_abs:.3g} in fp32 over {audit.batches} "
+        f"batch{'' if audit.batches == 1 else 'es'}, "
+        f"headroom {o.headroom_bits:+.2f} bits to fp16's max {audit.max:g}"
+        + (" (over: inf in fp16)" if o.status == "over" else f" (under {audit.near_bits:g} bit: one doubling)")
+        for o in offenders
+    ]
+
+
+def find_offenders(ranges: list[ModuleRange], blocks: list[str], keep_fp32: list[str]) -> list[RangeOffender]:
+    """The fix units holding an origin (module docstring); smallest headroom first. Each names its
+    innermost origin of the worst status (the Linear whose bias makes the value, not the block's sum)."""
+    origins: dict[str, list[tuple[ModuleRange, str, float]]] = {}
+    for m in ranges:
+        for site, head in origin_sites(m):
+            unit = ROOT if m.name == ROOT else _unit_of(m.name, blocks)
+            origins.setdefault(unit, []).append((m, site, head))
+    units = [u for u in origins if not any(v != u and (u == ROOT or _within(v, u)) for v in origins)]
+    offenders = [_offender(unit, origins[unit], keep_fp32) for unit in units]
+    return sorted(offenders, key=lambda o: o.headroom_bits)
+
+
+def _offender(unit: str, origins: list[tuple[ModuleRange, str, float]], keep_fp32: list[str]) -> RangeOffender:
+    head = min(h for _, _, h in origins)
+    worst = _status(head)
+    depth = {m.name: (0 if m.name == ROOT else m.name.count(".") + 1) for m, _, _ in origins}
+    m, site, _ = max((o for o in origins if _status(o[2]) == worst), key=lambda o: (depth[o[0].name], -o[2]))
+    return RangeOffender(
+        module=unit,
+        origin=m.name,
+        site=site,
+        max_abs=fp16_limits()[0] / 2**head,
+        headroom_bits=head,
+        status=worst,
+        kept_fp32=_kept(unit, keep_fp32) or _kept(m.name, keep_fp32),
+        fix=range_fix([unit]),
+    )
+
+
+def _underflow_notes(ranges: list[ModuleRange]) -> list[str]:
+    shares = [m for m in ranges if (m.underflow_fraction or 0.0) > UNDERFLOW_NOTE]
+    if not shares:
+        return []
+    m = max(shares, key=lambda r: r.underflow_fraction or 0.0)
+    more = f" (and {len(shares) - 1} more modules)" if len(shares) > 1 else ""
+    return [
+        f"{m.name}: {100 * (m.underflow_fraction or 0.0):.1f}% of its nonzero outputs are below fp16's smallest "
+        f"normal {fp16_limits()[1]:.2g}{more}: subnormal or zero in fp16 (bf16 keeps them)"
+    ]
+
+
+def run_range_audit(
+    model: nn.Module,
+    batches: Iterable[Any],
+    *,
+    policy,
+    loss_fn,
+    blocks: Iterable[nn.Module] = (),
+    keep_fp32: Iterable[str] = (),
+) -> RangeAudit:
+    """The audit of `model` (fp32 weights; its mode is kept) over `batches` (on its device), each through
+    `core.policy_loss` under `policy` (the fp32 one) without gradients; `blocks`: the task's repeated
+    blocks; `keep_fp32`: the --keep-fp32 paths already applied (their offenders are marked kept)."""
+    recorder = RangeRecorder(model).attach()
+    count = 0
+    try:
+        with torch.no_grad(), policy.run_context():
+            for batch in batches:
+                policy_loss(policy, loss_fn, model, batch)  # the loss is unused: the hooks record
+                count += 1
+    finally:
+        recorder.detach()
+    return audit_of(recorder.ranges(), batches=count, blocks=block_paths(model, blocks), keep_fp32=list(keep_fp32))
+
+
+def audit_of(ranges: list[ModuleRange], *, batches: int, blocks: list[str], keep_fp32: list[str]) -> RangeAudit:
+    """The record of measured `ranges`: the offenders, the tightest module and the underflow note."""
+    fp16_max, normal = fp16_limits()
+    measured = [m for m in ranges if m.headroom_bits is not None]
+    tight = min(measured, key=lambda m: m.headroom_bits or 0.0) if measured else None
+    return RangeAudit(
+        format=AUDITED_FORMAT,
+        max=fp16_max,
+        smallest_normal=normal,
+        near_bits=NEAR_BITS,
+        batches=batches,
+        modules=ranges,
+        offenders=find_offenders(ranges, blocks, keep_fp32),
+        min_headroom_bits=tight.headroom_bits if tight else None,
+        tightest=tight.name if tight else None,
+        notes=_underflow_notes(ranges),
+    )
