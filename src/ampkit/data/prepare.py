@@ -75,8 +75,8 @@ def source_files(src: str) -> list[Path]:
     p = Path(src)
     if not p.exists():
         raise UsageError(
-            f"prepare: source {src!r} does not exist; pass a .txt/.md file, a .jsonl, a .parquet/.arrow table, a "
-            "saved dataset or a directory"
+            f"prepare: source {src!r} does not exist; pass a .txt/.md file, a .jsonl, a .parquet/.arrow table (or a "
+            "folder of them), a saved dataset or a directory"
         )
     if is_table(p):
         return list(open_table(p).files)
