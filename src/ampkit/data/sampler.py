@@ -472,6 +472,7 @@ def build_shard_data(
             "deduplicate the source before preparing it"
         )
     train_docs, val_docs = split_documents(shards.num_documents, val_fraction=val_fraction, seed=seed)
+
     def cut(docs: np.ndarray) -> ShardWindows:
         return ShardWindows(shards, docs, seq_len=seq_len, vocab_size=tokenizer.vocab_size, train_on=train_on)
 
