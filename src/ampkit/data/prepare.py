@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -346,6 +347,14 @@ class ShardWriter:
         if self._size >= self.shard_tokens:
             self.close_shard()
 
+    def add_chunk(self, flat: np.ndarray, lengths: np.ndarray, mask: np.ndarray | None = None) -> None:
+        """Documents back to back (`lengths[i]` tokens each; a masked set: their masks back to back too)."""
+        cuts = np.cumsum(lengths)[:-1]
+        pieces = np.split(flat, cuts) if len(lengths) else []
+        masks = np.split(mask, cuts) if mask is not None and len(lengths) else [None] * len(pieces)
+        for piece, piece_mask in zip(pieces, masks, strict=True):
+            self.add(piece, piece_mask)
+
     def close_shard(self) -> None:
         if not self._ends:
             return
@@ -463,17 +472,11 @@ def prepare(
     writer.resume()
     resumed, skip = len(writer.done), writer.paragraphs_done
     workers = default_workers(src, tokenizer) if workers is None else max(1, workers)
-    items = iter_items(src, kind=kind, text_field=text_field)
-    for _ in zip(range(skip), items, strict=False):  # held by finished shards: read, not tokenized
-        pass
+    items = itertools.islice(iter_items(src, kind=kind, text_field=text_field), skip, None)  # past finished shards
     seen, written = skip, 0
     with _encoder(_Encoding(tokenizer, writer.dtype, template), workers) as encode:
         for flat, lengths, mask in encode(_chunks(items, CHUNK_PARAGRAPHS)):
-            cuts = np.cumsum(lengths)[:-1]
-            pieces = np.split(flat, cuts) if len(lengths) else []
-            masks = np.split(mask, cuts) if mask is not None and len(lengths) else [None] * len(pieces)
-            for piece, piece_mask in zip(pieces, masks, strict=True):
-                writer.add(piece, piece_mask)
+            writer.add_chunk(flat, lengths, mask)
             written += len(flat)
             seen += len(lengths)
             if progress is not None:

@@ -371,8 +371,7 @@ def build_data(
     (the last one may be smaller), capped at `max_val_batches`. They are always padded, whatever
     `strategy`: the held-out set and its per-token loss are then identical across strategies (packing
     a fixed count of batches would cover more paragraphs and change what "held-out loss" measures).
-    Instruction examples are truncated to seq_len + 1 tokens, not windowed (`make_labeled_units`).
-    """
+    Instruction examples are truncated to seq_len + 1 tokens, not windowed (`make_labeled_units`)."""
     _check_positive("max_val_batches", max_val_batches)
     if isinstance(corpus, ShardSet):
         return build_shard_data(
