@@ -126,3 +126,20 @@ def test_stats_out_writes_its_kinds_record_and_a_report_with_the_histogram(tmp_p
     assert sorted(p.name for p in out.glob("report*.png")) == ["report-fig1.png"]
     code, _, err = run_cli("data", "stats", str(chat_file), "--seq-len", "128", "--out", str(out))
     assert code == 2 and err.count("\n") == 1  # a run directory is never overwritten
+
+
+def test_chat_data_prepared_with_its_masks_trains_from_its_shards(tmp_path, run_cli, monkeypatch, chat_file):
+    monkeypatch.setenv("COLUMNS", "80")
+    out = tmp_path / "chat-shards"
+    code, printed, err = run_cli("data", "prepare", str(chat_file), str(out), "--tokenizer", "tiny")
+    assert code == 0, err
+    assert "24 (chat)" in printed and "tokens trained" in printed and max(map(len, printed.splitlines())) <= 80
+    argv = ["--model", "tiny", "--data", str(out), "--steps", "2", "--batch-size", "2", "--seq-len", "128"]
+    code, _, err = run_cli("train", *argv, "--eval-batches", "1", "--warmup-steps", "1", "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["data"]["format"] == "shards" and summary["processed_per_s"] > summary["items_per_s"] > 0
+    other = tmp_path / "other.jinja"
+    other.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    code, _, err = run_cli("data", "stats", str(out), "--seq-len", "128", "--chat-template", str(other))
+    assert code == 2 and err.count("\n") == 1 and "prepare it again with this run's --chat-template" in err

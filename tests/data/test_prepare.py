@@ -94,3 +94,28 @@ def test_paragraphs_are_the_corpus_paragraphs(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"text": "a"}\n{"prompt": "x"}\n')
     with pytest.raises(UsageError, match='bad.jsonl line 2 has no string "text" field'):
         list(iter_paragraphs(str(tmp_path / "bad.jsonl")))
+
+
+def test_an_interrupted_chat_prepare_resumes_to_the_same_shards_and_masks(tmp_path):
+    from instruction_fixtures import conversation, write_jsonl
+
+    src = write_jsonl(tmp_path / "chat.jsonl", [{"messages": conversation(i)} for i in range(600)])  # 2 chunks
+    straight = prepare(str(src), tmp_path / "straight", tokenizer=ByteTokenizer(), shard_tokens=5000, workers=1)
+
+    def interrupt(items, tokens):  # after the first chunk: some shards closed, one open
+        raise KeyboardInterrupt
+
+    out = tmp_path / "interrupted"
+    with pytest.raises(KeyboardInterrupt):
+        prepare(str(src), out, tokenizer=ByteTokenizer(), shard_tokens=5000, workers=1, progress=interrupt)
+    assert (out / STATE_FILE).is_file() and not (out / INDEX_FILE).exists()
+    resumed = prepare(str(src), out, tokenizer=ByteTokenizer(), shard_tokens=5000, workers=1)
+    assert resumed.resumed_shards > 0 and resumed.content == "chat" and resumed.files == straight.files
+    assert any(name.endswith(".mask.bin") for name in straight.files)
+    for name in straight.files:
+        assert (out / name).read_bytes() == (tmp_path / "straight" / name).read_bytes(), name
+    state = {"tokenizer": resumed.tokenizer, "source": {}, "shard_tokens": 5000, "shards": []}
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / STATE_FILE).write_text(json.dumps(state))  # a text prepare's state: no content
+    with pytest.raises(UsageError, match="interrupted prepare of another source, content, chat_template"):
+        prepare(str(src), tmp_path / "other", tokenizer=ByteTokenizer(), shard_tokens=5000)

@@ -1,5 +1,5 @@
-"""Token shards: the same units and batches as the in-memory corpus, read from the map; their refusals;
-each data-parallel rank reads a disjoint share."""
+"""Token shards: the same units and batches (labels and masks included) as the in-memory corpus or
+instruction data, read from the map; their refusals; each data-parallel rank reads a disjoint share."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ import pytest
 import torch
 
 from ampkit.core.step import lm_count
-from ampkit.data import BatchSampler, ByteTokenizer, build_data, chat_template_for, load_corpus, load_data
+from ampkit.data import (
+    IGNORE_INDEX,
+    BatchSampler,
+    ByteTokenizer,
+    build_data,
+    chat_template_for,
+    load_corpus,
+    load_data,
+)
 from ampkit.data.prepare import ShardWriter, prepare, source_identity
 from ampkit.data.shards import INDEX_FILE, ShardSet, ShardWindows, tokenizer_identity
 from ampkit.distributed.sampler import RankShardedSampler
@@ -27,6 +35,22 @@ def shard_dir(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def instruction_shards(tmp_path_factory, chat_file, prompt_completion_file):
+    """The chat and prompt/completion files as byte shards of ~700 tokens (examples across several)."""
+    root = tmp_path_factory.mktemp("instruction-shards")
+    for src in (chat_file, prompt_completion_file):
+        prepare(str(src), root / src.stem, tokenizer=ByteTokenizer(), shard_tokens=700, workers=1)
+    return {"chat": (chat_file, root / "chat"), "prompt-completion": (prompt_completion_file, root / "pc")}
+
+
+def _same_batch(a, b) -> None:
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.targets, b.targets)  # -100 where masked
+    assert (a.n_tokens, a.processed, a.n_padded) == (b.n_tokens, b.processed, b.n_padded)
+    for x, y in ((a.positions, b.positions), (a.attn_mask, b.attn_mask)):  # pack's isolation
+        assert (x is None and y is None) or torch.equal(x, y)
+
+
 class WideTokenizer:
     """Bytes shifted past 16 bits: a vocabulary that needs uint32 shards."""
 
@@ -40,19 +64,59 @@ class WideTokenizer:
         return bytes(i - 65_536 for i in ids).decode(errors="replace")
 
 
+# --seq-len per source: at 64 a conversation (~122 bytes) loses its second answer, and the 14 whose
+# first answer starts at byte 65 lose all (dropped); at 256 two conversations share a packed row.
+SOURCES = {"text": SEQ_LEN, "chat": 64, "chat-whole": 256, "prompt-completion": 64}
+
+
 @pytest.mark.parametrize("strategy", ["pad", "bucket", "pack"])
-def test_shards_give_the_in_memory_corpus_batches(shard_dir, strategy):
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_shards_give_the_in_memory_batches(shard_dir, instruction_shards, source, strategy):
     tok = ByteTokenizer()
-    options = {"seq_len": SEQ_LEN, "batch_size": BATCH, "seed": 5, "strategy": strategy}
-    memory, mapped = build_data(load_corpus(None), tok, **options), build_data(load_data(shard_dir), tok, **options)
+    options = {"batch_size": BATCH, "seed": 6, "strategy": strategy, "seq_len": SOURCES[source]}  # 6: val holds #2
+    if source == "text":
+        in_memory, prepared = load_corpus(None), shard_dir
+    else:
+        path, prepared = instruction_shards[source.removesuffix("-whole")]
+        in_memory, options["template"] = load_data(path), chat_template_for(tok, None)
+    memory, mapped = build_data(in_memory, tok, **options), build_data(load_data(prepared), tok, **options)
     assert isinstance(mapped.train.units, ShardWindows)
-    assert (len(mapped.train.units), mapped.train.num_tokens) == (len(memory.train.units), memory.train.num_tokens)
+    assert mapped.train.state_dict() == memory.train.state_dict()  # units, targets and trained targets
+    assert (memory.train.num_trained < memory.train.num_tokens) is (source != "text")
     for _ in range(25):
-        a, b = memory.train.next_batch(), mapped.train.next_batch()
-        assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.targets, b.targets)
-        assert (a.n_tokens, a.n_padded) == (b.n_tokens, b.n_padded)
+        _same_batch(memory.train.next_batch(), mapped.train.next_batch())
+    assert mapped.train.state_dict() == memory.train.state_dict()
     assert len(memory.val_batches) == len(mapped.val_batches) > 0
-    assert all(torch.equal(a.targets, b.targets) for a, b in zip(memory.val_batches, mapped.val_batches, strict=True))
+    for a, b in zip(memory.val_batches, mapped.val_batches, strict=True):
+        _same_batch(a, b)
+
+
+def test_train_on_all_reads_instruction_shards_without_their_masks(instruction_shards):
+    tok = ByteTokenizer()
+    path, prepared = instruction_shards["chat"]
+    options = {"seq_len": 64, "batch_size": BATCH, "seed": 1, "template": chat_template_for(tok, None)}
+    memory, mapped = (build_data(load_data(p), tok, train_on="all", **options) for p in (path, prepared))
+    assert mapped.train.num_trained == mapped.train.num_tokens == memory.train.num_tokens
+    assert mapped.train.labels is mapped.train.units  # no mask read
+    for _ in range(10):
+        _same_batch(memory.train.next_batch(), mapped.train.next_batch())
+    masked = build_data(load_data(prepared), tok, **options).train
+    assert len(masked.units) < len(mapped.train.units)  # the answerless windows are dropped under completion
+
+
+def test_instruction_shards_resume_bitwise(instruction_shards):
+    tok = ByteTokenizer()
+    options = {"seq_len": 256, "batch_size": BATCH, "seed": 4, "strategy": "pack"}
+    straight = build_data(load_data(instruction_shards["chat"][1]), tok, **options).train
+    batches = [straight.next_batch() for _ in range(10)]
+    first = build_data(load_data(instruction_shards["chat"][1]), tok, **options).train
+    for _ in range(5):
+        first.next_batch()
+    resumed = build_data(load_data(instruction_shards["chat"][1]), tok, **options).train
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    for expected in batches[5:]:
+        _same_batch(expected, resumed.next_batch())
+    assert bool((batches[-1].targets == IGNORE_INDEX).any())
 
 
 def test_window_lengths_are_read_from_the_document_table(shard_dir):
@@ -71,10 +135,12 @@ def test_a_wide_vocabulary_is_stored_in_uint32(tmp_path):
 
 
 @pytest.mark.parametrize("strategy", ["pad", "bucket", "pack"])
-def test_a_skipped_batch_counts_what_the_batch_would(shard_dir, strategy, chat_file):
+def test_a_skipped_batch_counts_what_the_batch_would(shard_dir, strategy, chat_file, instruction_shards):
     tok = ByteTokenizer()
-    chat = load_data(chat_file)  # masked instruction data, in memory
-    for data, template in ((load_data(shard_dir), None), (chat, chat_template_for(tok, None))):
+    chat = load_data(chat_file)  # masked instruction data, in memory, and in shards
+    template = chat_template_for(tok, None)
+    sources = ((load_data(shard_dir), None), (chat, template), (load_data(instruction_shards["chat"][1]), template))
+    for data, template in sources:
         options = {"seq_len": 256, "batch_size": BATCH, "seed": 1, "strategy": strategy, "template": template}
         a, b = (build_data(data, tok, **options).train for _ in "ab")
         for _ in range(8):
@@ -200,3 +266,62 @@ def test_an_hf_tokenizer_prepared_in_a_pool_gives_the_in_memory_batches(tmp_path
     )
     for _ in range(5):
         assert torch.equal(memory.train.next_batch().input_ids, mapped.train.next_batch().input_ids)
+
+
+def test_bpe_chat_shards_prepared_in_a_pool_give_the_in_memory_batches(tmp_path, bpe_model_dir, chat_file):
+    from ampkit.data.hf_tokenizer import load_hf_tokenizer
+
+    tok = load_hf_tokenizer(bpe_model_dir)  # its ChatML template, rendered by apply_chat_template
+    summary = prepare(str(chat_file), tmp_path / "bpe-chat", tokenizer=tok, workers=2, shard_tokens=500)
+    assert summary.content == "chat" and summary.shards > 1 and 0 < summary.trained_tokens < summary.tokens
+    options = {"seq_len": 64, "batch_size": BATCH, "seed": 2, "strategy": "pack", "template": chat_template_for(tok)}
+    memory, mapped = (
+        build_data(load_data(chat_file), tok, **options),
+        build_data(load_data(tmp_path / "bpe-chat"), tok, **options),
+    )
+    assert mapped.train.state_dict() == memory.train.state_dict()
+    for _ in range(8):
+        _same_batch(memory.train.next_batch(), mapped.train.next_batch())
+
+
+# -- instruction shards' refusals -----------------------------------------------------------------
+def _chat_copy(instruction_shards, tmp_path):
+    import shutil
+
+    return shutil.copytree(instruction_shards["chat"][1], tmp_path / "chat")
+
+
+def test_a_missing_or_mismatched_mask_is_one_line(instruction_shards, tmp_path):
+    out = _chat_copy(instruction_shards, tmp_path)
+    mask = out / "shard-00001.mask.bin"
+    mask.write_bytes(mask.read_bytes()[:-1])
+    with pytest.raises(UsageError, match=r"shard-00001.mask.bin: \d+ bytes but the index says \d+ tokens") as excinfo:
+        load_data(out)
+    assert "the mask does not match its data, prepare it again" in _one_line(excinfo)
+    mask.unlink()
+    with pytest.raises(UsageError, match="names the loss mask shard-00001.mask.bin, which is missing") as excinfo:
+        load_data(out)
+    _one_line(excinfo)
+    index = json.loads((out / INDEX_FILE).read_text())
+    for entry in index["shards"]:
+        del entry["mask"]
+    (out / INDEX_FILE).write_text(json.dumps(index))
+    with pytest.raises(UsageError, match="no loss mask files in its shard list; prepare it again") as excinfo:
+        load_data(out)
+    _one_line(excinfo)
+
+
+def test_another_chat_template_or_completion_on_text_is_refused(instruction_shards, shard_dir, tmp_path):
+    from ampkit.data.chat import JinjaTemplate
+
+    other = JinjaTemplate("{% for m in messages %}{{ m['content'] }}{% endfor %}", name="plain.jinja")
+    with pytest.raises(UsageError, match="rendered with chat template builtin .* renders with plain.jinja") as e:
+        build_data(
+            load_data(instruction_shards["chat"][1]), ByteTokenizer(), seq_len=64, batch_size=2, seed=0, template=other
+        )
+    _one_line(e)
+    with pytest.raises(UsageError, match="--train-on completion needs instruction data, and .* holds text shards") as e:
+        build_data(load_data(shard_dir), ByteTokenizer(), seq_len=64, batch_size=2, seed=0, train_on="completion")
+    _one_line(e)
+    with pytest.raises(UsageError, match="no training example has a token with a loss within its first --seq-len 8"):
+        build_data(load_data(instruction_shards["chat"][1]), ByteTokenizer(), seq_len=8, batch_size=2, seed=0)

@@ -63,6 +63,23 @@ def test_the_trained_share_counts_the_masks(chat_file):
     assert data_stats(str(chat_file), tokenizer=tok, seq_len=256, batch_size=BATCH, train_on="all").trained_share == 1.0
 
 
+@pytest.mark.parametrize("train_on", ["auto", "all"])
+def test_instruction_shards_give_their_files_figures_and_trained_share(
+    tmp_path, chat_file, prompt_completion_file, train_on
+):
+    tok = ByteTokenizer()
+    for path in (chat_file, prompt_completion_file):
+        prepare(str(path), tmp_path / path.stem, tokenizer=tok, shard_tokens=500, workers=1)
+        memory, shards = (
+            data_stats(str(p), tokenizer=tok, seq_len=64, batch_size=BATCH, train_on=train_on)
+            for p in (path, tmp_path / path.stem)
+        )
+        assert shards.format == "shards" and memory.format == load_data(path).format
+        figures = ("documents", "tokens", "targets", "trained_share", "padding_waste", "length_histogram")
+        assert {f: getattr(shards, f) for f in figures} == {f: getattr(memory, f) for f in figures}
+        assert (shards.trained_share < 1.0) is (train_on == "auto")
+
+
 def test_duplicates_are_the_documents_an_exact_dedup_removes(tmp_path):
     path = tmp_path / "dups.txt"
     path.write_text("alpha beta\n\ngamma\n\nalpha beta\n\ndelta epsilon zeta\n\nalpha beta\n")

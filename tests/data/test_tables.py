@@ -1,7 +1,7 @@
 """`--data TABLE`: Parquet, Arrow (file and stream formats) and folders `datasets.save_to_disk` wrote read
 as the same records as their .jsonl; `--text-field` names the column; bad tables are one line naming the
-file (and the row); `ampkit data prepare` streams a table into the same shards as its .jsonl; a missing
-pyarrow names the extra."""
+file (and the row); `ampkit data prepare` streams a table (text, or chat with its masks) into the same
+shards as its .jsonl; a missing pyarrow names the extra."""
 
 from __future__ import annotations
 
@@ -149,12 +149,16 @@ def test_prepare_streams_a_table_into_the_shards_of_its_jsonl(tmp_path):
     assert open_table(table).files == (table,)
 
 
-def test_prepare_refuses_an_instruction_table(tmp_path, chat_file):
+def test_prepare_writes_an_instruction_table_as_the_shards_of_its_jsonl(tmp_path, chat_file):
     chat = tmp_path / "chat.parquet"
     pq.write_table(pa.Table.from_pylist(_records(chat_file)), chat)
-    with pytest.raises(UsageError, match=r"holds chat data; shards hold text"):
-        prepare(str(chat), tmp_path / "out", tokenizer=ByteTokenizer(), workers=1)
-    assert not (tmp_path / "out" / "index.json").exists()
+    entries = []
+    for name, src in (("table", chat), ("jsonl", chat_file)):
+        summary = prepare(str(src), tmp_path / name, tokenizer=ByteTokenizer(), workers=1)
+        assert summary.content == "chat" and 0 < summary.trained_tokens < summary.tokens
+        shard = json.loads((tmp_path / name / "index.json").read_text())["shards"][0]
+        entries.append((shard["sha256"], shard["trained"], (tmp_path / name / shard["mask"]).read_bytes()))
+    assert entries[0] == entries[1]
 
 
 def test_stats_and_train_read_a_table(tmp_path, run_cli, prompt_completion_file):

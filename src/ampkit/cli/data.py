@@ -2,10 +2,11 @@
 measure what a data set costs at a sequence length (`stats`: `ampkit.data.stats`).
 
 `ampkit data prepare SRC OUT --tokenizer MODEL` tokenizes SRC (a .txt/.md file, a directory of them,
-a .jsonl with a text field, a Parquet/Arrow table or a saved Hugging Face dataset with a text column,
-or "default") with MODEL's tokenizer (an `hf:PATH` folder's own, else bytes) into OUT
-(`ampkit.data.prepare`); an interrupted prepare resumes when run again on the same OUT. A progress bar
-on stderr; `--json` prints the summary record alone on stdout.
+a .jsonl, a Parquet/Arrow table, a folder of them or a saved Hugging Face dataset, or "default") with
+MODEL's tokenizer (an `hf:PATH` folder's own, else bytes) into OUT (`ampkit.data.prepare`); chat and
+prompt/completion data are rendered with the chat template (`--chat-template`) and written with their
+loss masks. An interrupted prepare resumes when run again on the same OUT. A progress bar on stderr;
+`--json` prints the summary record alone on stdout.
 
 `ampkit data stats PATH --seq-len N` prints the figures; `--json` the record ("ampkit.data-stats/1");
 `--out DIR` also writes it as DIR/summary.json with report.html (the length histogram a plot) and
@@ -49,7 +50,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "src",
         metavar="SRC",
-        help='a .txt/.md file, a directory of them, a .jsonl, a .parquet/.arrow table, a saved dataset, or "default"',
+        help="a .txt/.md file or a directory of them, a .jsonl, a .parquet/.arrow table or a folder of them, a saved "
+        'dataset, or "default"',
     )
     p.add_argument("out", metavar="OUT", help="the shard directory (new, empty, or an interrupted prepare's)")
     p.add_argument(
@@ -69,6 +71,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--text-field", default="text", help='the .jsonl field or table column holding the text (default "text")'
+    )
+    p.add_argument(
+        "--chat-template", metavar="FILE.jinja", default=None, help="render chat data with this template (else its own)"
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
     s = actions.add_parser(
@@ -214,8 +219,8 @@ def _prepare(args: argparse.Namespace) -> int:
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("prepare", total=None, text="")
 
-        def progress(paragraphs: int, tokens: int) -> None:
-            bar.update(task, text=f"{paragraphs:,} paragraphs, {tokens:,} tokens")
+        def progress(items: int, tokens: int) -> None:
+            bar.update(task, text=f"{items:,} documents, {tokens:,} tokens")
 
         summary = prepare(
             args.src,
@@ -224,6 +229,7 @@ def _prepare(args: argparse.Namespace) -> int:
             shard_tokens=args.shard_tokens,
             workers=args.workers,
             text_field=args.text_field,
+            chat_template=args.chat_template,
             progress=progress,
         )
     if args.json:
@@ -238,11 +244,14 @@ def _print(summary: PrepareSummary) -> None:
     console = make_console()
     rows = [
         ("shards", f"{summary.shards} in {summary.out} ({summary.dtype})"),
-        ("documents", f"{summary.documents:,}"),
+        ("documents", f"{summary.documents:,} ({summary.content})"),
         ("tokens", f"{summary.tokens:,}"),
         ("tokenizer", f"{summary.tokenizer['name']} (vocabulary {summary.tokenizer['vocab_size']:,})"),
         ("throughput", f"{summary.tokens_per_s:,.0f} tokens/s, {summary.workers} worker(s)"),
     ]
+    if summary.content != "text":
+        share = summary.trained_tokens / max(summary.tokens, 1)
+        rows.append(("loss mask", f"{summary.trained_tokens:,} tokens trained ({share:.1%}; --train-on completion)"))
     if summary.resumed_shards:
         rows.append(("resumed", f"{summary.resumed_shards} shard(s) kept from an interrupted prepare"))
     console.print(key_value_table("ampkit data prepare", rows))

@@ -27,7 +27,8 @@ TEXT_SUFFIXES = (".txt", ".md")
 JSONL_SUFFIX = ".jsonl"
 _SUPPORTED = (
     'a .txt/.md file, a .jsonl file (chat "messages", "prompt"/"completion" or "text" per line), '
-    "a .parquet/.arrow table, a saved Hugging Face dataset's folder, or a directory of .txt/.md files"
+    "a .parquet/.arrow table or a folder of them, a saved Hugging Face dataset's folder, or a directory of .txt/.md "
+    "files"
 )
 
 # One or more blank lines (possibly holding spaces) separate paragraphs. The pattern keeps the
@@ -85,8 +86,9 @@ def load_default_corpus() -> Corpus:
 def load_data(path: str | os.PathLike[str] | None, *, text_field: str = "text") -> Corpus | InstructionSet | ShardSet:
     """What `--data` names, by content: a directory with a shard index is token shards
     (`ampkit.data.shards`, opened, not read); a .jsonl of chat or prompt/completion records, or a
-    table with `messages` or `prompt`/`completion` columns (`ampkit.data.tables`), is instruction data
-    (`ampkit.data.instructions`); anything else is a text corpus (`load_corpus`)."""
+    table (a file, a folder of them, a saved dataset: `ampkit.data.tables`) with `messages` or
+    `prompt`/`completion` columns, is instruction data (`ampkit.data.instructions`); anything else is
+    a text corpus (`load_corpus`)."""
     if path is not None and str(path) != "default" and is_shard_dir(path):
         return ShardSet(path)
     if path is not None and str(path) != "default" and is_table(path):

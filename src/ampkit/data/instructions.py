@@ -127,12 +127,16 @@ def parse_examples(
     """Chat or prompt/completion records as examples, each checked (module docstring). `unit`: what the
     numbers count ("line" of a .jsonl, "row" of a table: `ampkit.data.tables`); `name`: the set's label
     (default the file's name)."""
-    parse = _conversation if kind == "chat" else _prompt_completion
-    examples = tuple(parse(record, where=f"{path} {unit} {n}") for n, record in records)
+    examples = tuple(parse_record(record, kind=kind, where=f"{path} {unit} {n}") for n, record in records)
     if not examples:
         remedy = "put one JSON object per line in it" if unit == "line" else "pass a table with some rows"
         raise UsageError(f"{str(path)!r} holds no records; {remedy}")
     return InstructionSet(name=name or path.resolve().name, format=kind, examples=examples)
+
+
+def parse_record(record: dict, *, kind: str, where: str) -> Example:
+    """One chat ("chat") or prompt/completion record as its example, checked; `where`: "FILE line N"."""
+    return _conversation(record, where=where) if kind == "chat" else _prompt_completion(record, where=where)
 
 
 def _conversation(record: dict, *, where: str) -> Conversation:

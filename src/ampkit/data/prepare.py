@@ -1,12 +1,16 @@
-"""`ampkit data prepare`: tokenize a text source once into token shards (`ampkit.data.shards`).
+"""`ampkit data prepare`: tokenize a source once into token shards (`ampkit.data.shards`).
 
 The source is read as the in-memory pipeline reads it (`ampkit.data.corpus`: a .txt/.md file, a
-directory of them, a .jsonl with a text field, a Parquet/Arrow table or saved Hugging Face dataset
-with a text column (`ampkit.data.tables`), "default" for the embedded corpus), one paragraph a
-document, streamed: a file at a time, a .jsonl a line at a time, a table a record batch at a time.
-Paragraphs are tokenized in chunks, in order, by a pool of worker processes when it pays (fork; one
-per core; enough text and a tokenizer slower than the pipe: a BPE, not raw bytes), and appended to
-the open shard; a shard closes at the first document boundary at or past `shard_tokens`.
+directory of them, a .jsonl, a Parquet/Arrow table, a folder of them or a saved Hugging Face dataset
+(`ampkit.data.tables`), "default" for the embedded corpus), streamed: a file at a time, a .jsonl a
+line at a time, a table a record batch at a time. Its format is found as `--data` finds it: text
+gives one document a paragraph; chat or prompt/completion data gives one document an example,
+rendered with the chat template (`ampkit.data.chat`) and written with its loss mask (a byte a token,
+1 where `--train-on completion` trains: `encode_sample`'s labels), so the shards train with the
+masks of the in-memory examples. Items are tokenized in chunks, in order, by a pool of worker
+processes when it pays (fork; one per core; enough text and a tokenizer slower than the pipe: a BPE,
+not raw bytes), and appended to the open shard; a shard closes at the first document boundary at or
+past `shard_tokens`.
 
 Nothing half-written is left: a shard is written to `NAME.tmp`, fsync'ed and renamed; after each
 shard `prepare.state.json` (atomic) records the shards done and how many paragraphs they hold; the
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -31,8 +36,21 @@ from typing import Any
 
 import numpy as np
 
+from ampkit.data.batching import IGNORE_INDEX
+from ampkit.data.chat import ChatTemplate, chat_template_for
 from ampkit.data.corpus import JSONL_SUFFIX, TEXT_SUFFIXES, _read_text, load_default_corpus, split_documents
-from ampkit.data.shards import INDEX_FILE, PROBE_TEXT, SCHEMA, TOKEN_DTYPES, token_dtype_for, tokenizer_identity
+from ampkit.data.instructions import Example, parse_record, record_format
+from ampkit.data.samples import encode_sample
+from ampkit.data.shards import (
+    INDEX_FILE,
+    MASK_DTYPE,
+    PROBE_TEXT,
+    SCHEMA,
+    TOKEN_DTYPES,
+    template_identity,
+    token_dtype_for,
+    tokenizer_identity,
+)
 from ampkit.data.tables import Table, is_table, open_table
 from ampkit.data.tokenizer import Tokenizer
 from ampkit.errors import UsageError
@@ -55,11 +73,15 @@ class PrepareSummary(Record):
     source: str
     tokenizer: dict[str, Any]
     dtype: str
+    content: str
+    """text, chat or prompt-completion (the last two with a loss mask beside each shard)"""
     shards: int
     documents: int
     tokens: int
     resumed_shards: int
     """shards a previous, interrupted run had finished (kept, not tokenized again)"""
+    trained_tokens: int
+    """tokens with a loss under --train-on completion (the mask's ones; all tokens for text)"""
     workers: int
     seconds: float
     tokens_per_s: float
@@ -75,8 +97,8 @@ def source_files(src: str) -> list[Path]:
     p = Path(src)
     if not p.exists():
         raise UsageError(
-            f"prepare: source {src!r} does not exist; pass a .txt/.md file, a .jsonl, a .parquet/.arrow table, a "
-            "saved dataset or a directory"
+            f"prepare: source {src!r} does not exist; pass a .txt/.md file, a .jsonl, a .parquet/.arrow table (or a "
+            "folder of them), a saved dataset or a directory"
         )
     if is_table(p):
         return list(open_table(p).files)
@@ -96,6 +118,36 @@ def source_files(src: str) -> list[Path]:
     return [p]
 
 
+def source_format(src: str, *, text_field: str = "text") -> str:
+    """text, chat or prompt-completion, as `--data` finds it: a table's columns, a .jsonl's first record."""
+    if src == "default":
+        return "text"
+    if is_table(src):
+        return open_table(src).format(text_field=text_field)
+    path = Path(src)
+    if path.suffix.lower() == JSONL_SUFFIX and path.is_file():
+        for _, record in _jsonl_records(path, kind=None, text_field=text_field):
+            return record_format(record, text_field=text_field) or "text"  # a bad first line: said by line
+    return "text"
+
+
+def iter_items(src: str, *, kind: str, text_field: str = "text") -> Iterator[str | Example]:
+    """The documents to tokenize, in order: text's paragraphs, or instruction data's examples (each
+    checked as `--data` checks it: one line naming the file and the line or row)."""
+    if kind == "text":
+        yield from iter_paragraphs(src, text_field=text_field)
+        return
+    if is_table(src):
+        table = open_table(src)
+        columns = ["messages"] if kind == "chat" else ["prompt", "completion"]
+        for row, record in table.rows(columns):
+            yield parse_record(record, kind=kind, where=f"{table.where} row {row}")
+        return
+    path = Path(src)
+    for line_no, record in _jsonl_records(path, kind=kind, text_field=text_field):
+        yield parse_record(record, kind=kind, where=f"{path} line {line_no}")
+
+
 def iter_paragraphs(src: str, *, text_field: str = "text") -> Iterator[str]:
     """Every paragraph of `src`, in corpus order (`ampkit.data.paragraphs` on `load_corpus(src)`)."""
     if src == "default":
@@ -113,6 +165,18 @@ def iter_paragraphs(src: str, *, text_field: str = "text") -> Iterator[str]:
 
 
 def _jsonl_paragraphs(path: Path, text_field: str) -> Iterator[str]:
+    for line_no, record in _jsonl_records(path, kind="text", text_field=text_field):
+        text = record.get(text_field)
+        if not isinstance(text, str):
+            raise UsageError(
+                f'{path} line {line_no} has no string "{text_field}" field; make every line one JSON object'
+            )
+        yield from split_documents(text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def _jsonl_records(path: Path, *, kind: str | None, text_field: str) -> Iterator[tuple[int, Any]]:
+    """(line number, record) of every non-blank line, a line at a time; `kind`: every record must be
+    of that format (None: any), as `ampkit.data.instructions.detect_format` checks a file in memory."""
     with open(path, encoding="utf-8") as fh:
         for line_no, line in enumerate(fh, 1):
             if not line.strip():
@@ -123,29 +187,23 @@ def _jsonl_paragraphs(path: Path, text_field: str) -> Iterator[str]:
                 raise UsageError(
                     f"{path} line {line_no}: not JSON ({err.msg}); make every line one JSON object"
                 ) from None
-            text = record.get(text_field) if isinstance(record, dict) else None
-            if not isinstance(text, str):
+            found = record_format(record, text_field=text_field)
+            if kind is not None and found != kind and not (kind == "text" and found is None):
                 raise UsageError(
-                    f'{path} line {line_no} has no string "{text_field}" field; shards hold text (instruction '
-                    "data trains from its .jsonl)"
+                    f"{path} line {line_no} is {'a ' + found + ' record' if found else 'of no known format'} but "
+                    f"the file's first record is {kind}; keep one format per file"
                 )
-            yield from split_documents(text.replace("\r\n", "\n").replace("\r", "\n"))
+            yield line_no, record
 
 
 def _table_paragraphs(table: Table, text_field: str) -> Iterator[str]:
     """A table's text column, a record batch at a time (the table is never read whole)."""
-    kind = table.format(text_field=text_field)
-    if kind != "text":
-        raise UsageError(
-            f"prepare: {str(table.where)!r} holds {kind} data; shards hold text (instruction data trains from the "
-            "table itself: --data TABLE), or pass --text-field naming a text column"
-        )
     for _, text in table.texts(text_field):
         yield from split_documents(text)
 
 
-def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
+def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
     for item in items:
         chunk.append(item)
         if len(chunk) == size:
@@ -156,37 +214,53 @@ def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:
 
 
 # -- tokenizing, in a pool when it pays -----------------------------------------------------------
-_WORKER_TOKENIZER: Tokenizer | None = None  # set in each forked worker (inherited from the parent)
-_WORKER_DTYPE: np.dtype[Any] = TOKEN_DTYPES["uint32"]
+@dataclass(frozen=True)
+class _Encoding:
+    """How items become ids: the tokenizer, the shards' dtype, and the template examples render with
+    (None: the items are text paragraphs, trained everywhere, no mask)."""
 
-Encoded = tuple[np.ndarray, np.ndarray]
-"""A chunk's ids back to back (the shards' dtype) and each paragraph's token count: two buffers,
-which cross the pool's pipe as bytes (a list of Python ints pickles ~5x slower than tokenizing bytes)."""
-
-
-def _encode_with(tokenizer: Tokenizer, dtype: np.dtype[Any], paragraphs: Sequence[str]) -> Encoded:
-    ids = [tokenizer.encode(p) for p in paragraphs]
-    flat = np.fromiter((i for piece in ids for i in piece), dtype=dtype, count=sum(len(x) for x in ids))
-    return flat, np.array([len(x) for x in ids], dtype=np.int64)
+    tokenizer: Tokenizer
+    dtype: np.dtype[Any]
+    template: ChatTemplate | None = None
 
 
-def _encode_chunk(paragraphs: Sequence[str]) -> Encoded:
-    assert _WORKER_TOKENIZER is not None
-    return _encode_with(_WORKER_TOKENIZER, _WORKER_DTYPE, paragraphs)
+_WORKER: _Encoding | None = None  # set in the parent before the fork; each worker inherits it
+
+Encoded = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+"""A chunk's ids back to back (the shards' dtype), each item's token count, and (instruction data)
+its loss mask back to back (uint8, 1 = the token carries a loss): buffers, which cross the pool's pipe
+as bytes (a list of Python ints pickles ~5x slower than tokenizing bytes)."""
+
+
+def _encode_with(how: _Encoding, items: Sequence[Any]) -> Encoded:
+    if how.template is None:
+        ids = [how.tokenizer.encode(p) for p in items]
+        flat = np.fromiter((i for piece in ids for i in piece), dtype=how.dtype, count=sum(len(x) for x in ids))
+        return flat, np.array([len(x) for x in ids], dtype=np.int64), None
+    encoded = [encode_sample(how.tokenizer, item.render(how.template, completion_only=True)) for item in items]
+    lengths = np.array([len(e.ids) for e in encoded], dtype=np.int64)
+    if not encoded or not lengths.sum():
+        return np.zeros(0, how.dtype), lengths, np.zeros(0, MASK_DTYPE)
+    flat = np.concatenate([e.ids.numpy() for e in encoded]).astype(how.dtype)
+    mask = np.concatenate([(e.labels != IGNORE_INDEX).numpy() for e in encoded]).astype(MASK_DTYPE)
+    return flat, lengths, mask
+
+
+def _encode_chunk(items: Sequence[Any]) -> Encoded:
+    assert _WORKER is not None
+    return _encode_with(_WORKER, items)
 
 
 @contextlib.contextmanager
-def _encoder(
-    tokenizer: Tokenizer, dtype: np.dtype[Any], workers: int
-) -> Iterator[Callable[[Iterator[list[str]]], Iterator[Encoded]]]:
-    """chunks of paragraphs -> their ids, in order; `workers` > 1: a forked pool (the tokenizer is
-    inherited, not pickled), else this process."""
-    global _WORKER_TOKENIZER, _WORKER_DTYPE
+def _encoder(how: _Encoding, workers: int) -> Iterator[Callable[[Iterator[list[Any]]], Iterator[Encoded]]]:
+    """chunks of items -> their ids (and masks), in order; `workers` > 1: a forked pool (the tokenizer
+    and template are inherited, not pickled), else this process."""
+    global _WORKER
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        yield lambda chunks: (_encode_with(tokenizer, dtype, chunk) for chunk in chunks)
+        yield lambda chunks: (_encode_with(how, chunk) for chunk in chunks)
         return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # HF's own threads would fight the pool
-    _WORKER_TOKENIZER, _WORKER_DTYPE = tokenizer, dtype
+    _WORKER = how
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         yield lambda chunks: pool.imap(_encode_chunk, chunks)
 
@@ -209,15 +283,29 @@ def default_workers(src: str, tokenizer: Tokenizer) -> int:
 # -- writing ---------------------------------------------------------------------------------------
 class ShardWriter:
     """Appends documents to the open shard and closes it, atomically, past `shard_tokens`; keeps the
-    state file a rerun resumes from. Usable on its own (the benchmark writes synthetic ids with it)."""
+    state file a rerun resumes from. Usable on its own (the benchmark writes synthetic ids with it).
+    `content` chat or prompt-completion: every document comes with its loss mask (`add`), written as
+    `shard-NNNNN.mask.bin` beside the ids, and `template` (`template_identity`) goes in the index."""
 
-    def __init__(self, out: Path, *, identity: dict[str, Any], shard_tokens: int, source: dict[str, Any]):
+    def __init__(
+        self,
+        out: Path,
+        *,
+        identity: dict[str, Any],
+        shard_tokens: int,
+        source: dict[str, Any],
+        content: str = "text",
+        template: dict[str, str] | None = None,
+    ):
         self.out, self.identity, self.shard_tokens, self.source = out, identity, shard_tokens, source
+        self.content, self.template = content, template
+        self.masked = content != "text"
         self.dtype_name = token_dtype_for(identity["vocab_size"])
         self.dtype = TOKEN_DTYPES[self.dtype_name]
         self.done: list[dict[str, Any]] = []
-        self.paragraphs_done = 0  # paragraphs held by the finished shards
+        self.paragraphs_done = 0  # paragraphs (instruction data: examples) held by the finished shards
         self._parts: list[np.ndarray] = []
+        self._masks: list[np.ndarray] = []
         self._ends: list[int] = []
         self._size = 0
         self._open_paragraphs = 0
@@ -230,30 +318,42 @@ class ShardWriter:
         if not state_file.is_file():
             return
         state = json.loads(state_file.read_text(encoding="utf-8"))
-        mine = {"tokenizer": self.identity, "source": self.source, "shard_tokens": self.shard_tokens}
-        theirs = {k: state.get(k) for k in mine}
+        mine = {k: v for k, v in self._state().items() if k != "shards"}
+        theirs = {k: state.get(k, "text" if k == "content" else None) for k in mine}
         if theirs != mine:
             changed = ", ".join(k for k in mine if mine[k] != theirs[k])
             raise UsageError(
                 f"{self.out} holds an interrupted prepare of another {changed}; rerun it with the same "
-                "source, --tokenizer and --shard-tokens, or pass another OUT"
+                "source, --tokenizer, --chat-template and --shard-tokens, or pass another OUT"
             )
         for entry in state["shards"]:
-            f = self.out / entry["file"]
-            if not f.is_file() or f.stat().st_size != entry["tokens"] * self.dtype.itemsize:
+            sizes = [(entry["file"], self.dtype.itemsize)] + ([(entry["mask"], 1)] if self.masked else [])
+            if not all(_has_size(self.out / f, entry["tokens"] * width) for f, width in sizes):
                 break
             self.done.append(entry)
         self.paragraphs_done = sum(int(e["paragraphs"]) for e in self.done)
 
-    def add(self, ids: Sequence[int] | np.ndarray) -> None:
-        """One document (a paragraph's ids)."""
+    def add(self, ids: Sequence[int] | np.ndarray, mask: Sequence[int] | np.ndarray | None = None) -> None:
+        """One document (a paragraph's ids; an example's, with its mask: 1 where a token carries a loss)."""
         arr = np.asarray(ids, dtype=self.dtype)
+        if self.masked:
+            if mask is None or len(mask) != len(arr):
+                raise ValueError("a masked shard set needs one mask byte per token of every document")
+            self._masks.append(np.asarray(mask, dtype=MASK_DTYPE))
         self._parts.append(arr)
         self._size += len(arr)
         self._ends.append(self._size)
         self._open_paragraphs += 1
         if self._size >= self.shard_tokens:
             self.close_shard()
+
+    def add_chunk(self, flat: np.ndarray, lengths: np.ndarray, mask: np.ndarray | None = None) -> None:
+        """Documents back to back (`lengths[i]` tokens each; a masked set: their masks back to back too)."""
+        cuts = np.cumsum(lengths)[:-1]
+        pieces = np.split(flat, cuts) if len(lengths) else []
+        masks = np.split(mask, cuts) if mask is not None and len(lengths) else [None] * len(pieces)
+        for piece, piece_mask in zip(pieces, masks, strict=True):
+            self.add(piece, piece_mask)
 
     def close_shard(self) -> None:
         if not self._ends:
@@ -265,19 +365,23 @@ class ShardWriter:
             data.tofile(fh)
         with atomic_write(self.out / f"{name}.docs.npy") as fh:
             np.save(fh, np.asarray(self._ends, dtype=np.uint64))
-        self.done.append(
-            {
-                "file": f"{name}.bin",
-                "docs": f"{name}.docs.npy",
-                "tokens": len(data),
-                "documents": len(self._ends),
-                "paragraphs": self._open_paragraphs,
-                "max_id": int(data.max()) if len(data) else 0,
-                "sha256": digest,
-            }
-        )
+        entry = {
+            "file": f"{name}.bin",
+            "docs": f"{name}.docs.npy",
+            "tokens": len(data),
+            "documents": len(self._ends),
+            "paragraphs": self._open_paragraphs,
+            "max_id": int(data.max()) if len(data) else 0,
+            "sha256": digest,
+        }
+        if self.masked:
+            mask = np.concatenate(self._masks) if self._masks else np.zeros(0, MASK_DTYPE)
+            with atomic_write(self.out / f"{name}.mask.bin") as fh:
+                mask.tofile(fh)
+            entry.update(mask=f"{name}.mask.bin", trained=int(mask.sum(dtype=np.int64)))
+        self.done.append(entry)
         self.paragraphs_done += self._open_paragraphs
-        self._parts, self._ends, self._size, self._open_paragraphs = [], [], 0, 0
+        self._parts, self._masks, self._ends, self._size, self._open_paragraphs = [], [], [], 0, 0
         write_json_atomic(self.out / STATE_FILE, self._state())
         fsync_dir(self.out)
 
@@ -286,6 +390,8 @@ class ShardWriter:
             "tokenizer": self.identity,
             "source": self.source,
             "shard_tokens": self.shard_tokens,
+            "content": self.content,
+            "chat_template": self.template,
             "shards": self.done,
         }
 
@@ -299,6 +405,8 @@ class ShardWriter:
             "dtype": self.dtype_name,
             "tokenizer": self.identity,
             "source": self.source,
+            "content": self.content,
+            **({"mask": "completion", "chat_template": self.template} if self.masked else {}),
             "tokens": sum(e["tokens"] for e in self.done),
             "documents": sum(e["documents"] for e in self.done),
             "shards": self.done,
@@ -307,6 +415,10 @@ class ShardWriter:
         remove_quietly(self.out / STATE_FILE)
         fsync_dir(self.out)
         return index
+
+
+def _has_size(path: Path, size: int) -> bool:
+    return path.is_file() and path.stat().st_size == size
 
 
 def open_out(out: str | Path) -> Path:
@@ -336,27 +448,35 @@ def prepare(
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     workers: int | None = None,
     text_field: str = "text",
+    chat_template: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> PrepareSummary:
-    """Tokenize `src` into shards in `out` (module docstring); `progress(paragraphs, tokens)` after
-    each chunk. Resumes an interrupted prepare in `out`."""
+    """Tokenize `src` into shards in `out` (module docstring); `chat_template`: `--chat-template`'s
+    file for chat data (else the tokenizer's own, else the built-in one); `progress(items, tokens)`
+    after each chunk. Resumes an interrupted prepare in `out`."""
     if shard_tokens < 1:
         raise UsageError(f"--shard-tokens must be >= 1, got {shard_tokens}")
     began = time.perf_counter()
-    identity = tokenizer_identity(tokenizer)
+    identity, source = tokenizer_identity(tokenizer), source_identity(src)  # a missing source said first
+    kind = source_format(src, text_field=text_field)
+    template = chat_template_for(tokenizer, chat_template) if kind != "text" else None
     out_dir = open_out(out)
-    writer = ShardWriter(out_dir, identity=identity, shard_tokens=shard_tokens, source=source_identity(src))
+    writer = ShardWriter(
+        out_dir,
+        identity=identity,
+        shard_tokens=shard_tokens,
+        source=source,
+        content=kind,
+        template=template_identity(template) if template is not None else None,
+    )
     writer.resume()
     resumed, skip = len(writer.done), writer.paragraphs_done
     workers = default_workers(src, tokenizer) if workers is None else max(1, workers)
-    paragraphs = iter_paragraphs(src, text_field=text_field)
-    for _ in zip(range(skip), paragraphs, strict=False):  # held by finished shards: split, not tokenized
-        pass
+    items = itertools.islice(iter_items(src, kind=kind, text_field=text_field), skip, None)  # past finished shards
     seen, written = skip, 0
-    with _encoder(tokenizer, writer.dtype, workers) as encode:
-        for flat, lengths in encode(_chunks(paragraphs, CHUNK_PARAGRAPHS)):
-            for piece in np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else ():
-                writer.add(piece)
+    with _encoder(_Encoding(tokenizer, writer.dtype, template), workers) as encode:
+        for flat, lengths, mask in encode(_chunks(items, CHUNK_PARAGRAPHS)):
+            writer.add_chunk(flat, lengths, mask)
             written += len(flat)
             seen += len(lengths)
             if progress is not None:
@@ -368,12 +488,14 @@ def prepare(
         source=writer.source["path"],
         tokenizer=identity,
         dtype=index["dtype"],
+        content=kind,
         shards=len(index["shards"]),
         documents=index["documents"],
         tokens=index["tokens"],
         resumed_shards=resumed,
+        trained_tokens=sum(int(e.get("trained", e["tokens"])) for e in index["shards"]),
         workers=workers,
         seconds=round(seconds, 3),
         tokens_per_s=round(written / seconds, 1) if seconds > 0 else 0.0,
-        files=[INDEX_FILE, *(f for e in index["shards"] for f in (e["file"], e["docs"]))],
+        files=[INDEX_FILE, *(e[k] for e in index["shards"] for k in ("file", "docs", "mask") if k in e)],
     )

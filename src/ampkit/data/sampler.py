@@ -126,18 +126,18 @@ class BatchSampler:
     ) -> None:
         """`units`: token lists, cut into units here (`make_labeled_units`, with `labels` and
         `truncate`: one label list per token list, None where every token carries a loss), or a
-        `ShardWindows`, units already cut and read from the shards' memory map one at a time (trained
-        everywhere: its labels are its units)."""
+        `ShardWindows`, units already cut and read from the shards' memory map one at a time, with
+        its own labels (its units where every token carries a loss; instruction shards' masks)."""
         _check_positive("batch_size", batch_size)
         _check_positive("seq_len", seq_len)
         if strategy not in BATCHING_STRATEGIES:
             known = ", ".join(BATCHING_STRATEGIES)
             raise UsageError(f"unknown batching strategy {strategy!r}; choose one of: {known}")
         self.units: Sequence[torch.Tensor] | ShardWindows
-        self.labels: Sequence[torch.Tensor] | ShardWindows
+        self.labels: Sequence[torch.Tensor] | ShardWindows | Any
         if isinstance(units, ShardWindows):
-            self.units = self.labels = units  # the same object: collate reads each window once
-            self.num_tokens = self.num_trained = units.num_tokens
+            self.units, self.labels = units, units.labels  # unmasked: the same object, each window read once
+            self.num_tokens, self.num_trained = units.num_tokens, units.num_trained
             self._length = units.length
         else:
             self.units, self.labels = make_labeled_units(units, labels, seq_len=seq_len, truncate=truncate)
@@ -232,6 +232,8 @@ class BatchSampler:
 
     def _trained(self, index: int) -> int:
         """Targets with a loss in unit `index` (all of them when it is its own labels)."""
+        if isinstance(self.units, ShardWindows):
+            return self.units.trained(index)  # from its document table: no reads
         if self.labels is self.units or self.labels[index] is self.units[index]:
             return self._length(index) - 1
         return int((self.labels[index][1:] != IGNORE_INDEX).sum())
@@ -369,8 +371,7 @@ def build_data(
     (the last one may be smaller), capped at `max_val_batches`. They are always padded, whatever
     `strategy`: the held-out set and its per-token loss are then identical across strategies (packing
     a fixed count of batches would cover more paragraphs and change what "held-out loss" measures).
-    Instruction examples are truncated to seq_len + 1 tokens, not windowed (`make_labeled_units`).
-    """
+    Instruction examples are truncated to seq_len + 1 tokens, not windowed (`make_labeled_units`)."""
     _check_positive("max_val_batches", max_val_batches)
     if isinstance(corpus, ShardSet):
         return build_shard_data(
@@ -384,6 +385,7 @@ def build_data(
             strategy=strategy,
             dedup=dedup,
             train_on=train_on,
+            template=template,
         )
     encoded, kept, stats = _encoded_and_deduped(corpus, tokenizer, template=template, train_on=train_on, dedup=dedup)
     truncate = corpus.format != "text"  # instruction examples: cut at seq_len + 1, named when too few
@@ -454,28 +456,34 @@ def build_shard_data(
     strategy: str = "pad",
     dedup: str = "none",
     train_on: str = "auto",
+    template: ChatTemplate | None = None,
 ) -> TrainData:
-    """`build_data` on token shards: the documents split as paragraphs are (`split_documents`, the
-    same seeded choice), the train stream's units read from the memory map (`ShardWindows`), the
-    held-out batches collated once. A tokenizer other than the shards' is refused; so are dedup
-    (it needs the text: deduplicate before preparing) and --train-on completion (shards are text)."""
+    """`build_data` on token shards: the documents split as paragraphs (or examples) are
+    (`split_documents`, the same seeded choice), the train stream's units read from the memory map
+    (`ShardWindows`, instruction shards' masks applied under `train_on` completion/auto), the held-out
+    batches collated once. A tokenizer (or a given `template`) other than the shards' is refused; so
+    are dedup (it needs the text: deduplicate before preparing) and --train-on completion on text."""
     shards.check_tokenizer(tokenizer)
+    shards.check_template(template)
     if dedup != "none":
         raise UsageError(
             f"--dedup {dedup} needs the text, and {shards.path} holds token shards; "
             "deduplicate the source before preparing it"
         )
-    if train_on == "completion":
-        raise UsageError(
-            f"--train-on completion needs instruction data, and {shards.path} holds text shards; "
-            "drop it or pass --train-on all"
-        )
     train_docs, val_docs = split_documents(shards.num_documents, val_fraction=val_fraction, seed=seed)
-    windows = ShardWindows(shards, train_docs, seq_len=seq_len, vocab_size=tokenizer.vocab_size)
+
+    def cut(docs: np.ndarray) -> ShardWindows:
+        return ShardWindows(shards, docs, seq_len=seq_len, vocab_size=tokenizer.vocab_size, train_on=train_on)
+
+    windows = cut(train_docs)
+    if shards.content != "text" and not windows.num_trained:
+        _require_a_trained_target(shards.name, [], seq_len=seq_len)  # as in memory: all answers cut away
     train = BatchSampler(windows, batch_size=batch_size, seq_len=seq_len, seed=seed, strategy=strategy, pad_id=0)
-    val = ShardWindows(shards, val_docs, seq_len=seq_len, vocab_size=tokenizer.vocab_size)
-    val_units = [val[i] for i in range(min(len(val), batch_size * max_val_batches))]
-    val_batches = held_out_batches(val_units, None, batch_size=batch_size, max_batches=max_val_batches)
+    val = cut(val_docs)
+    held = range(min(len(val), batch_size * max_val_batches))
+    val_units = [val[i] for i in held]
+    val_labels = None if val.labels is val else [val.labels[i] for i in held]
+    val_batches = held_out_batches(val_units, val_labels, batch_size=batch_size, max_batches=max_val_batches)
     nothing_removed = DedupStats(
         mode="none",
         level="document",

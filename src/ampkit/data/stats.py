@@ -102,9 +102,7 @@ def data_stats(
     check_dedup_mode(dedup)
     data = load_data(path, text_field=text_field)
     if isinstance(data, ShardSet):
-        if dedup != "none":
-            raise UsageError(f"--dedup {dedup} needs the text, and {path} holds token shards")
-        source = _shard_source(data, seq_len)
+        source = _shard_source(data, tokenizer, seq_len, train_on, chat_template=chat_template, dedup=dedup)
     else:
         source = _memory_source(data, tokenizer, train_on, chat_template=chat_template, dedup=dedup)
     samplers = {
@@ -173,8 +171,16 @@ def _memory_source(data: Any, tokenizer: Tokenizer, train_on: str, *, chat_templ
     )
 
 
-def _shard_source(shards: ShardSet, seq_len: int) -> _Source:
-    """Every document of the set; duplicates by the SHA-256 of their ids (the set is read once)."""
+def _shard_source(
+    shards: ShardSet, tokenizer: Tokenizer, seq_len: int, train_on: str, *, chat_template: str | None, dedup: str
+) -> _Source:
+    """Every document of the set (instruction shards: masked per `train_on`, as `--data` reads them);
+    duplicates by the SHA-256 of their ids (the set is read once). Refused: dedup (it needs the text)
+    and a `chat_template` other than the one instruction shards were rendered with."""
+    if dedup != "none":
+        raise UsageError(f"--dedup {dedup} needs the text, and {shards.path} holds token shards")
+    if chat_template is not None:
+        shards.check_template(chat_template_for(tokenizer, chat_template))
     lengths = shards.doc_end - shards.doc_start
     seen: set[bytes] = set()
     removed_docs = removed_tokens = 0
@@ -184,7 +190,8 @@ def _shard_source(shards: ShardSet, seq_len: int) -> _Source:
             removed_docs, removed_tokens = removed_docs + 1, removed_tokens + int(lengths[doc])
         seen.add(key)
     docs = np.arange(shards.num_documents, dtype=np.int64)
-    windows = ShardWindows(shards, docs, seq_len=seq_len, vocab_size=int(shards.tokenizer["vocab_size"]))
+    vocab = int(shards.tokenizer["vocab_size"])
+    windows = ShardWindows(shards, docs, seq_len=seq_len, vocab_size=vocab, train_on=train_on)
     total = int(lengths.sum())
     return _Source(
         lengths=lengths,

@@ -8,6 +8,14 @@ Found by suffix and layout (`is_table`):
                                     file's first bytes ("ARROW1" opens the file format)
     DIR with state.json             a saved `datasets.Dataset`: its `_data_files` (Arrow streams), in order
     DIR with dataset_dict.json      a saved `DatasetDict`: its "train" split (else its only one)
+    DIR of .parquet (or .arrow)     a folder of table files, read in sorted order as one table: its own
+                                    files, else those one level down (the Hugging Face hub's
+                                    DIR/data/train-00000-of-00004.parquet); of several splits (by the
+                                    hub's NAME-NNNNN-of-NNNNN names, a file or subfolder called train,
+                                    test, validation...) "train"; every file's columns checked alike
+A folder with dataset_info.json, state.json or dataset_dict.json is a saved dataset, never a folder of
+files (its .arrow files are read through state.json); a folder without table files is text
+(`ampkit.data.corpus`).
 A table's format is its columns', as a .jsonl's is its records' keys (`ampkit.data.instructions`):
 `messages` -> chat; `prompt` and `completion` -> prompt-completion; the `--text-field` column -> text.
 Rows are counted from 0 (as `dataset[i]` and `df.iloc[i]` count them) across all of a dataset's files;
@@ -23,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +44,10 @@ ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
 TABLE_SUFFIXES = PARQUET_SUFFIXES + ARROW_SUFFIXES
 DATASET_STATE = "state.json"  # a saved `datasets.Dataset`
 DATASET_DICT = "dataset_dict.json"  # a saved `datasets.DatasetDict`
+DATASET_INFO = "dataset_info.json"  # written by save_to_disk beside state.json
+SPLIT_NAMES = ("train", "validation", "valid", "val", "test", "dev", "eval")
+"""File stems and folder names read as a split's name (the hub's layouts: train.parquet, train/...)."""
+_HUB_SHARD = re.compile(r"(?P<split>.+?)-\d+-of-\d+(?:-.*)?$")  # train-00000-of-00004(-hash).parquet
 EXTRA = "pip install 'ampkit[data]'"
 _ARROW_FILE_MAGIC = b"ARROW1"
 _BATCH_ROWS = 8192  # rows a Parquet record batch holds (pyarrow's streaming unit)
@@ -44,8 +57,26 @@ def is_table(path: str | os.PathLike[str]) -> bool:
     """A Parquet/Arrow file by its suffix, or a folder `datasets` saved."""
     p = Path(path)
     if p.is_dir():
-        return (p / DATASET_STATE).is_file() or (p / DATASET_DICT).is_file()
+        return _is_saved_dataset(p) or bool(folder_table_files(p))
     return p.suffix.lower() in TABLE_SUFFIXES
+
+
+def _is_saved_dataset(p: Path) -> bool:
+    return any((p / name).is_file() for name in (DATASET_STATE, DATASET_DICT, DATASET_INFO))
+
+
+def folder_table_files(root: Path) -> list[Path]:
+    """A folder's Parquet/Arrow files: its own, else its subfolders' (one level down), by relative path;
+    hidden files and folders skipped."""
+
+    def tables(folder: Path) -> list[Path]:
+        return [f for f in folder.iterdir() if f.suffix.lower() in TABLE_SUFFIXES and f.is_file() and f.name[0] != "."]
+
+    own = tables(root)
+    if own:
+        return sorted(own)
+    nested = [f for d in root.iterdir() if d.is_dir() and d.name[0] != "." for f in tables(d)]
+    return sorted(nested, key=lambda f: f.relative_to(root).as_posix())
 
 
 def _pyarrow(path: Path) -> Any:
@@ -67,14 +98,14 @@ class Table:
     files: tuple[Path, ...]
     """The data files, in row order (one, except for a saved dataset of several shards)."""
     kind: str
-    """"parquet", "arrow" or "hf-dataset" (a folder `datasets.save_to_disk` wrote)."""
+    """"parquet", "arrow" (a file, or a folder of them) or "hf-dataset" (a folder `save_to_disk` wrote)."""
     split: str | None = None
-    """The split read from a saved `DatasetDict`; None otherwise."""
+    """The split read from a saved `DatasetDict` or a folder of several splits' files; None otherwise."""
 
     @property
     def where(self) -> Path:
         """The folder or file the rows are in, for messages (a `DatasetDict`'s split folder)."""
-        return self.path / self.split if self.split else self.path
+        return self.path / self.split if self.split and self.kind == "hf-dataset" else self.path
 
     @property
     def name(self) -> str:
@@ -185,6 +216,8 @@ def open_table(path: str | os.PathLike[str]) -> Table:
     if not p.exists():
         raise UsageError(f"table {str(p)!r} does not exist; pass a .parquet/.arrow file or a saved dataset's folder")
     _pyarrow(p)  # a missing pyarrow is said before anything else
+    if p.is_dir() and not _is_saved_dataset(p) and folder_table_files(p):
+        return _table_folder(p)
     if p.is_dir():
         return _saved_dataset(p)
     kind = "parquet" if p.suffix.lower() in PARQUET_SUFFIXES else "arrow"
@@ -217,6 +250,65 @@ def _saved_dataset(root: Path, split: str | None = None) -> Table:
             raise UsageError(f"{str(state_file)!r} names the data file {name!r}, which is missing from {str(root)!r}")
         files.append(root / name)
     return Table(path=root, files=tuple(files), kind="hf-dataset", split=split)
+
+
+def _table_folder(root: Path) -> Table:
+    """A folder of Parquet (or Arrow) files as one table: the "train" split's files where there are
+    several splits, in sorted order, each file's columns checked against the first's."""
+    files = folder_table_files(root)
+    kinds = {"parquet" if f.suffix.lower() in PARQUET_SUFFIXES else "arrow" for f in files}
+    if len(kinds) > 1:
+        raise UsageError(f"{str(root)!r} holds both Parquet and Arrow files; pass a folder of one kind (or one file)")
+    splits: dict[str | None, list[Path]] = {}
+    for f in files:
+        splits.setdefault(_split_of(root, f), []).append(f)
+    chosen = next(iter(splits)) if len(splits) == 1 else "train" if "train" in splits else None
+    if chosen is None and len(splits) > 1:
+        names = ", ".join(sorted(str(s) for s in splits))
+        raise UsageError(
+            f"{str(root)!r} holds the splits {names} and no 'train'; pass one file, or a folder of one split's files"
+        )
+    table = Table(path=root, files=tuple(splits[chosen]), kind=kinds.pop(), split=chosen if len(splits) > 1 else None)
+    _check_same_columns(table)
+    return table
+
+
+def _split_of(root: Path, f: Path) -> str | None:
+    """The split a folder's file belongs to: the hub's NAME-NNNNN-of-NNNNN, a stem or subfolder that
+    names a split, else the subfolder (one split a folder), else None (the folder is one split)."""
+    hub = _HUB_SHARD.match(f.stem)
+    if hub:
+        return hub["split"]
+    if f.stem.lower() in SPLIT_NAMES:
+        return f.stem.lower()
+    parts = f.relative_to(root).parts
+    return parts[0] if len(parts) > 1 else None
+
+
+def _check_same_columns(table: Table) -> None:
+    """Every file's columns and their types are the first file's (string and large_string alike)."""
+    pa = _pyarrow(table.path)
+
+    def columns(f: Path) -> dict[str, str]:
+        schema = table._schema(pa, f)
+        return {
+            name: str(schema.field(name).type).replace("large_", "").replace("string_view", "string")
+            for name in schema.names
+        }
+
+    first = columns(table.files[0])
+    for f in table.files[1:]:
+        mine = columns(f)
+        if mine != first:
+            diff = [
+                f"{name} ({mine.get(name, 'missing')} vs {first.get(name, 'missing')})"
+                for name in sorted(set(mine) | set(first))
+                if mine.get(name) != first.get(name)
+            ]
+            raise UsageError(
+                f"{str(f)!r} has other columns than {str(table.files[0])!r}: {', '.join(diff)}; a folder is read as "
+                "one table, so give every file the same columns"
+            )
 
 
 def _read_json(path: Path) -> dict[str, Any]:

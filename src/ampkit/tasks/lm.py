@@ -180,7 +180,8 @@ class LanguageModelTask(LMObjective):
     @property
     def chat_template(self) -> ChatTemplate | None:
         """The template instruction data is rendered with (None for a text corpus: nothing to render)."""
-        if self._template is None and isinstance(self.corpus, InstructionSet):
+        instruction_shards = getattr(self.corpus, "content", "text") != "text"  # shards keep their rendering's identity
+        if self._template is None and (isinstance(self.corpus, InstructionSet) or instruction_shards):
             self._template = chat_template_for(self.tokenizer, self.chat_template_path or None)
         return self._template
 
