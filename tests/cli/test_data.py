@@ -143,3 +143,6 @@ def test_chat_data_prepared_with_its_masks_trains_from_its_shards(tmp_path, run_
     other.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
     code, _, err = run_cli("data", "stats", str(out), "--seq-len", "128", "--chat-template", str(other))
     assert code == 2 and err.count("\n") == 1 and "prepare it again with this run's --chat-template" in err
+    argv += ["--chat-template", str(other), "--out", str(tmp_path / "r2")]
+    code, _, err = run_cli("train", *argv)  # train checks the template against the shards' too
+    assert code == 2 and err.count("\n") == 1 and "prepare it again with this run's --chat-template" in err
