@@ -50,9 +50,11 @@ class BenchConfig:
         default="",
         metadata={
             "help": f"comma-separated precisions to compare, of {precision_names_help()} "
-            "('' = every one this device supports); fp32 is always added"
+            "('' = every one this device supports); fp32 is always added; +OPTIMIZER and @PATTERN=REGIME "
+            "(a module override, e.g. bf16-mixed@vision=fp32) make candidates of them, docs/bench.md"
         },
     )
+    keep_fp32: str = options.keep_fp32_field(note="in every candidate")
     device: str = options.device_field()
     budget_s: float = field(
         default=12.0,
