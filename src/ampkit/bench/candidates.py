@@ -65,7 +65,9 @@ def canonical_candidate(text: str) -> str:
         )
     items = [p.strip() for p in tail.split(OVERRIDE)]
     if not all(items):
-        raise UsageError(f"{text.strip()!r}: each {OVERRIDE} needs PATTERN=REGIME after it, e.g. bf16-mixed@vision=fp32")
+        raise UsageError(
+            f"{text.strip()!r}: each {OVERRIDE} needs PATTERN=REGIME after it, e.g. bf16-mixed@vision=fp32"
+        )
     written = [item if "=" in item else f"{item}=fp32" for item in items]
     overrides = ModuleOverrides.parse(OVERRIDE.join(written), separator=OVERRIDE)
     return name + "".join(f"{OVERRIDE}{o}" for o in overrides.items)

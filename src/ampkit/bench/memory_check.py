@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ampkit.bench.candidates import split_candidate
+from ampkit.bench.candidates import candidate_overrides, split_candidate
 from ampkit.errors import UsageError
 from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.describe.vlm import VLMDescription
@@ -35,6 +35,7 @@ from ampkit.plan.fit_check import (
     vocab_size_for,
 )
 from ampkit.plan.setting import FRAGMENTATION, NO_RESERVE, Reserve, StepSetting
+from ampkit.precision import ModuleOverrides
 from ampkit.tasks.image_text import ImageTextTask
 from ampkit.tasks.lm import LanguageModelTask
 
@@ -64,6 +65,7 @@ def check_bench_fits(config: BenchConfig, precisions: list[str], *, device: torc
             vocab_size=vocab_size_for(config.model.model),
             command="bench",
             lora=config.lora,  # a LoRA bench: the LoRA ledger (frozen base, adapters' states only)
+            overrides=candidate_overrides(name) + ModuleOverrides.keep_fp32(config.keep_fp32),
         )
         if estimate is not None:
             found.append(estimate)

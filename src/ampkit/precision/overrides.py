@@ -160,9 +160,9 @@ def resolve_pattern(model: nn.Module, pattern: str) -> tuple[str, ...]:
     if pattern in PART_NAMES:
         from ampkit.models.hf_vlm import find_parts
 
-        roots = find_parts(model).roots.get(pattern, ())
-        if roots:
-            return roots
+        parts = find_parts(model).roots
+        if parts.get("vision") and parts.get(pattern):  # a VLM: a causal LM's lm_head is no "language" part
+            return parts[pattern]
     if _GLOB & set(pattern):
         matched = [n for n in modules if fnmatch.fnmatchcase(n, pattern)]
         outer = tuple(n for n in matched if not any(n.startswith(m + ".") for m in matched))

@@ -151,6 +151,7 @@ def check_train_fits(config: TrainConfig, *, device: torch.device) -> FitEstimat
         vocab_size=vocab_size_for(config.model.model),
         command="train",
         lora=config.lora,
+        overrides=config.overrides,  # --keep-fp32 / --module-precision: those weights in their regime's dtype
     )
 
 
