@@ -142,12 +142,13 @@ class ModuleOverrides:
         return model
 
     def parameters_by_dtype(self, model: nn.Module) -> dict[str, torch.dtype]:
-        """Parameter name -> the dtype an override stores it in (only overridden parameters)."""
+        """Parameter name -> the dtype an override stores it in (only overridden parameters; a tied
+        weight once, under its first name in `model.named_parameters()`)."""
+        first = {id(p): name for name, p in model.named_parameters()}
         out: dict[str, torch.dtype] = {}
         for path, override in self.resolve(model).items():
-            prefix = f"{path}." if path else ""
-            for name, _ in model.get_submodule(path).named_parameters():
-                out[prefix + name] = override.dtype
+            for param in model.get_submodule(path).parameters():
+                out[first[id(param)]] = override.dtype
         return out
 
 
