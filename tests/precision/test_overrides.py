@@ -167,9 +167,8 @@ def test_the_low_bit_converters_leave_an_islands_linears_unconverted():
 
 def test_a_vlm_part_name_resolves_as_freeze_finds_the_part(tmp_path):
     pytest.importorskip("transformers")
-    from vlm_fixtures import save_tiny_vlm
-
     from ampkit.models.hf_vlm import build_hf_vlm
+    from vlm_fixtures import save_tiny_vlm
 
     model = build_hf_vlm(f"hf:{save_tiny_vlm(tmp_path / 'llava', 'llava')}", device="meta")
     vision = resolve_pattern(model, "vision")
