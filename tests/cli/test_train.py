@@ -114,3 +114,17 @@ def test_a_bad_module_pattern_is_one_line_and_exit_2(tmp_path, capsys, flags, wo
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert word in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_module_overrides_with_lora_are_refused_in_one_line():
+    from ampkit.bench.config import BenchConfig
+    from ampkit.lora import LoraSettings
+    from ampkit.plan.config import PlanConfig
+    from ampkit.train.config import TrainConfig
+
+    with pytest.raises(UsageError, match="do not combine with --lora yet"):
+        TrainConfig.of(keep_fp32="blocks.0", lora=8)
+    with pytest.raises(UsageError, match="do not combine with --lora yet"):
+        BenchConfig.of(precisions="bf16-mixed@blocks.0", lora=8)
+    with pytest.raises(UsageError, match="not with --lora yet"):
+        PlanConfig(model="tiny", keep_fp32="blocks.0", lora=LoraSettings(lora=8))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ampkit import options
-from ampkit.bench.candidates import canonical_candidate, split_candidate
+from ampkit.bench.candidates import candidate_overrides, canonical_candidate, split_candidate
 from ampkit.bench.inference import InferenceSettings
 from ampkit.config import build_config
 from ampkit.errors import UsageError
@@ -129,7 +129,9 @@ class BenchConfig:
             raise UsageError(f"--fidelity-threshold must be in (0, 1], got {self.fidelity_threshold}")
         if not 0 <= self.tie_tolerance < 1:
             raise UsageError(f"--tie-tolerance must be in [0, 1), got {self.tie_tolerance}")
-        parse_precisions(self.precisions)  # unknown names are refused now, before any device work
+        names = parse_precisions(self.precisions)  # unknown names are refused now, before any device work
+        if self.lora.enabled and (self.keep_fp32 or any(candidate_overrides(n) for n in names)):
+            raise UsageError("module overrides (--keep-fp32, @PATTERN=REGIME) do not combine with --lora yet")
 
     @classmethod
     def of(cls, **settings: Any) -> BenchConfig:

@@ -148,7 +148,11 @@ class PlanConfig:
         if self.seq_len < 0:
             raise UsageError(f"--seq-len must be a positive integer (0: the default), got {self.seq_len}")
         parse_precisions(self.precisions)
-        self.overrides  # noqa: B018 (--module-precision's syntax and regimes, checked now)
+        if self.overrides and (self.task or self.lora.enabled):  # their ledgers have no per-module dtype yet
+            other = "--task" if self.task else "--lora"
+            raise UsageError(
+                f"--keep-fp32/--module-precision are planned for a model's own ledger, not with {other} yet"
+            )
         for name in self.optimizer_list():
             check_optimizer(name)
         for mode in self.checkpointing_list():

@@ -114,7 +114,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "precision", canonical_name(self.precision))
-        self.overrides  # noqa: B018 (--module-precision's syntax and regimes, checked before anything is built)
+        if self.overrides and self.lora.enabled:  # --module-precision's syntax is checked by `overrides` too
+            raise UsageError(
+                "--keep-fp32/--module-precision do not combine with --lora yet: the adapted model's module paths "
+                "are peft's; keep the base in its --base-dtype"
+            )
         positive = {"steps": self.steps, "grad_accum": self.grad_accum}
         positive |= {"batch_size": self.data.batch_size, "seq_len": self.data.seq_len}  # bench's 0 = auto: not here
         for name, value in positive.items():
