@@ -180,3 +180,33 @@ def test_a_vlm_part_name_resolves_as_freeze_finds_the_part(tmp_path):
     policy.convert_module(model)  # on the meta device: casts, no memory
     assert {p.dtype for n, p in model.named_parameters() if n in in_part} == {torch.float32}
     assert model.hf.lm_head.weight.dtype == torch.bfloat16
+
+
+def test_a_subtree_in_the_dtype_the_loss_scaler_guards_is_refused_in_one_line():
+    with pytest.raises(UsageError, match="cannot unscale gradients stored in fp16-true's dtype"):
+        build_precision("fp16-mixed", device_type="cpu", overrides=ModuleOverrides.parse("head=fp16-true"))
+    build_precision("fp16-mixed", device_type="cpu", overrides=ModuleOverrides.parse("head=bf16-true"))  # fine
+
+
+STEPPED = ["fp32", "bf16-mixed", "fp16-mixed", "bf16-true", "fp16-true"]
+
+
+@pytest.mark.parametrize(
+    ("precision", "regime"),
+    [(p, r) for p in STEPPED for r in REGIMES if (p, r) != ("fp16-mixed", "fp16-true")],  # that one: refused
+)
+def test_every_precision_and_regime_take_a_full_step(precision, regime):
+    """scale -> backward -> unscale -> step with a subtree in each regime."""
+    policy = build_precision(precision, device_type="cpu", overrides=ModuleOverrides.parse(f"blocks.1={regime}"))
+    with policy.init_context():
+        model = Net()
+    model = policy.convert_module(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    before = model.blocks[1].mlp[0].weight.detach().clone()
+    with policy.forward_context():
+        out = model(policy.convert_input(torch.randn(2, 8)))
+    policy.backward(out.float().pow(2).mean())
+    policy.unscale_gradients(optimizer)
+    assert policy.optimizer_step(optimizer)
+    assert model.blocks[1].mlp[0].weight.dtype == SPECS[regime].param_dtype
+    assert not torch.equal(model.blocks[1].mlp[0].weight, before)  # the subtree trains

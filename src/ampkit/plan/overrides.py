@@ -27,8 +27,6 @@ from ampkit.plan.setting import Ledger
 from ampkit.precision import ModuleOverrides
 from ampkit.precision.overrides import PART_NAMES
 
-_BYTES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}  # the regimes' storage dtypes (REGIMES)
-
 
 def meta_model(desc: ModelDescription) -> nn.Module | None:
     """`desc`'s causal LM on the meta device (no memory), or None where ampkit builds none for it."""
@@ -63,7 +61,7 @@ def kept_parameters(desc: ModelDescription, overrides: ModuleOverrides) -> dict[
 def weights_delta(kept: dict[torch.dtype, int], precision: str, *, shards: int = 1) -> int:
     """Bytes the overridden weights add to the step's "parameters" line (negative: they save)."""
     param_bytes = get_numerics(precision).param_bytes
-    return sum(n * (_BYTES[dtype] - param_bytes) for dtype, n in kept.items()) // max(1, shards)
+    return sum(n * (dtype.itemsize - param_bytes) for dtype, n in kept.items()) // max(1, shards)
 
 
 def adjust_weights(ledger: Ledger, kept: dict[torch.dtype, int]) -> Ledger:

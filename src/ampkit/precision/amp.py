@@ -78,6 +78,12 @@ class AutocastPrecision(Precision):
         overrides: ModuleOverrides | None = None,
     ):
         super().__init__(spec, device_type=device_type, overrides=overrides)
+        scaled = [o for o in self.overrides.items if spec.loss_scaling and o.dtype == spec.compute_dtype]
+        if scaled:  # torch's GradScaler refuses to unscale gradients stored in the dtype it guards
+            raise UsageError(
+                f"{spec.name} with {scaled[0]}: the loss scaler cannot unscale gradients stored in "
+                f"{scaled[0].regime}'s dtype; keep that subtree in fp32 or bf16-true"
+            )
         self.scaler_config = scaler or ScalerConfig()
         cfg = self.scaler_config
         self.scaler = HysteresisGradScaler(
