@@ -89,6 +89,8 @@ def test_train_keep_fp32_runs_and_its_summary_records_the_override(tmp_path, cap
     out = tmp_path / "run"
     argv = ["train", "--precision", "bf16-mixed", "--keep-fp32", "blocks.*.mlp,norm", "--steps", "2"]
     assert main([*argv, "--seq-len", "16", "--batch-size", "2", "--eval-batches", "1", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    printed = captured.out + captured.err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["config"]["keep_fp32"] == "blocks.*.mlp,norm"
     recorded = summary["throughput"]["module_precision"]
@@ -97,6 +99,7 @@ def test_train_keep_fp32_runs_and_its_summary_records_the_override(tmp_path, cap
     assert modules["norm"] == "fp32" and {k for k in modules if k != "norm"} == {
         f"blocks.{i}.mlp" for i in range(len(modules) - 1)
     }
+    assert "module precision: fp32: blocks.0.mlp, blocks.1.mlp" in printed  # the console says what was kept
 
 
 @pytest.mark.parametrize(

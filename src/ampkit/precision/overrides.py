@@ -152,6 +152,19 @@ class ModuleOverrides:
         return out
 
 
+def applied_note(applied: dict[str, str], *, limit: int = 3) -> str:
+    """One console line for what a policy applied (path -> regime): "module precision: fp32: blocks.0.mlp,
+    blocks.1.mlp and 2 more"; the first `limit` paths of each regime named, the rest counted."""
+    by_regime: dict[str, list[str]] = {}
+    for path, regime in applied.items():
+        by_regime.setdefault(regime, []).append(path)
+    parts = []
+    for regime, paths in by_regime.items():
+        more = len(paths) - limit
+        parts.append(f"{regime}: {', '.join(paths[:limit])}" + (f" and {more} more" if more > 0 else ""))
+    return "module precision: " + "; ".join(parts)
+
+
 def resolve_pattern(model: nn.Module, pattern: str) -> tuple[str, ...]:
     """The module paths `pattern` names (module docstring): an exact path, else a part name, else a
     glob (the outermost matches)."""
