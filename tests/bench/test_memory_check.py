@@ -110,11 +110,10 @@ def test_the_predicted_peak_counts_a_candidates_module_overrides(tmp_path):
 
 def test_a_vlm_candidates_kept_part_is_predicted_in_its_precision(tmp_path):
     pytest.importorskip("transformers")
-    from vlm_fixtures import save_tiny_vlm
-
     from ampkit.bench.config import BenchConfig
     from ampkit.bench.memory_check import predict_step_peak
     from ampkit.tasks.image_text import ImageTextTask
+    from vlm_fixtures import save_tiny_vlm
 
     spec = f"hf:{save_tiny_vlm(tmp_path / 'llava', 'llava')}"
     task = ImageTextTask(model=spec)
