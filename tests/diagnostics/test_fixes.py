@@ -1,4 +1,4 @@
-"""ampkit.diagnostics.fixes: keep one module in fp32 under autocast, with hooks."""
+"""ampkit.diagnostics.fixes: keep one module in fp32 under autocast (the precision policy's override)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def test_only_the_kept_module_computes_in_fp32():
         layer.register_forward_hook(lambda m, args, out: dtypes.append((args[0].dtype, out.dtype)))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         model(torch.ones(2, 4))
-    assert dtypes == [(torch.float32, torch.bfloat16), (torch.float32, torch.float32)]  # input cast back to fp32
+    # a hook sees what arrives (the first layer's bf16 output); inside, the input is cast to fp32: fp32 out
+    assert dtypes == [(torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32)]
 
 
 def test_outside_autocast_nothing_changes():
@@ -52,7 +53,7 @@ def test_keep_in_fp32_and_doctors_keep_fp32_are_the_policys_one_override():
     from ampkit.precision.overrides import MARK
 
     fixed = keep_in_fp32(_model(), "1", device_type="cpu")
-    assert getattr(fixed[1], MARK) == "fp32" and getattr(fixed[0], MARK, None) is None
+    assert getattr(fixed[1], MARK).regime == "fp32" and getattr(fixed[0], MARK, None) is None
     config = DoctorConfig.of(precision="bf16-mixed", keep_fp32="blocks.1.mlp, blocks.*.attn")
     assert config.overrides == ModuleOverrides.keep_fp32(["blocks.1.mlp", "blocks.*.attn"])
     assert config.fp32_paths == ["blocks.1.mlp", "blocks.*.attn"]

@@ -142,9 +142,10 @@ def test_every_precision_runs_an_island_forward_and_backward(precision):
 def test_applying_twice_and_deep_copies_keep_one_region():
     policy = build_precision("bf16-mixed", device_type="cpu", overrides=ModuleOverrides.keep_fp32("head"))
     model = policy.convert_module(Net())
-    hooks = len(model.head._forward_pre_hooks)
     copied = policy.convert_module(copy.deepcopy(model))  # doctor's layer fidelity converts a copy
-    assert len(copied.head._forward_pre_hooks) == hooks == 1 and getattr(copied.head, MARK) == "fp32"
+    region = getattr(copied.head, MARK)
+    assert region.regime == "fp32" and region.inner is None  # wrapped once, not twice
+    assert copied.head.forward.__self__ is copied.head  # the copy's region runs the copy, not the original
     seen = _record(copied)
     with policy.forward_context():
         copied(torch.randn(2, 8))
@@ -210,3 +211,17 @@ def test_every_precision_and_regime_take_a_full_step(precision, regime):
     assert policy.optimizer_step(optimizer)
     assert model.blocks[1].mlp[0].weight.dtype == SPECS[regime].param_dtype
     assert not torch.equal(model.blocks[1].mlp[0].weight, before)  # the subtree trains
+
+
+def test_torch_compile_traces_an_island():
+    """The region is a `with` block in the module's forward, which dynamo traces (hooks that enter
+    autocast by hand do not)."""
+    policy = build_precision("bf16-mixed", device_type="cpu", overrides=ModuleOverrides.keep_fp32("blocks.1.mlp"))
+    model = policy.convert_module(Net())
+    seen = _record(model)
+    compiled = torch.compile(model, backend="eager")
+    with policy.forward_context():
+        out = compiled(torch.randn(4, 8))
+    out.float().sum().backward()
+    assert seen["blocks.1.mlp.0"] == (torch.float32, torch.float32) and seen["blocks.0.mlp.0"][1] == torch.bfloat16
+    assert not torch.is_autocast_enabled("cpu")

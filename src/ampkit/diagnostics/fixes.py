@@ -6,8 +6,8 @@ Function's forward): the module's floating inputs are cast to fp32 and its forwa
 disabled, so every op inside it computes in fp32; its backward follows the forward's dtypes. It is the
 precision policy's own per-module override (`ampkit.precision.ModuleOverrides`, what `--keep-fp32`
 gives `build_precision`), applied to a model that runs under your own autocast: there is one
-implementation. Done with hooks, so the module keeps its path, its class and its state_dict keys
-(checkpoints stay loadable). `path` is any pattern the override takes (a path, a glob, a VLM part).
+implementation. The module's forward is wrapped in place, so it keeps its path, its class and its
+state_dict keys (checkpoints stay loadable). `path` is any pattern the override takes (a path, a glob, a VLM part).
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ Regimes, each a subtree in its own dtype with autocast off inside it:
 Outputs: under an autocast policy (bf16-mixed, fp16-mixed, the low-bit formats) as the subtree
 produced them (autocast casts them for the next op); under a policy without autocast (fp32, tf32, the
 -true regimes) cast back to the dtype the subtree's first floating input came in, as the ops after
-it need. Backward follows the forward's dtypes. Hooks, not wrappers: the module keeps its path, class
-and state_dict keys (checkpoints load), and `copy.deepcopy` of the model copies them.
+it need. Backward follows the forward's dtypes. The module's own forward is wrapped in place (an
+instance-level `forward` with a `with` block, which torch.compile traces): the module keeps its path,
+class and state_dict keys (checkpoints load), its hooks run around the region, and `copy.deepcopy`
+of the model copies the region with it.
 
 Hazards: an island on a part covers its roots' whole subtrees (mllama's cross-attention layers, the
 projector part, sit inside the language model: `language=fp32` covers them too); the low-bit formats
@@ -34,7 +36,8 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from collections.abc import Iterable
+import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +55,7 @@ PART_NAMES = ("vision", "projector", "language")
 """`models.hf_vlm.PARTS` (written out: a test checks the two agree)"""
 _GLOB = set("*?[")
 MARK = "_ampkit_precision_override"
-"""attribute an overridden module carries (its regime): applying twice does nothing more"""
+"""attribute an overridden module carries (its `_Region`: `.regime`): applying twice does nothing more"""
 
 
 @dataclass(frozen=True)
@@ -135,10 +138,10 @@ class ModuleOverrides:
             if getattr(module, MARK, None) is not None:
                 continue  # already applied (a deep copy of a prepared model)
             _cast_subtree(module, override.dtype)
-            region = _Region(device_type, override.dtype, restore_outputs=restore_outputs)
-            module.register_forward_pre_hook(region.enter, with_kwargs=True, prepend=True)
-            module.register_forward_hook(region.exit, always_call=True)  # closes the region if forward raises
-            setattr(module, MARK, override.regime)
+            inner = module.__dict__.get("forward")  # an instance-level forward already there (rare)
+            region = _Region(override.regime, device_type, override.dtype, restore_outputs, inner=inner)
+            setattr(module, MARK, region)
+            module.forward = types.MethodType(_region_forward, module)  # type: ignore[method-assign]
         return model
 
     def parameters_by_dtype(self, model: nn.Module) -> dict[str, torch.dtype]:
@@ -206,29 +209,26 @@ def _first_floating(obj: Any) -> torch.dtype | None:
     return next((d for d in map(_first_floating, values) if d is not None), None)
 
 
+@dataclass(frozen=True)
 class _Region:
-    """A forward pre-hook / forward hook pair that runs one module's forward in `dtype`, autocast off.
+    """How one overridden module runs: its regime, the dtype of its inputs, whether outputs go back."""
 
-    The hooks keep no reference to the module (it arrives as an argument), so `copy.deepcopy` of the
-    model copies the region with it; one entry per active call (re-entrant).
-    """
+    regime: str
+    device_type: str
+    dtype: torch.dtype
+    restore_outputs: bool
+    inner: Callable[..., Any] | None = None
+    """an instance-level forward the module already had (None: its class's); a deep copy rebinds it"""
 
-    def __init__(self, device_type: str, dtype: torch.dtype, *, restore_outputs: bool):
-        self.device_type, self.dtype, self.restore_outputs = device_type, dtype, restore_outputs
-        self._open: list[tuple[torch.autocast, torch.dtype | None]] = []
 
-    def enter(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        incoming = _first_floating((args, kwargs))
-        region = torch.autocast(self.device_type, enabled=False)
-        region.__enter__()
-        self._open.append((region, incoming))
-        return cast_floating(args, self.dtype), cast_floating(kwargs, self.dtype)
-
-    def exit(self, module: nn.Module, args: tuple, output: Any) -> Any:
-        if not self._open:
-            return None
-        region, incoming = self._open.pop()
-        region.__exit__(None, None, None)
-        if self.restore_outputs and incoming is not None and output is not None:
-            return cast_floating(output, incoming)
-        return None
+def _region_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """The overridden module's forward (bound to it as `module.forward`): inputs cast, autocast off,
+    outputs back to their incoming dtype where the region says so. A plain function with a `with`
+    block, so torch.compile traces it (hooks entering autocast by hand break dynamo) and a deep copy
+    of the model rebinds it to the copy (`copy` deep-copies bound methods with their instance)."""
+    region: _Region = getattr(self, MARK)
+    incoming = _first_floating((args, kwargs)) if region.restore_outputs else None
+    forward = region.inner or type(self).forward.__get__(self)
+    with torch.autocast(region.device_type, enabled=False):
+        out = forward(*cast_floating(args, region.dtype), **cast_floating(kwargs, region.dtype))
+    return cast_floating(out, incoming) if incoming is not None and incoming != region.dtype else out
