@@ -141,7 +141,7 @@ class ModuleOverrides:
             inner = module.__dict__.get("forward")  # an instance-level forward already there (rare)
             region = _Region(override.regime, device_type, override.dtype, restore_outputs, inner=inner)
             setattr(module, MARK, region)
-            module.forward = types.MethodType(_region_forward, module)  # type: ignore[method-assign]
+            module.forward = types.MethodType(_region_forward, module)
         return model
 
     def parameters_by_dtype(self, model: nn.Module) -> dict[str, torch.dtype]:
