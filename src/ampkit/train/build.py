@@ -228,12 +228,9 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
     sampler, val_batches = build_run_data(config, task=task, parallel=parallel)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
+    fp8, overrides = fp8_options(config, info, task, parallel), config.overrides  # overrides: applied by convert_module
     policy = build_precision(
-        config.precision,
-        device_type=device.type,
-        scaler=config.scaler,
-        fp8=fp8_options(config, info, task, parallel),
-        overrides=config.overrides,  # --keep-fp32 / --module-precision: applied where the policy prepares the model
+        config.precision, device_type=device.type, scaler=config.scaler, fp8=fp8, overrides=overrides
     )
     model, feature_report = build_run_model(task, config, policy=policy, device=device, parallel=parallel)
     if not isinstance(task, LanguageModelTask):  # a user's task: its first batch must make sense before training
