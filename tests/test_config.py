@@ -39,7 +39,17 @@ COMMAND_CONFIGS = {
 }
 SCALER_KEYS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "min_scale")
 FEATURE_KEYS = ("batching", "activation_checkpointing", "compile", "dedup")
-TRAIN_TOP_LEVEL = ("precision", "device", "steps", "grad_accum", "seed", "fp8_recipe", "fit_check")
+TRAIN_TOP_LEVEL = (
+    "precision",
+    "keep_fp32",
+    "module_precision",
+    "device",
+    "steps",
+    "grad_accum",
+    "seed",
+    "fp8_recipe",
+    "fit_check",
+)
 TRAIN_SECTIONS = {
     "model": ("model", "task", "task_args", "images_per_sample", "image_size", "freeze"),
     "data": ("data", "seq_len", "batch_size", "train_on", "chat_template", "text_field"),
@@ -555,9 +565,11 @@ DATA_SETTINGS_SINCE = {
     "images_per_sample": 1,
     "image_size": "",
     "freeze": "",
+    "keep_fp32": "",
+    "module_precision": "",
 }
 """settings added after these config.json files were written ([data]'s of issue 29, [model]'s images and
-frozen parts of issue 31): their defaults fill in."""
+frozen parts of issue 31, the per-module precision overrides of issue 31): their defaults fill in."""
 
 
 def test_a_config_json_written_before_the_run_spec_loads_into_its_sections():

@@ -166,6 +166,24 @@ def freeze_field(note: str = "") -> str:
     return field(default="", metadata=_help(text, note))
 
 
+def keep_fp32_field(note: str = "") -> str:
+    """`--keep-fp32`: modules run as fp32 islands (`ampkit.precision.ModuleOverrides`' shorthand)."""
+    text = (
+        "comma-separated modules to keep in fp32 (autocast off inside, inputs upcast, fp32 weights): "
+        "module paths, globs (blocks.*.mlp) or a VLM's parts (vision, projector, language)"
+    )
+    return field(default="", metadata=_help(text, note))
+
+
+def module_precision_field(note: str = "") -> str:
+    """`--module-precision`: the general per-module override, PATTERN=REGIME pairs."""
+    text = (
+        "comma-separated PATTERN=REGIME: modules (paths, globs, vision/projector/language) kept in fp32, "
+        "bf16-true or fp16-true (e.g. vision=fp32,blocks.0=bf16-true); --keep-fp32 P is P=fp32"
+    )
+    return field(default="", metadata=_help(text, note))
+
+
 def task_args_field() -> dict:
     """The task factory's keyword arguments: a `[task]` table in a config file (no flag)."""
     return field(default_factory=dict, metadata={"help": "keyword arguments of the task factory ([task] table)"})

@@ -88,3 +88,40 @@ def test_a_lora_bench_names_the_largest_lora_batch(monkeypatch):
     cuda = torch.device("cuda", 0)
     assert largest_batch(full, build_task(full.task_spec()), "bf16-mixed", device=cuda)["batch_size"] == 0
     assert largest_batch(lora, build_task(lora.task_spec()), "bf16-mixed", device=cuda)["batch_size"] >= 8
+
+
+def test_the_predicted_peak_counts_a_candidates_module_overrides(tmp_path):
+    from ampkit.bench.config import BenchConfig
+    from ampkit.bench.memory_check import predict_step_peak
+    from ampkit.plan.describe import describe_model
+    from ampkit.plan.overrides import kept_parameters, weights_delta
+    from ampkit.precision import ModuleOverrides
+    from ampkit.tasks.load import build_task
+
+    config = BenchConfig.of(model="tiny", batch_size=2, seq_len=16)
+    task = build_task(config.task_spec())
+    plain = predict_step_peak(config, task, "bf16-true", batch_size=2)["bytes"]
+    kept = predict_step_peak(config, task, "bf16-true@blocks.*.mlp=fp32", batch_size=2)["bytes"]
+    delta = weights_delta(
+        kept_parameters(describe_model("tiny"), ModuleOverrides.keep_fp32("blocks.*.mlp")), "bf16-true"
+    )
+    assert delta > 0 and kept - plain == delta
+
+
+def test_a_vlm_candidates_kept_part_is_predicted_in_its_precision(tmp_path):
+    pytest.importorskip("transformers")
+    from ampkit.bench.config import BenchConfig
+    from ampkit.bench.memory_check import predict_step_peak
+    from ampkit.tasks.image_text import ImageTextTask
+    from vlm_fixtures import save_tiny_vlm
+
+    spec = f"hf:{save_tiny_vlm(tmp_path / 'llava', 'llava')}"
+    task = ImageTextTask(model=spec)
+    config = BenchConfig.of(model=spec, batch_size=2, seq_len=16)
+    plain = predict_step_peak(config, task, "bf16-true", batch_size=2)
+    kept = predict_step_peak(config, task, "bf16-true@vision=fp32", batch_size=2)
+    shared = predict_step_peak(
+        BenchConfig.of(model=spec, batch_size=2, keep_fp32="vision"), task, "bf16-true", batch_size=2
+    )
+    assert plain["source"] == kept["source"] == "analytic"
+    assert kept["bytes"] > plain["bytes"] and shared["bytes"] == kept["bytes"]  # fp32 weights, states, activations

@@ -56,3 +56,20 @@ def test_where_emulated_fp32s_smoke_test_runs_only_to_convict_a_failure(monkeypa
     monkeypatch.setattr(doctor_mod, "describe_device", lambda device: AVX2_CPU)
     result = doctor_mod.run_doctor(DoctorConfig.of(task="mlp", steps=1, fidelity=False))  # a quick smoke test
     assert list(result.smoke) == ["fp16-mixed"] and result.smoke["fp16-mixed"].passed
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["doctor", "--precision", "bf16-mixed", "--keep-fp32", "blocks.*.nope"],
+        ["plan", "--model", "tiny", "--precisions", "bf16-true", "--keep-fp32", "blocks.*.nope"],
+        ["bench", "--precisions", "bf16-mixed@blocks.*.nope", "--seq-len", "16", "--batch-size", "2"],
+    ],
+)
+def test_a_module_pattern_matching_nothing_is_one_line_exit_2_in_every_command(argv, capsys, tmp_path):
+    from ampkit.cli import main
+
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "module pattern 'blocks.*.nope' matches no module" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "run").exists()  # refused before any run directory

@@ -79,3 +79,55 @@ def test_the_summary_table_names_its_rate():
     buf = io.StringIO()
     train_cli._print_summary(Console(file=buf, width=200), summary, "runs/x")
     assert "tokens/s (measured steps, stalls excluded)" in buf.getvalue()
+
+
+def test_train_keep_fp32_runs_and_its_summary_records_the_override(tmp_path, capsys):
+    import json
+
+    from ampkit.cli import main
+
+    out = tmp_path / "run"
+    argv = ["train", "--precision", "bf16-mixed", "--keep-fp32", "blocks.*.mlp,norm", "--steps", "2"]
+    assert main([*argv, "--seq-len", "16", "--batch-size", "2", "--eval-batches", "1", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    printed = captured.out + captured.err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["config"]["keep_fp32"] == "blocks.*.mlp,norm"
+    recorded = summary["throughput"]["module_precision"]
+    assert recorded["overrides"] == "blocks.*.mlp=fp32,norm=fp32"
+    modules = recorded["modules"]
+    assert modules["norm"] == "fp32" and {k for k in modules if k != "norm"} == {
+        f"blocks.{i}.mlp" for i in range(len(modules) - 1)
+    }
+    assert "module precision: fp32: blocks.0.mlp, blocks.1.mlp" in printed  # the console says what was kept
+
+
+@pytest.mark.parametrize(
+    ("flags", "word"),
+    [
+        (["--keep-fp32", "blocks.*.nope"], "module pattern 'blocks.*.nope' matches no module"),
+        (["--keep-fp32", "vision"], "module pattern 'vision' matches no module"),
+        (["--module-precision", "blocks.0=bf16"], "not a module regime"),
+    ],
+)
+def test_a_bad_module_pattern_is_one_line_and_exit_2(tmp_path, capsys, flags, word):
+    from ampkit.cli import main
+
+    argv = ["train", *flags, "--steps", "1", "--seq-len", "16", "--batch-size", "2", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert word in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_module_overrides_with_lora_are_refused_in_one_line():
+    from ampkit.bench.config import BenchConfig
+    from ampkit.lora import LoraSettings
+    from ampkit.plan.config import PlanConfig
+    from ampkit.train.config import TrainConfig
+
+    with pytest.raises(UsageError, match="do not combine with --lora yet"):
+        TrainConfig.of(keep_fp32="blocks.0", lora=8)
+    with pytest.raises(UsageError, match="do not combine with --lora yet"):
+        BenchConfig.of(precisions="bf16-mixed@blocks.0", lora=8)
+    with pytest.raises(UsageError, match="not with --lora yet"):
+        PlanConfig(model="tiny", keep_fp32="blocks.0", lora=LoraSettings(lora=8))

@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 import torch
 
-from ampkit.precision.base import LOSS_ONLY, Precision, cast_floating
+from ampkit.precision.base import Precision
+from ampkit.precision.casting import LOSS_ONLY, cast_floating
 from ampkit.precision.table import get_spec
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ampkit import options
-from ampkit.bench.candidates import canonical_candidate, split_candidate
+from ampkit.bench.candidates import candidate_overrides, canonical_candidate, split_candidate
 from ampkit.bench.inference import InferenceSettings
 from ampkit.config import build_config
 from ampkit.errors import UsageError
@@ -50,9 +50,11 @@ class BenchConfig:
         default="",
         metadata={
             "help": f"comma-separated precisions to compare, of {precision_names_help()} "
-            "('' = every one this device supports); fp32 is always added"
+            "('' = every one this device supports); fp32 is always added; +OPTIMIZER and @PATTERN=REGIME "
+            "(a module override, e.g. bf16-mixed@vision=fp32) make candidates of them, docs/bench.md"
         },
     )
+    keep_fp32: str = options.keep_fp32_field(note="in every candidate")
     device: str = options.device_field()
     budget_s: float = field(
         default=12.0,
@@ -127,7 +129,9 @@ class BenchConfig:
             raise UsageError(f"--fidelity-threshold must be in (0, 1], got {self.fidelity_threshold}")
         if not 0 <= self.tie_tolerance < 1:
             raise UsageError(f"--tie-tolerance must be in [0, 1), got {self.tie_tolerance}")
-        parse_precisions(self.precisions)  # unknown names are refused now, before any device work
+        names = parse_precisions(self.precisions)  # unknown names are refused now, before any device work
+        if self.lora.enabled and (self.keep_fp32 or any(candidate_overrides(n) for n in names)):
+            raise UsageError("module overrides (--keep-fp32, @PATTERN=REGIME) do not combine with --lora yet")
 
     @classmethod
     def of(cls, **settings: Any) -> BenchConfig:

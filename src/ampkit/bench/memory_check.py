@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ampkit.bench.candidates import split_candidate
+from ampkit.bench.candidates import candidate_overrides, split_candidate
 from ampkit.errors import UsageError
 from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.describe.vlm import VLMDescription
@@ -34,7 +34,10 @@ from ampkit.plan.fit_check import (
     estimate_fit,
     vocab_size_for,
 )
+from ampkit.plan.overrides import adjust_weights, kept_parameters
 from ampkit.plan.setting import FRAGMENTATION, NO_RESERVE, Reserve, StepSetting
+from ampkit.precision import ModuleOverrides
+from ampkit.precision.overrides import PART_NAMES
 from ampkit.tasks.image_text import ImageTextTask
 from ampkit.tasks.lm import LanguageModelTask
 
@@ -64,6 +67,7 @@ def check_bench_fits(config: BenchConfig, precisions: list[str], *, device: torc
             vocab_size=vocab_size_for(config.model.model),
             command="bench",
             lora=config.lora,  # a LoRA bench: the LoRA ledger (frozen base, adapters' states only)
+            overrides=_overrides(config, name),
         )
         if estimate is not None:
             found.append(estimate)
@@ -93,10 +97,13 @@ def predict_step_peak(
                     "note": "not predicted: the planner does not describe this model",
                 }
             setting = _setting(precision, batch_size, seq_len or config.data.seq_len)
-            ledger = analytic_ledger(desc, setting, reserve=NO_RESERVE)
+            kept = kept_parameters(desc, _overrides(config, precision))  # module overrides' weights in their dtype
+            ledger = adjust_weights(analytic_ledger(desc, setting, reserve=NO_RESERVE), kept)
             return {"bytes": ledger.tensor_peak, "source": "analytic", "note": None}
         if isinstance(task, ImageTextTask):  # a VLM: the planner's per-part ledger (plan/vlm)
-            ledger = _vlm_ledger(task, precision, batch_size, config.seed, reserve=NO_RESERVE)
+            ledger = _vlm_ledger(
+                task, precision, batch_size, config.seed, reserve=NO_RESERVE, keep_fp32=config.keep_fp32
+            )
             return {"bytes": ledger.tensor_peak, "source": "analytic", "note": None}
         ledger = _task_ledger(task, precision, batch_size, config.seed, reserve=NO_RESERVE)
         return {"bytes": ledger.tensor_peak, "source": "traced", "note": None}
@@ -105,9 +112,17 @@ def predict_step_peak(
         return {"bytes": None, "source": None, "note": f"not predicted: {why}"}
 
 
-def _vlm_ledger(task: ImageTextTask, precision: str, batch_size: int, seed: int, *, reserve: Reserve) -> Ledger:
+def _overrides(config: BenchConfig, name: str) -> ModuleOverrides:
+    """What a worker of candidate `name` overrides: the candidate's own, then bench's --keep-fp32."""
+    return candidate_overrides(name) + ModuleOverrides.keep_fp32(config.keep_fp32)
+
+
+def _vlm_ledger(
+    task: ImageTextTask, precision: str, batch_size: int, seed: int, *, reserve: Reserve, keep_fp32: str = ""
+) -> Ledger:
     """The VLM ledger of the image-text task's step: its images as its data path lays them out, its
-    frozen parts, the sequence of its first batch."""
+    frozen parts, the sequence of its first batch, the parts the candidate (and `keep_fp32`) override
+    in their regimes (`plan/overrides.py`; other patterns are not counted here)."""
     from ampkit.plan.describe import describe_model
     from ampkit.plan.vlm.ledger import vlm_ledger
     from ampkit.plan.vlm.workload import Workload
@@ -115,7 +130,11 @@ def _vlm_ledger(task: ImageTextTask, precision: str, batch_size: int, seed: int,
     desc = describe_model(task.model_spec)
     assert isinstance(desc, VLMDescription), "an image-text task's model is a VLM"
     seq_len = task.train_stream(batch_size=batch_size, seed=seed).next_batch().input_ids.shape[1]
-    workload = Workload(images=task.images_per_sample, size=task.size, cost=task.cost, frozen=task.frozen)
+    overrides = candidate_overrides(precision) + ModuleOverrides.keep_fp32(keep_fp32)
+    parts = {o.pattern: o.regime for o in overrides.items if o.pattern in PART_NAMES}
+    workload = Workload(
+        images=task.images_per_sample, size=task.size, cost=task.cost, frozen=task.frozen, part_precisions=parts
+    )
     return vlm_ledger(desc, _setting(precision, batch_size, seq_len), workload, reserve=reserve)[0]
 
 

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ampkit.bench.budget import PrecisionPlan
-from ampkit.bench.candidates import candidate_spec
+from ampkit.bench.candidates import candidate_overrides, candidate_spec, check_candidate_overrides
 from ampkit.bench.config import BenchConfig, parse_precisions, resolve_for_device
 from ampkit.bench.memory_check import check_bench_fits, largest_batch, predict_step_peak
 from ampkit.bench.peaks import measure_peaks
@@ -92,6 +92,7 @@ def plan_bench(config: BenchConfig, *, task_object: Task | None = None) -> Bench
     for name in names:  # peft present; nf4 runs on this device at each precision's compute dtype
         check_lora_available(resolved.lora, device=torch.device(info.type), precision=name)
     task = task_object if task_object is not None else build_task(resolved.task_spec())
+    check_overrides(resolved, names, task)
     if isinstance(task, LanguageModelTask):  # the planner's ledger, before any worker (language models)
         check_bench_fits(resolved, names, device=torch.device(info.type))
     return BenchPlan(
@@ -103,6 +104,20 @@ def plan_bench(config: BenchConfig, *, task_object: Task | None = None) -> Bench
         requested=tuple(parse_precisions(config.precisions)[1:] if config.precisions else ()),
         task_object=task,
     )
+
+
+def check_overrides(config: BenchConfig, names: list[str], task: Task) -> None:
+    """The candidates' module patterns against the task's model, built on the meta device (no memory):
+    a pattern matching no module is one line before any worker starts. A model that cannot be built
+    there is left to the workers, whose policy resolves the same patterns."""
+    if not config.keep_fp32 and not any(candidate_overrides(n) for n in names):
+        return
+    try:
+        with torch.device("meta"):
+            model = task.build_model(device=torch.device("meta"), seed=config.seed)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        return
+    check_candidate_overrides(names, keep_fp32=config.keep_fp32, model=model)
 
 
 def main_script() -> str | None:

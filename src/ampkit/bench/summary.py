@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ampkit.bench.budget import amdahl_speedup
-from ampkit.bench.candidates import candidate_spec, split_candidate
+from ampkit.bench.candidates import candidate_overrides, candidate_spec, split_candidate
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import FIDELITY_ROWS, compare_fidelity, fidelity_file, loss_curve_gap
 from ampkit.bench.peaks import matmul_ratio, mfu_denominator, mfu_value
@@ -441,10 +441,12 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
         command = (
             f"{head} --precision {name}" + (f" --optimizer {optimizer}" if optimizer else "") + f" --batch-size {batch}"
         )
+        command += _override_flags(config, entry["name"])
         command += "".join(f" --{key.replace('_', '-')} {_flag_value(value)}" for key, value in lora.items())
     else:
         extra = f", optimizer={optimizer!r}" if optimizer else ""
         settings = "".join(f", {key}={value!r}" for key, value in lora.items())
+        extra += "".join(f", {key}={value!r}" for key, value in _override_settings(config, entry["name"]).items())
         command = f"ampkit.train.run(task, precision={name!r}{extra}, batch_size={batch}{settings})"
     return {
         "command": command,
@@ -458,6 +460,16 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
         "expected_items_per_s": entry["timing"]["items_per_s"] if entry.get("timing") else None,
         "measured_batch_size": entry["budget"]["batch_size"],
     }
+
+
+def _override_settings(config: BenchConfig, name: str) -> dict[str, str]:
+    """train's settings for a candidate's module overrides ('bf16-mixed@vision=fp32') and --keep-fp32."""
+    out = {"module_precision": str(candidate_overrides(name)), "keep_fp32": config.keep_fp32}
+    return {k: v for k, v in out.items() if v}
+
+
+def _override_flags(config: BenchConfig, name: str) -> str:
+    return "".join(f" --{k.replace('_', '-')} {_flag_value(v)}" for k, v in _override_settings(config, name).items())
 
 
 def build_summary(

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import torch
 
 from ampkit.bench.budget import FULL_FIDELITY_ROWS, Window, measure_window, reduced_batch, warmup_plan
-from ampkit.bench.candidates import split_candidate
+from ampkit.bench.candidates import candidate_overrides, split_candidate
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import capture_fidelity, fidelity_file, fixed_batch
 from ampkit.bench.gemm_probe import Gemm, probe_ratios
@@ -80,12 +80,15 @@ class ProgressEmitter:
 
 def train_config_for(config: BenchConfig, name: str) -> TrainConfig:
     """The training run a bench worker performs: the same for every candidate but its precision (and
-    the optimizer a candidate such as 'bf16-true+adamw-sr' names; AdamW otherwise). Bench's `[model]`,
-    `[data]` and `[lora]` sections are train's own, handed over whole."""
+    the optimizer a candidate such as 'bf16-true+adamw-sr' names, AdamW otherwise; the module overrides
+    of 'bf16-mixed@vision=fp32', with bench's `--keep-fp32`). Bench's `[model]`, `[data]` and `[lora]`
+    sections are train's own, handed over whole."""
     precision, optimizer = split_candidate(name)
     _, max_steps = config.measured_steps_range
     return TrainConfig(
         precision=precision,
+        module_precision=str(candidate_overrides(name)),
+        keep_fp32=config.keep_fp32,
         model=config.model,
         data=config.data,
         device=config.device,

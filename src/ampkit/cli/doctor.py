@@ -66,6 +66,7 @@ def _check_fits(config: DoctorConfig, *, device) -> None:
             vocab_size=vocab_size_for(config.model.model),
             command="doctor",
             lora=config.lora,
+            overrides=config.overrides,  # --keep-fp32: those weights in fp32
         )
 
 

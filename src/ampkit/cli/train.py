@@ -13,6 +13,7 @@ from ampkit.config import config_to_toml, given_flags, resolve_config
 from ampkit.distributed.context import launch_env, rank_error, shared_run_dir
 from ampkit.distributed.launch import relaunch, worker_argv
 from ampkit.errors import TrainingError, UsageError
+from ampkit.precision.overrides import applied_note
 from ampkit.report.console import key_value_table
 from ampkit.runs import create_run_dir
 from ampkit.train import TrainConfig, build_run, run_training
@@ -122,6 +123,8 @@ def _train(objs, args: argparse.Namespace, *, run_dir: Path | None, console: Con
     conversion = objs.policy.conversion()
     if conversion is not None and main:  # the low-bit formats: which Linears converted, which stay bf16
         console.print(conversion.note(), highlight=False, markup=False)
+    if objs.policy.overridden and main:  # --keep-fp32 / --module-precision: the modules the policy kept
+        console.print(applied_note(objs.policy.overridden), highlight=False, markup=False)
     run_dir = run_dir or shared_run_dir(objs.parallel, lambda: create_run_dir(args.out, "train"))
     summary = run_training(
         objs,

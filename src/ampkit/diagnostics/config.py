@@ -21,11 +21,12 @@ from ampkit.options import (
     device_field,
     fit_check_field,
     inject_field,
+    keep_fp32_field,
     lr_field,
     seed_field,
     seq_len_field,
 )
-from ampkit.precision import ScalerConfig, canonical_name, check_supported, precision_names_help
+from ampkit.precision import ModuleOverrides, ScalerConfig, canonical_name, check_supported, precision_names_help
 from ampkit.sections import ModelSection, section
 from ampkit.tasks.load import TaskSpec
 
@@ -71,9 +72,7 @@ class DoctorConfig:
         default="",
         metadata={"help": "demo: wrap the module at this path in an fp16-unsafe exp gate (e.g. blocks.1.mlp)"},
     )
-    keep_fp32: str = field(
-        default="", metadata={"help": "comma-separated module paths to run in fp32 under autocast (the advised fix)"}
-    )
+    keep_fp32: str = keep_fp32_field(note="the advised fix")
     smoke: bool = field(default=True, metadata={"help": "run the 16-sample overfit smoke test (precision and fp32)"})
     smoke_steps: int = field(default=200, metadata={"help": "smoke test: give up after this many steps"})
     smoke_seq_len: int = field(
@@ -159,7 +158,12 @@ class DoctorConfig:
 
     @property
     def fp32_paths(self) -> list[str]:
-        return [p.strip() for p in self.keep_fp32.split(",") if p.strip()]
+        return [o.pattern for o in self.overrides.items]
+
+    @property
+    def overrides(self) -> ModuleOverrides:
+        """`--keep-fp32` as the policy's per-module overrides (`ampkit.precision.ModuleOverrides`)."""
+        return ModuleOverrides.keep_fp32(self.keep_fp32)
 
 
 def doctor_defaults(config: DoctorConfig, info) -> tuple[DoctorConfig, list[str]]:

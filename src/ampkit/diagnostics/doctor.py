@@ -31,7 +31,6 @@ from ampkit.core import build_trainer
 from ampkit.core.signals import StopRequests
 from ampkit.diagnostics.advice import Advice, Evidence, advise
 from ampkit.diagnostics.config import DoctorConfig, doctor_defaults
-from ampkit.diagnostics.fixes import keep_in_fp32
 from ampkit.diagnostics.gradstats import (
     GradientStatistics,
     StepGradStats,
@@ -123,7 +122,8 @@ class _Setup:
         self.spec = get_spec(config.precision)
         self.task = task if task is not None else build_task(config.task_spec())  # the workload (`ampkit.tasks`)
         self.model_hook = model_hook
-        probe = self.fresh_model()  # validates --inject, --keep-fp32, --unsafe-op paths before any work
+        probe = self.fresh_model()  # validates --inject, --unsafe-op paths before any work
+        config.overrides.resolve(probe)  # --keep-fp32's patterns too: one line naming a pattern that matches nothing
         if config.fault:
             resolve_module(probe, config.fault.module)
         self.parameters = sum(p.numel() for p in probe.parameters())
@@ -162,8 +162,6 @@ class _Setup:
                 insert_unsafe_op(model, cfg.unsafe_op)
             if self.model_hook is not None:
                 model = self.model_hook(model) or model
-        for path in cfg.fp32_paths:
-            keep_in_fp32(model, path, device_type=self.device.type)
         return model.to(self.device)
 
     def _build(self, precision: str) -> nn.Module:
@@ -178,6 +176,7 @@ class _Setup:
             cfg.precision,
             device_type=self.device.type,
             scaler=cfg.scaler,
+            overrides=cfg.overrides,  # --keep-fp32: the fix applies where the policy prepares each model
         )
 
 

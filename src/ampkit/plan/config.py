@@ -17,6 +17,8 @@ from ampkit.options import (
     grad_accum_field,
     image_size_field,
     images_per_sample_field,
+    keep_fp32_field,
+    module_precision_field,
     nnodes_field,
     nproc_per_node_field,
     parallel_field,
@@ -28,7 +30,7 @@ from ampkit.plan.kv.budget import KV_DTYPES, WEIGHT_DTYPES, check_dtype
 from ampkit.plan.numerics import parse_precisions
 from ampkit.plan.optim import OPTIMIZERS, check_optimizer
 from ampkit.plan.payoff.formats import parse_formats
-from ampkit.precision import precision_names_help
+from ampkit.precision import ModuleOverrides, precision_names_help
 
 DEFAULT_KV_GPU = "A100-80GB"
 DEFAULT_SEQ_LEN = 2048  # plan's --seq-len, unless the model's maximum positions are fewer
@@ -137,6 +139,8 @@ class PlanConfig:
     images_per_sample: int = images_per_sample_field(note="plan: a VLM's images take part of --seq-len")
     image_size: str = image_size_field()
     freeze: str = freeze_field(note="plan: frozen parts have no gradients or optimizer states")
+    keep_fp32: str = keep_fp32_field(note="plan: a VLM's parts in fp32; a causal LM's modules' weights in fp32")
+    module_precision: str = module_precision_field(note="plan: counted as --keep-fp32 is")
 
     def __post_init__(self):
         _positive(self, ("batch_size", "grad_accum", "nnodes"))
@@ -144,6 +148,11 @@ class PlanConfig:
         if self.seq_len < 0:
             raise UsageError(f"--seq-len must be a positive integer (0: the default), got {self.seq_len}")
         parse_precisions(self.precisions)
+        if self.overrides and (self.task or self.lora.enabled):  # their ledgers have no per-module dtype yet
+            other = "--task" if self.task else "--lora"
+            raise UsageError(
+                f"--keep-fp32/--module-precision are planned for a model's own ledger, not with {other} yet"
+            )
         for name in self.optimizer_list():
             check_optimizer(name)
         for mode in self.checkpointing_list():
@@ -179,6 +188,11 @@ class PlanConfig:
 
     def precision_list(self) -> list[str]:
         return parse_precisions(self.precisions)
+
+    @property
+    def overrides(self) -> ModuleOverrides:
+        """The per-module overrides the plan counts (`plan/overrides.py`): --module-precision, then --keep-fp32."""
+        return ModuleOverrides.parse(self.module_precision) + ModuleOverrides.keep_fp32(self.keep_fp32)
 
     def optimizer_list(self) -> list[str]:
         return split_list(self.optimizer, "--optimizer")

@@ -33,7 +33,9 @@ from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.describe.hf import has_analytic
 from ampkit.plan.fit import largest
+from ampkit.plan.overrides import adjust_weights, kept_parameters
 from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, NO_RESERVE, Reserve, StepSetting
+from ampkit.precision import ModuleOverrides
 
 CPU_FIXED_BYTES = 100 * 1024**2
 """What a CPU run's process grows by beyond the step's tensors, whatever its size (measured ~100 MiB)."""
@@ -98,10 +100,16 @@ def _capacity(device: torch.device) -> tuple[int, str] | None:
 
 
 def estimate_fit(
-    desc: ModelDescription, setting: StepSetting, device: torch.device, *, lora=None
+    desc: ModelDescription,
+    setting: StepSetting,
+    device: torch.device,
+    *,
+    lora=None,
+    kept: dict[torch.dtype, int] | None = None,
 ) -> FitEstimate | None:
     """The step's peak against the device's capacity; None when the capacity is unknown. `lora`: a LoRA
-    run's planner (`ampkit.plan.lora.LoraFit`), whose ledger replaces full fine-tuning's."""
+    run's planner (`ampkit.plan.lora.LoraFit`), whose ledger replaces full fine-tuning's. `kept`: the
+    parameters module overrides keep in another dtype (`plan.overrides.kept_parameters`), in the weights."""
     found = _capacity(device)
     if found is None:
         return None
@@ -112,6 +120,7 @@ def estimate_fit(
         capacity //= max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         context, fragmentation, held = CPU_FIXED_BYTES, CPU_DYNAMIC_FACTOR - 1, current_rss_bytes()
     ledger = analytic_ledger(desc, setting, reserve=NO_RESERVE) if lora is None else lora.ledger(setting)
+    ledger = adjust_weights(ledger, kept or {})
     static = sum(ledger.at_peak[line] for line in _STATIC_LINES)
     if device.type != "cpu":
         needed = int(ledger.tensor_peak * (1 + fragmentation)) + context
@@ -146,9 +155,11 @@ def check_fit(
     vocab_size: int | None = None,
     command: str = "train",
     lora=None,
+    overrides: ModuleOverrides | None = None,
 ) -> FitEstimate | None:
     """Refuse (UsageError) a run whose step cannot fit on `device`; returns the estimate (None: not
-    checked: a model the planner cannot describe, or a capacity this host does not report)."""
+    checked: a model the planner cannot describe, or a capacity this host does not report). `overrides`:
+    the run's per-module precisions (`--keep-fp32`), their weights counted in their own dtype."""
     desc = _describe(model, vocab_size)
     if desc is None or 0 < _longest(desc) < seq_len:
         return None  # the build refuses a sequence longer than the model's with its own message
@@ -169,7 +180,8 @@ def check_fit(
         lora_fit = lora_fit_for(desc, lora, setting.precision)
         if lora_fit is None:
             return None
-    estimate = estimate_fit(desc, setting, device, lora=lora_fit)
+    kept = kept_parameters(desc, overrides) if overrides and lora_fit is None else {}
+    estimate = estimate_fit(desc, setting, device, lora=lora_fit, kept=kept)
     if estimate is None or estimate.fits:
         return estimate
     raise UsageError(

@@ -10,9 +10,6 @@ import itertools
 from dataclasses import asdict
 from typing import Any
 
-import torch
-from torch import nn
-
 from ampkit.hardware import GpuSpec
 from ampkit.plan.advice import base_precision, cheapest_fix, fix_settings, fp8_note
 from ampkit.plan.analytic.compute import step_compute
@@ -25,6 +22,7 @@ from ampkit.plan.fit import Target, resolve_target
 from ampkit.plan.kv.budget import kv_budget, pool_budget
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import optimizer_state_bytes
+from ampkit.plan.overrides import adjust_weights, kept_parameters, meta_model, weights_delta
 from ampkit.plan.setting import GIB, TENSOR_LINES, Ledger, Reserve, StepSetting
 from ampkit.precision import ConversionRefused, LowBitPrecision, build_precision, get_spec
 
@@ -79,10 +77,13 @@ def agreement(analytic: Ledger, traced: Ledger) -> dict[str, Any]:
     return {"tensor_peak_relative": total_rel, "lines": lines, "within": within}
 
 
-def _row(desc: ModelDescription, setting: StepSetting, config: PlanConfig, target: Target | None, engines) -> dict:
+def _row(
+    desc: ModelDescription, setting: StepSetting, config: PlanConfig, target: Target | None, engines, kept: dict
+) -> dict:
+    """One setting's row; `kept`: the overridden parameters per dtype (`plan/overrides.py`), in its weights."""
     primary, traced_engine = engines
     kwargs = ledger_kwargs(config)
-    ledger = primary.ledger(setting)
+    ledger = adjust_weights(primary.ledger(setting), kept)
     analytic = primary.name == "analytic"
     row: dict[str, Any] = {
         "setting": setting.to_dict(),
@@ -99,7 +100,19 @@ def _row(desc: ModelDescription, setting: StepSetting, config: PlanConfig, targe
     if target is not None:
         row["fit"] = primary.fit(setting, ledger.total, target.capacity_bytes).to_dict()
     row["compute"] = _compute(desc, setting, gpu=target.gpu if target else None, mfu=config.mfu)
+    if kept:
+        row["module_precision"] = _kept_block(config, kept, setting)
     return row
+
+
+def _kept_block(config: PlanConfig, kept: dict, setting: StepSetting) -> dict[str, Any]:
+    """What the row counts of the module overrides: their parameters per dtype, the weights' change."""
+    return {
+        "overrides": str(config.overrides),
+        "parameters": {str(dtype).removeprefix("torch."): n for dtype, n in kept.items()},
+        "weights_delta_bytes": weights_delta(kept, setting.precision, shards=setting.shards),
+        "counted": "weights only (gradients, optimizer states and activations at the step's precision)",
+    }
 
 
 def _compute(desc: ModelDescription, setting: StepSetting, *, gpu: GpuSpec | None, mfu: float) -> dict[str, Any]:
@@ -181,7 +194,8 @@ def build_plan(config: PlanConfig, *, desc: ModelDescription | None = None) -> d
             engines[1].prefetch(settings, capacity=target.capacity_bytes if target and fits else None, extra=extra)
         except ConversionRefused:  # a low-bit converter refused the model: its rows say so, the rest trace on demand
             pass
-    rows = _rows(desc, settings, config, target, engines, refused)
+    kept = kept_parameters(desc, config.overrides)  # --keep-fp32's weights in their regime's dtype
+    rows = _rows(desc, settings, config, target, engines, refused, kept)
     return {
         "schema": PLAN_SCHEMA,
         "units": UNITS,
@@ -204,7 +218,7 @@ def _refusals(desc: ModelDescription, config: PlanConfig) -> dict[str, str]:
     each checked on the model built on the meta device (`LinearConverter.classify`: a dry run). A plan
     is about the hardware: a format without training kernels yet (mxfp4) is planned all the same."""
     low_bit = [name for name in config.precision_list() if get_spec(name).converts_linears]
-    model = _meta_model(desc) if low_bit else None
+    model = meta_model(desc) if low_bit else None
     refused: dict[str, str] = {}
     if model is None:
         return refused
@@ -218,22 +232,14 @@ def _refusals(desc: ModelDescription, config: PlanConfig) -> dict[str, str]:
     return refused
 
 
-def _meta_model(desc: ModelDescription) -> nn.Module | None:
-    """`desc`'s model on the meta device (no memory), or None where ampkit builds none for it."""
-    from ampkit.plan.describe.hf import HFDescription, meta_model
-
-    if isinstance(desc, HFDescription):
-        return meta_model(desc.hf_config, desc.name)
-    if desc.model_config is None:
-        return None
-    from ampkit.models import LlamaLM
-
-    with torch.device("meta"):
-        return LlamaLM(desc.model_config)
-
-
 def _rows(
-    desc: ModelDescription, settings: list[StepSetting], config: PlanConfig, target: Target | None, engines, refused
+    desc: ModelDescription,
+    settings: list[StepSetting],
+    config: PlanConfig,
+    target: Target | None,
+    engines,
+    refused,
+    kept: dict,
 ):
     """The rows of `settings` (the refused precisions aside: `_refusals`); a plan of refused precisions
     only is refused, in the converter's words. A converter that refuses only when traced (the shared
@@ -243,7 +249,7 @@ def _rows(
         if setting.precision in refused:
             continue
         try:
-            rows.append(_row(desc, setting, config, target, engines))
+            rows.append(_row(desc, setting, config, target, engines, kept))
         except ConversionRefused as err:
             refused[setting.precision] = str(err)
     if not rows and refused:

@@ -11,6 +11,7 @@ from ampkit.precision.base import LOSS_ONLY, Precision, cast_floating
 from ampkit.precision.convert import ConversionRefused, ConversionReport, converter_class
 from ampkit.precision.fp8 import Fp8Options
 from ampkit.precision.lowbit import LowBitPrecision
+from ampkit.precision.overrides import REGIMES, ModuleOverride, ModuleOverrides
 from ampkit.precision.table import (
     ALIASES,
     REFERENCE,
@@ -28,6 +29,7 @@ __all__ = [
     "ALIASES",
     "LOSS_ONLY",
     "REFERENCE",
+    "REGIMES",
     "SPECS",
     "AutocastPrecision",
     "ConversionRefused",
@@ -35,6 +37,8 @@ __all__ = [
     "Fp8Options",
     "LossScaleCollapse",
     "LowBitPrecision",
+    "ModuleOverride",
+    "ModuleOverrides",
     "Precision",
     "PrecisionSpec",
     "ScalerConfig",
@@ -102,14 +106,20 @@ def _lacking(info: DeviceInfo, key: str, *, verb: str = "has none") -> str:
 
 
 def build_precision(
-    name: str, *, device_type: str, scaler: ScalerConfig | None = None, fp8: Fp8Options | None = None
+    name: str,
+    *,
+    device_type: str,
+    scaler: ScalerConfig | None = None,
+    fp8: Fp8Options | None = None,
+    overrides: ModuleOverrides | None = None,
 ) -> Precision:
-    """The policy object for a precision name or alias; `fp8`: the fp8 recipe and roofline filter."""
+    """The policy object for a precision name or alias; `fp8`: the fp8 recipe and roofline filter;
+    `overrides`: modules kept in another regime (`--keep-fp32`), applied by its `convert_module`."""
     spec = get_spec(name)
     if spec.converts_linears:
-        return LowBitPrecision(spec, device_type=device_type, scaler=scaler, fp8=fp8)
+        return LowBitPrecision(spec, device_type=device_type, scaler=scaler, fp8=fp8, overrides=overrides)
     if spec.autocast:
-        return AutocastPrecision(spec, device_type=device_type, scaler=scaler)
+        return AutocastPrecision(spec, device_type=device_type, scaler=scaler, overrides=overrides)
     if spec.low_precision_weights:
-        return TruePrecision(spec, device_type=device_type)
-    return Precision(spec, device_type=device_type)
+        return TruePrecision(spec, device_type=device_type, overrides=overrides)
+    return Precision(spec, device_type=device_type, overrides=overrides)

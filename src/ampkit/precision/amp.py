@@ -9,7 +9,9 @@ from typing import Any
 import torch
 
 from ampkit.errors import TrainingError, UsageError
-from ampkit.precision.base import Precision, cast_floating, default_dtype
+from ampkit.precision.base import Precision, default_dtype
+from ampkit.precision.casting import cast_floating
+from ampkit.precision.overrides import ModuleOverrides
 from ampkit.precision.scaler import HysteresisGradScaler
 from ampkit.precision.table import PrecisionSpec
 
@@ -67,8 +69,21 @@ class AutocastPrecision(Precision):
     """fp16-mixed and bf16-mixed. The scaler exists for both; for bf16 it is disabled and every
     call on it passes through (torch's own "off" object), so no hook branches on dtype."""
 
-    def __init__(self, spec: PrecisionSpec, *, device_type: str, scaler: ScalerConfig | None = None):
-        super().__init__(spec, device_type=device_type)
+    def __init__(
+        self,
+        spec: PrecisionSpec,
+        *,
+        device_type: str,
+        scaler: ScalerConfig | None = None,
+        overrides: ModuleOverrides | None = None,
+    ):
+        super().__init__(spec, device_type=device_type, overrides=overrides)
+        scaled = [o for o in self.overrides.items if spec.loss_scaling and o.dtype == spec.compute_dtype]
+        if scaled:  # torch's GradScaler refuses to unscale gradients stored in the dtype it guards
+            raise UsageError(
+                f"{spec.name} with {scaled[0]}: the loss scaler cannot unscale gradients stored in "
+                f"{scaled[0].regime}'s dtype; keep that subtree in fp32 or bf16-true"
+            )
         self.scaler_config = scaler or ScalerConfig()
         cfg = self.scaler_config
         self.scaler = HysteresisGradScaler(
@@ -128,7 +143,7 @@ class TruePrecision(Precision):
         """Construct in the low-precision dtype (torch's default dtype for the block): no fp32 copy."""
         return default_dtype(self.spec.param_dtype)
 
-    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+    def _convert(self, module: torch.nn.Module) -> torch.nn.Module:
         """A no-op for a model built inside `init_context`; casts one built in fp32 (e.g. doctor's).
         Nothing to cast returns the module untouched: `Module.to` would still swap every parameter,
         which a planner's fake tensor refuses."""

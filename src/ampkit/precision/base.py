@@ -3,7 +3,8 @@ only what differs, so the training loop never asks "is this fp16?".
 
 Building (`ampkit.train.build`): the model is constructed inside `policy.init_context()`, so its
 weights are born in their storage dtype, then `policy.convert_module` adapts it (the low-bit formats'
-Linear swap, reported by `policy.conversion()`).
+Linear swap, reported by `policy.conversion()`) and applies the policy's per-module overrides
+(`policy.overrides`: `--keep-fp32`, `precision/overrides.py`).
 
 Call order in a step (the loop's contract):
     with policy.run_context():                       # once per run: backend flags (TF32)
@@ -19,23 +20,28 @@ Call order in a step (the loop's contract):
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
+from ampkit.precision.casting import LOSS_ONLY, cast_floating  # noqa: F401 (re-exported: their old home)
 from ampkit.precision.convert.report import ConversionReport
+from ampkit.precision.overrides import ModuleOverrides
 from ampkit.precision.table import PrecisionSpec
 
 
 class Precision:
     """fp32 and tf32: no autocast, no scaling; TF32 flags set from the spec for the run's duration."""
 
-    def __init__(self, spec: PrecisionSpec, *, device_type: str):
+    def __init__(self, spec: PrecisionSpec, *, device_type: str, overrides: ModuleOverrides | None = None):
         self.spec = spec
         self.device_type = device_type
+        self.overrides = overrides or ModuleOverrides()
+        """modules kept in another regime (`precision/overrides.py`), applied by `convert_module`"""
+        self.overridden: dict[str, str] = {}
+        """module path -> regime, what the last `convert_module` applied (summaries record it)"""
 
     @property
     def name(self) -> str:
@@ -58,6 +64,15 @@ class Precision:
         return contextlib.nullcontext()
 
     def convert_module(self, module: nn.Module) -> nn.Module:
+        """The model as this regime runs it: the regime's own conversion (`_convert`), then the per-module
+        overrides (fp32 islands, -true subtrees; none: nothing). Outputs of an overridden subtree go back
+        to their incoming dtype where no autocast would cast them for the next op."""
+        module = self._convert(module)
+        self.overridden = {path: o.regime for path, o in self.overrides.resolve(module).items()}
+        return self.overrides.apply(module, device_type=self.device_type, restore_outputs=not self.spec.autocast)
+
+    def _convert(self, module: nn.Module) -> nn.Module:
+        """The regime's conversion of the whole model; fp32 weights: nothing to change."""
         return module
 
     def conversion(self) -> ConversionReport | None:
@@ -104,30 +119,3 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         yield
     finally:
         torch.set_default_dtype(saved)
-
-
-LOSS_ONLY = "ampkit.loss_only"
-"""Dataclass field metadata key: a batch field that only the loss reads, never the model (a regression
-target), which `cast_floating` leaves in its dtype: `targets: Tensor = field(metadata={LOSS_ONLY: True})`."""
-
-
-def cast_floating(data: Any, dtype: torch.dtype) -> Any:
-    """`data` with every floating-point tensor cast to `dtype`, inside tensors, dataclasses, tuples
-    (named ones too), lists and dicts; integer and bool tensors (token ids, class labels, masks), fields
-    marked `LOSS_ONLY` and any other object stay as they are. Nothing to cast: the same object back."""
-    if isinstance(data, torch.Tensor):
-        return data.to(dtype) if data.is_floating_point() else data
-    if dataclasses.is_dataclass(data) and not isinstance(data, type):
-        fields = [f for f in dataclasses.fields(data) if f.init and not f.metadata.get(LOSS_ONLY)]
-        changes = {f.name: cast_floating(getattr(data, f.name), dtype) for f in fields}
-        changed = {k: v for k, v in changes.items() if v is not getattr(data, k)}
-        return dataclasses.replace(data, **changed) if changed else data
-    if isinstance(data, (tuple, list)):
-        items = [cast_floating(v, dtype) for v in data]
-        if all(new is old for new, old in zip(items, data)):
-            return data
-        return type(data)(*items) if hasattr(data, "_fields") else type(data)(items)  # a namedtuple takes fields
-    if isinstance(data, dict):
-        cast = {k: cast_floating(v, dtype) for k, v in data.items()}
-        return data if all(cast[k] is v for k, v in data.items()) else cast
-    return data

@@ -14,6 +14,7 @@ from torch import nn
 from ampkit.precision.amp import AutocastPrecision, ScalerConfig
 from ampkit.precision.convert import ConversionReport, LinearConverter, converter_class
 from ampkit.precision.fp8 import Fp8Options
+from ampkit.precision.overrides import ModuleOverrides
 from ampkit.precision.table import PrecisionSpec
 
 
@@ -27,8 +28,9 @@ class LowBitPrecision(AutocastPrecision):
         device_type: str,
         scaler: ScalerConfig | None = None,
         fp8: Fp8Options | None = None,
+        overrides: ModuleOverrides | None = None,
     ) -> None:
-        super().__init__(spec, device_type=device_type, scaler=scaler)
+        super().__init__(spec, device_type=device_type, scaler=scaler, overrides=overrides)
         self.options = fp8 or Fp8Options()
         self._report: ConversionReport | None = None
 
@@ -37,8 +39,10 @@ class LowBitPrecision(AutocastPrecision):
         cls = converter_class(self.spec.linear_format)
         return cls(precision=self.spec.name, emulated=self.spec.emulated, options=self.options)
 
-    def convert_module(self, module: nn.Module) -> nn.Module:
-        self._report = self.converter().convert(module)
+    def _convert(self, module: nn.Module) -> nn.Module:
+        """Swap the eligible Linears, less those inside a per-module override (they keep its regime)."""
+        kept = {path: f"kept in {o.regime} by a module override" for path, o in self.overrides.resolve(module).items()}
+        self._report = self.converter().convert(module, keep=kept)
         return module
 
     def conversion(self) -> ConversionReport | None:

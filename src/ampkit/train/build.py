@@ -79,12 +79,14 @@ class RunObjects:
 
     def features_summary(self) -> dict:
         """The summary's "throughput" section: switches, compile time, optimizer-state bytes, dedup, and
-        the low-bit conversion (`Precision.conversion`)."""
+        the low-bit conversion (`Precision.conversion`), the modules kept in another precision (`--keep-fp32`)."""
         out = self.features.to_dict(self.optimizer) if self.features else {}
         out["dedup"] = self.dedup
         conversion = self.policy.conversion()
         if conversion is not None:  # the low-bit formats: the Linears converted, those kept in bf16 and why
             out["conversion"] = conversion.to_dict()
+        if self.policy.overrides:  # module path -> regime, as the policy applied them
+            out["module_precision"] = {"overrides": str(self.policy.overrides), "modules": dict(self.policy.overridden)}
         return out
 
 
@@ -226,8 +228,9 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
     sampler, val_batches = build_run_data(config, task=task, parallel=parallel)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
+    fp8, overrides = fp8_options(config, info, task, parallel), config.overrides  # overrides: applied by convert_module
     policy = build_precision(
-        config.precision, device_type=device.type, scaler=config.scaler, fp8=fp8_options(config, info, task, parallel)
+        config.precision, device_type=device.type, scaler=config.scaler, fp8=fp8, overrides=overrides
     )
     model, feature_report = build_run_model(task, config, policy=policy, device=device, parallel=parallel)
     if not isinstance(task, LanguageModelTask):  # a user's task: its first batch must make sense before training

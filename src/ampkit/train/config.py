@@ -15,8 +15,15 @@ from ampkit.config import build_config, flat_settings, resolve_config
 from ampkit.distributed.settings import check_single_process
 from ampkit.errors import UsageError
 from ampkit.lora import LoraSettings, check_lora_run, lora_field
-from ampkit.options import device_field, fit_check_field, grad_accum_field, seed_field
-from ampkit.precision import ScalerConfig, canonical_name, precision_names_help
+from ampkit.options import (
+    device_field,
+    fit_check_field,
+    grad_accum_field,
+    keep_fp32_field,
+    module_precision_field,
+    seed_field,
+)
+from ampkit.precision import ModuleOverrides, ScalerConfig, canonical_name, precision_names_help
 from ampkit.precision.fp8_roofline import RECIPES as FP8_RECIPES
 from ampkit.sections import (
     CheckpointSection,
@@ -46,6 +53,8 @@ class TrainConfig:
     parallelism, the guard, evaluation, checkpoints, logs; `[scaler]` and `[lora]` from their packages)."""
 
     precision: str = field(default="fp32", metadata={"help": f"{precision_names_help()} (or an alias)"})
+    keep_fp32: str = keep_fp32_field()
+    module_precision: str = module_precision_field()
     device: str = device_field()
     steps: int = field(default=300, metadata={"help": "optimizer steps (total, including resumed ones)"})
     grad_accum: int = grad_accum_field()
@@ -75,6 +84,11 @@ class TrainConfig:
         given whole): the Python API's and the tests' way (`ampkit.config.build_config`)."""
         return build_config(cls, settings)
 
+    @property
+    def overrides(self) -> ModuleOverrides:
+        """The policy's per-module overrides: `--module-precision`, then `--keep-fp32` (each P=fp32)."""
+        return ModuleOverrides.parse(self.module_precision) + ModuleOverrides.keep_fp32(self.keep_fp32)
+
     def task_spec(self) -> TaskSpec:
         """What building this run's task needs (`ampkit.tasks.load.build_task`)."""
         return TaskSpec(
@@ -100,6 +114,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "precision", canonical_name(self.precision))
+        if self.overrides and self.lora.enabled:  # --module-precision's syntax is checked by `overrides` too
+            raise UsageError(
+                "--keep-fp32/--module-precision do not combine with --lora yet: the adapted model's module paths "
+                "are peft's; keep the base in its --base-dtype"
+            )
         positive = {"steps": self.steps, "grad_accum": self.grad_accum}
         positive |= {"batch_size": self.data.batch_size, "seq_len": self.data.seq_len}  # bench's 0 = auto: not here
         for name, value in positive.items():
@@ -136,6 +155,7 @@ def check_train_fits(config: TrainConfig, *, device: torch.device) -> FitEstimat
         vocab_size=vocab_size_for(config.model.model),
         command="train",
         lora=config.lora,
+        overrides=config.overrides,  # --keep-fp32 / --module-precision: those weights in their regime's dtype
     )
 
 

@@ -21,6 +21,7 @@ from ampkit.plan.config import DEFAULT_SEQ_LEN, KvConfig, PlanConfig
 from ampkit.plan.describe.vlm import VLMDescription
 from ampkit.plan.fit import Target, resolve_target
 from ampkit.plan.kv.budget import KV_DTYPES, dtype_bytes, pool_budget
+from ampkit.plan.overrides import part_precisions
 from ampkit.plan.setting import GIB, Reserve, StepSetting
 from ampkit.plan.vlm.compute import vlm_compute
 from ampkit.plan.vlm.engine import VLMEngine
@@ -120,6 +121,9 @@ def plan_workload(desc: VLMDescription, config: PlanConfig) -> tuple[Workload, P
         freeze=config.freeze,
         seq_len=config.seq_len,
     )
+    parts = {p for p, n in desc.part_parameters.items() if n}
+    if config.overrides:  # --keep-fp32 vision: that part's ledger in fp32 (`plan/overrides.py`)
+        workload = replace(workload, part_precisions=part_precisions(config.overrides, parts))
     seq_len = resolve_seq_len(desc, workload, config.seq_len)
     if desc.max_positions and seq_len > desc.max_positions:
         raise UsageError(f"--seq-len {seq_len} exceeds {desc.name}'s {desc.max_positions} positions")

@@ -83,11 +83,14 @@ class LinearConverter:
         """Replace the Linears named `names` (module names under `model`) by this format's, in place."""
         raise NotImplementedError
 
-    def classify(self, model: nn.Module, *, kernels: bool = True) -> ConversionReport:
+    def classify(
+        self, model: nn.Module, *, kernels: bool = True, keep: dict[str, str] | None = None
+    ) -> ConversionReport:
         """Which of `model`'s Linears this converter would convert and which it would keep, and why,
         without touching the model (a dry run: `ampkit plan` checks each format on a meta-device model).
         Refuses a model with none that meets the shape rule, and (`kernels`) a native conversion that no
-        kernel exists for (`native_missing`)."""
+        kernel exists for (`native_missing`). `keep`: module path -> why every Linear in its subtree stays
+        (a per-module precision override)."""
         if kernels and self.native_missing and not self.emulated:
             raise ConversionRefused(f"{self.precision}: {self.native_missing}; use {self.precision}-emulated")
         chosen: list[str] = []
@@ -97,7 +100,7 @@ class LinearConverter:
             if not isinstance(module, nn.Linear) or _converted(module):
                 continue
             why = "the model itself (a converter swaps the Linears inside a model)" if not fqn else None
-            why = why or _no_forward(module) or self.shape_reason(fqn, module)
+            why = why or _kept_by(fqn, keep or {}) or _no_forward(module) or self.shape_reason(fqn, module)
             shaped += why is None
             why = why or self.extra_reason(fqn, module)
             if why is None:
@@ -110,9 +113,9 @@ class LinearConverter:
             precision=self.precision, format=self.fmt.name, emulated=self.emulated, converted=chosen, kept=kept
         )
 
-    def convert(self, model: nn.Module) -> ConversionReport:
-        """Convert `model`'s eligible Linears in place (`classify`'s choice) and report what it did."""
-        report = self.classify(model)
+    def convert(self, model: nn.Module, *, keep: dict[str, str] | None = None) -> ConversionReport:
+        """Convert `model`'s eligible Linears in place (`classify`'s choice, `keep` kept) and report what it did."""
+        report = self.classify(model, keep=keep)
         self.swap(model, report.converted)
         if self.guards_outputs():
             for fqn in report.converted:
@@ -132,6 +135,11 @@ class LinearConverter:
 def _converted(module: nn.Module) -> bool:
     """A Linear some converter already swapped in (ampkit's, or torchao's Float8Linear)."""
     return type(module).__module__.startswith(("ampkit.precision.convert", "torchao"))
+
+
+def _kept_by(fqn: str, keep: dict[str, str]) -> str | None:
+    """Why a Linear at `fqn` stays, when it is in a kept subtree (`keep`: root path -> why)."""
+    return next((why for root, why in keep.items() if fqn == root or fqn.startswith(root + ".")), None)
 
 
 def _no_forward(module: nn.Linear) -> str | None:
