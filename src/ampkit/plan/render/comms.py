@@ -74,16 +74,8 @@ def comm_table(summary: dict[str, Any], *, wide: bool = False) -> Group | None:
         cells.append(column_format([o["bytes_per_step"] / GB for o in options], decimals=1))
         cells.append(column_format([o["comm_s"] and o["comm_s"] / scale for o in options], sig=3, most=1))
     headers += [f"step {unit}", "bound"]
-    cells.append(
-        column_format(
-            [
-                r["communication"]["options"][0]["compute_s"] and r["communication"]["options"][0]["compute_s"] / scale
-                for r in rows
-            ],
-            sig=3,
-            most=1,
-        )
-    )
+    compute = [r["communication"]["options"][0]["compute_s"] for r in rows]  # the same under every reduce dtype
+    cells.append(column_format([c and c / scale for c in compute], sig=3, most=1))
     cells.append([_bound(r) for r in rows])
     return compact_table(comm_title(comm), columns(headers), [list(c) for c in zip(*cells)], notes=[_legend(comm)])
 
