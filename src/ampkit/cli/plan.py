@@ -41,6 +41,11 @@ def run(args: argparse.Namespace) -> int:
         from ampkit.report.console import make_console
 
         return print_gpu_list(make_console(wide=args.wide))
+    if config.link.strip().lower() == "list":  # the link table, every row with its sources; no run directory
+        from ampkit.plan.render.comms import print_link_list
+        from ampkit.report.console import make_console
+
+        return print_link_list(make_console(wide=args.wide))
     if config.task:
         return _run_task(config, args)
     desc = describe_model(config.model)  # bad model or config.json: refused before the run dir exists
@@ -92,6 +97,7 @@ def planned_provenance(summary: dict) -> dict:
 
 
 def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
+    from ampkit.plan.render.comms import comm_table
     from ampkit.plan.render.report import (
         agreement_table,
         compute_table,
@@ -114,6 +120,9 @@ def _print(summary: dict, run_dir, *, wide: bool = False) -> None:
         console.print(model_table(summary["model"]))
         console.print(ledger_table(summary, wide=wide))
     console.print(compute_table(summary, wide=wide))
+    comm = comm_table(summary, wide=wide)
+    if comm is not None:  # --parallel ddp|fsdp
+        console.print(comm)
     if traced:
         console.print(agreement_table(summary, wide=wide))
     for line in recommendation_lines(summary["recommendation"], summary["target"]):

@@ -6,6 +6,8 @@
   (`backend.py`); outside this package ampkit makes no `torch.cuda` call.
 - `GPUS`, `lookup_gpu`, `peak_flops`: public dense peaks of the NVIDIA and AMD GPUs people train on
   (`gpus.py`; `ampkit.plan.render.gpu_list` prints them for `--gpu list`).
+- `links.LINKS`, `lookup_link`, `default_link`: public NVLink, PCIe and InfiniBand bandwidths, each way per
+  GPU (`links.py`; what `ampkit plan` times data-parallel communication over, `--link list` prints them).
 - `measure_matmul_flops`, `measured_peak_flops`: FLOP/s measured here (`matmul.py`);
   the MFU denominator on a CPU, where no table applies.
 """

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ampkit.distributed.settings import PARALLEL_MODES
+from ampkit.distributed.settings import PARALLEL_MODES, REDUCE_DTYPES
 from ampkit.errors import UsageError
+from ampkit.hardware.links import LINKS, lookup_link
 from ampkit.lora import LoraSettings, lora_field
 from ampkit.options import (
     CHECKPOINTING_MODES,
@@ -110,6 +111,21 @@ class PlanConfig:
         },
     )
     parallel: str = parallel_field()
+    reduce_dtype: str = field(
+        default="fp32,bf16",
+        metadata={
+            "help": "with --parallel ddp|fsdp: comma-separated dtypes the gradients are reduced in "
+            f"({', '.join(REDUCE_DTYPES)}), each planned: fp32 is train's default, bf16 halves that traffic",
+            "aliases": ("reduce_dtypes",),
+        },
+    )
+    link: str = field(
+        default="",
+        metadata={
+            "help": f"the link communication is timed over ({', '.join(LINKS)}; 'list' prints the table): "
+            "'' = the GPU's own NVLink or PCIe within a node, InfiniBand NDR across nodes (--nnodes > 1)"
+        },
+    )
     mfu: float = field(default=0.4, metadata={"help": "assumed model-FLOPs utilization for step time"})
     trace: bool = field(
         default=False, metadata={"help": "also run the traced engine (one step on fake tensors) for buildable models"}
@@ -162,6 +178,11 @@ class PlanConfig:
                 )
         if self.parallel not in PARALLEL_MODES:
             raise UsageError(f"unknown --parallel {self.parallel!r}; choose from: {', '.join(PARALLEL_MODES)}")
+        for name in self.reduce_dtype_list():
+            if name not in REDUCE_DTYPES:
+                raise UsageError(f"unknown --reduce-dtype {name!r}; choose from: {', '.join(REDUCE_DTYPES)}")
+        if self.link and self.link.strip().lower() != "list":
+            lookup_link(self.link)
         if not 0 < self.mfu <= 1:
             raise UsageError(f"--mfu must be in (0, 1], got {self.mfu}")
         if self.context_gib < 0 or self.fragmentation < 0:
@@ -199,6 +220,9 @@ class PlanConfig:
 
     def checkpointing_list(self) -> list[str]:
         return split_list(self.activation_checkpointing, "--activation-checkpointing")
+
+    def reduce_dtype_list(self) -> list[str]:
+        return split_list(self.reduce_dtype, "--reduce-dtype")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,7 +11,9 @@ from dataclasses import asdict
 from typing import Any
 
 from ampkit.hardware import GpuSpec
+from ampkit.hardware.links import LinkSpec, default_link, lookup_link
 from ampkit.plan.advice import base_precision, cheapest_fix, fix_settings, fp8_note
+from ampkit.plan.analytic.comms import step_communication
 from ampkit.plan.analytic.compute import step_compute
 from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.config import DEFAULT_SEQ_LEN, KvConfig, PlanConfig
@@ -100,6 +102,7 @@ def _row(
     if target is not None:
         row["fit"] = primary.fit(setting, ledger.total, target.capacity_bytes).to_dict()
     row["compute"] = _compute(desc, setting, gpu=target.gpu if target else None, mfu=config.mfu)
+    row["communication"] = _communication(desc, setting, config, target, row["compute"]["step_s_at_mfu"])
     if kept:
         row["module_precision"] = _kept_block(config, kept, setting)
     return row
@@ -113,6 +116,32 @@ def _kept_block(config: PlanConfig, kept: dict, setting: StepSetting) -> dict[st
         "weights_delta_bytes": weights_delta(kept, setting.precision, shards=setting.shards),
         "counted": "weights only (gradients, optimizer states and activations at the step's precision)",
     }
+
+
+def comm_link(config: PlanConfig, target: Target | None) -> tuple[LinkSpec | None, str]:
+    """The link a plan times communication over, and how it was chosen: `--link`, else the default (the
+    GPU's own node link, InfiniBand NDR across nodes; none without a GPU on one node)."""
+    if config.link:
+        return lookup_link(config.link), "--link"
+    gpu = target.gpu.name if target is not None and target.gpu is not None else None
+    return default_link(gpu, nnodes=config.nnodes), "default"
+
+
+def _communication(
+    desc: ModelDescription, setting: StepSetting, config: PlanConfig, target: Target | None, compute_s: float | None
+) -> dict[str, Any] | None:
+    """The row's data-parallel communication per reduce dtype (`plan/analytic/comms.py`); None for one process."""
+    link, chosen = comm_link(config, target)
+    comm = step_communication(
+        desc,
+        setting,
+        reduce_dtypes=config.reduce_dtype_list(),
+        link=link,
+        chosen=chosen,
+        nnodes=config.nnodes,
+        compute_s=compute_s,
+    )
+    return comm.to_dict() if comm is not None else None
 
 
 def _compute(desc: ModelDescription, setting: StepSetting, *, gpu: GpuSpec | None, mfu: float) -> dict[str, Any]:

@@ -55,6 +55,40 @@ FORMATS = {
 }
 """`plan --formats`: the payoff predictor per GPU and format (`plan.payoff.payoff_plan`), speedups over bf16."""
 
+COLLECTIVE = {
+    "kind": OneOf("all-gather", "reduce-scatter", "all-reduce"),
+    "dtype": str,
+    "dtype_bytes": int,
+    "parameters": MapOf(int),
+    "per_step": MapOf(int),
+    "bytes": int,
+    "ring_factor": NUM,
+    "wire_bytes_per_gpu": NUM,
+}
+COMMUNICATION = {
+    "parallel": OneOf("ddp", "fsdp"),
+    "world_size": int,
+    "nnodes": int,
+    "grad_accum": int,
+    "link": Opt({"name": str, "label": str, "each_way_gbs": NUM, "sources": ListOf(str), "chosen": str}),
+    "gather_dtype": Opt(str),
+    "options": ListOf(
+        {
+            "reduce_dtype": str,
+            "collectives": ListOf(COLLECTIVE),
+            "bytes_per_step": int,
+            "wire_bytes_per_gpu": NUM,
+            "comm_s": OPT_NUM,
+            "compute_s": OPT_NUM,
+            "step_s_no_overlap": OPT_NUM,
+            "step_s_overlap": OPT_NUM,
+            "bound": Opt(OneOf("compute", "communication")),
+        }
+    ),
+}
+"""A row's data-parallel communication per reduce dtype (`plan.analytic.comms.Communication`): bytes per
+optimizer step, GB/s = 1e9 B/s each way, seconds; null under --parallel none."""
+
 PLANNED = {
     "command": Absent(OneOf("plan")),  # Absent: the first plans' summaries had no "command"
     "units": MapOf(str),
@@ -73,7 +107,15 @@ PLAN = SummaryKind(
         **PLANNED,
         "engine": Absent(str),
         "trace_note": Absent(Opt(str)),
-        "rows": ListOf({"setting": SETTING, "analytic": Opt(LEDGER), "traced": Opt(LEDGER), "fit": Opt(dict)}),
+        "rows": ListOf(
+            {
+                "setting": SETTING,
+                "analytic": Opt(LEDGER),
+                "traced": Opt(LEDGER),
+                "fit": Opt(dict),
+                "communication": Absent(Opt(COMMUNICATION)),  # Absent: plans before it was planned
+            }
+        ),
         "recommendation": {"precision": Opt(str), "reason": str, "notes": ListOf(str)},
         "fp8": Absent(Opt(dict)),
         "refused": Absent(MapOf(str)),  # precision -> why its low-bit converter refused the model

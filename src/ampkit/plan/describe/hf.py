@@ -167,6 +167,10 @@ class HFDescription(ModelDescription):
         """The largest decoder layer's parameters (FSDP gathers one layer at a time)."""
         return max(self.counts.layer_parameters, default=0)
 
+    def layers_parameters(self) -> int:
+        """Every decoder layer's parameters, summed (layers may differ: dense and MoE, sliding and global)."""
+        return sum(self.counts.layer_parameters)
+
     def to_dict(self) -> dict[str, Any]:
         skip = {"model_config", "hf_config", "signatures", "counts", "pattern"}
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}

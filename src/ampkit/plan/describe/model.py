@@ -84,6 +84,10 @@ class ModelDescription:
         norms = 2 * d * (2 if self.norm_bias else 1)
         return attn + mlp + norms
 
+    def layers_parameters(self) -> int:
+        """Parameters of all the repeated blocks together (FSDP2's per-block units; the rest is the root's)."""
+        return self.n_layers * self.block_parameters()
+
     def matmul_weights_per_block(self) -> list[int]:
         """Element counts of the block's matmul weights, in forward order (q, k, v, o, mlp...)."""
         d, q, kv, ff = self.d_model, self.q_dim, self.kv_dim, self.d_ff

@@ -422,6 +422,9 @@ def write_plan_report(summary: dict[str, Any], run_dir: Path) -> tuple[Path, Pat
         report.table(part_headers(), part_rows(summary["rows"][0]))
     report.heading("Compute")
     report.table(compute_headers(summary["rows"]), compute_rows(summary["rows"]))
+    from ampkit.plan.render.comms import comm_section
+
+    comm_section(report, summary)  # --parallel ddp|fsdp: bytes and time per reduce dtype
     if has_traced(summary):
         report.heading("Analytic vs traced")
         report.table(AGREEMENT_HEADERS, agreement_rows(summary["rows"]))
