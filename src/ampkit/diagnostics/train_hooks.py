@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 _PHASE_ORDER = {"forward": 0, "backward": 1}
 
 
+def _order(finding: dict[str, Any]) -> tuple[int, int, bool]:
+    """When a finding happened, as far as ranks can compare: step, phase, reduced gradient last."""
+    return finding["step"], _PHASE_ORDER.get(finding["phase"], 2), finding["site"] == "param_grad"
+
+
 class NoDiagnostics:
     """Every diagnostic off: no hooks, no cost."""
 
@@ -108,16 +113,17 @@ class TrainDiagnostics:
 
     def _gather(self) -> None:
         """Every rank's finding and fired steps to every rank (a collective at log steps; free in one
-        process). The first finding: the earliest step, forward before backward, then the lowest rank
-        (ranks run concurrently: within one phase of one step no rank is "first" in time)."""
+        process). The first finding: the earliest step, forward before backward, a module's own values
+        before a parameter's gradient (FSDP2 hands it over reduce-scattered, carrying the other ranks'
+        values), then the lowest rank (ranks run concurrently: no rank is "first" within a phase)."""
         finding = self.locator.first_nonfinite if self.locator is not None else None
         mine = finding.to_dict() if finding is not None else None
         fired = self.injector.fired if self.injector is not None else []
         gathered = self.parallel.all_gather_object((mine, list(fired)))
         self.fired = [steps for _, steps in gathered]
-        found = [(f["step"], _PHASE_ORDER.get(f["phase"], 2), rank, f) for rank, (f, _) in enumerate(gathered) if f]
+        found = [(_order(f), rank, f) for rank, (f, _) in enumerate(gathered) if f]
         if found and self.first is None:
-            _, _, rank, first = min(found, key=lambda item: item[:3])
+            _, rank, first = min(found, key=lambda item: item[:2])
             self.first = first if len(gathered) == 1 else {"rank": rank, **first}
 
     def _write_updates(self, metrics) -> None:

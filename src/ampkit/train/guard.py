@@ -162,14 +162,18 @@ class NanGuard:
 
 
 def agreed_reason(parallel: LocalRun, local: str | None) -> str | None:
-    """One decision for every rank: a reason when any rank has one (the lowest such rank's, naming it
-    when there are several ranks), else None. Sync point: `all_true` all-reduces a 0/1 flag (MAX)
-    every step; the reasons are gathered only on a step some rank flagged, when every rank knows it."""
+    """One decision for every rank: a reason when any rank has one (the lowest such rank's, naming the
+    ranks that saw it when there are several), else None. Sync point: `all_true` all-reduces a 0/1
+    flag (MAX) every step; the reasons are gathered only on a step some rank flagged (all know it)."""
     if parallel.all_true(local is None):
         return None
     reasons = parallel.all_gather_object(local)
-    rank, reason = next((r, text) for r, text in enumerate(reasons) if text is not None)
-    return reason if len(reasons) == 1 else f"{reason} on rank {rank}"
+    flagged = [rank for rank, text in enumerate(reasons) if text is not None]
+    reason = reasons[flagged[0]]
+    if len(reasons) == 1:
+        return reason
+    where = "every rank" if len(flagged) == len(reasons) else "rank " + ", ".join(map(str, flagged))
+    return f"{reason} on {where}"
 
 
 def _set_base_lrs(scheduler: torch.optim.lr_scheduler.LambdaLR, base_lrs: list[float | torch.Tensor]) -> None:
