@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from ampkit.cli import main
+from ampkit.core.parallel import LocalRun
+from ampkit.diagnostics.train_hooks import build_train_diagnostics
+from ampkit.errors import UsageError
+from ampkit.sections import GuardSection
 
 FAULT_STEP, STEPS = 3, 5
 NET = ["--precision", "fp32", "--steps", str(STEPS), "--guard", "--checkpoint-every", "2", "--detect-nonfinite"]
@@ -51,7 +56,8 @@ def test_a_fault_on_rank_1_rolls_every_rank_back_as_one_process_would(tmp_path, 
         assert [r["step"] for r in _events(out, "update_stats")] == [2, 4]
     [rollback] = _events(out, "rollback")
     assert (rollback["step"], rollback["to_step"]) == (FAULT_STEP, 2)
-    assert "non-finite gradient norm" in rollback["reason"]
+    # the reduced gradient norm is the job's: every rank saw it, and said so in the agreed reason
+    assert "non-finite gradient norm" in rollback["reason"] and rollback["reason"].endswith("on every rank")
     got, want = launch.train_losses(out), launch.train_losses(one_process)  # after the rollback: the re-run step
     assert sorted(got) == list(range(1, STEPS + 1)) == sorted(want)
     for step in want:
@@ -71,3 +77,11 @@ def test_a_fault_rank_past_the_world_size_is_one_line(launch, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "--inject-rank 2 is past the job's 2 rank(s) (0..1)" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_fault_rank_is_checked_against_the_joined_world():
+    """Under a bare torchrun the world size is known only once the process has joined the job."""
+    fault = GuardSection(inject="blocks.0:backward:inf@3", inject_rank=1)
+    objs = SimpleNamespace(parallel=LocalRun(), model=None, policy=None, optimizer=None)  # refused before any hook
+    with pytest.raises(UsageError, match=r"--inject-rank 1 is past the job's 1 rank\(s\)"):
+        build_train_diagnostics(objs, fault, micro_batches=1)
