@@ -66,6 +66,7 @@ TRAIN_SECTIONS = {
         "detect_nonfinite",
         "grad_stats_every",
         "inject",
+        "inject_rank",
     ),
     "eval": ("eval_every", "eval_batches"),
     "checkpoint": ("checkpoint_every", "keep_checkpoints", "allow_no_checkpoint"),
@@ -567,9 +568,11 @@ DATA_SETTINGS_SINCE = {
     "freeze": "",
     "keep_fp32": "",
     "module_precision": "",
+    "inject_rank": -1,
 }
 """settings added after these config.json files were written ([data]'s of issue 29, [model]'s images and
-frozen parts of issue 31, the per-module precision overrides of issue 31): their defaults fill in."""
+frozen parts of issue 31, the per-module precision overrides of issue 31, [guard]'s fault rank of issue
+32): their defaults fill in."""
 
 
 def test_a_config_json_written_before_the_run_spec_loads_into_its_sections():

@@ -63,17 +63,23 @@ def test_the_commands_own_rules_stay_with_the_command():
     with pytest.raises(UsageError, match="pass --checkpoint-every N"):
         TrainConfig(guard=GuardSection(guard=True))  # spans [guard] and [checkpoint]
     assert TrainConfig(guard=GuardSection(guard=True), checkpoint=CheckpointSection(checkpoint_every=5)).guard.guard
-    with pytest.raises(UsageError, match="--inject runs in a single process only"):
-        TrainConfig(parallel=ParallelSection(parallel="ddp"), guard=GuardSection(inject="blocks.0.mlp:forward:nan"))
+    with pytest.raises(UsageError, match="--grad-stats-every reads whole gradients"):
+        TrainConfig(parallel=ParallelSection(parallel="fsdp"), guard=GuardSection(grad_stats_every=5))
+    with pytest.raises(UsageError, match=r"--inject-rank 2 is past the job's 2 rank\(s\)"):
+        TrainConfig(
+            parallel=ParallelSection(parallel="ddp", nproc_per_node=2),
+            guard=GuardSection(inject="blocks.0.mlp:forward:nan", inject_rank=2),
+        )
     # the fault's syntax: the diagnostics' parser, called at train's level (below it, no section may import it)
     with pytest.raises(UsageError, match="is not module_path:phase:kind"):
         TrainConfig(guard=GuardSection(inject="nonsense"))
 
 
 def test_the_guard_section_says_what_it_turns_on():
-    assert not GuardSection().diagnostics and GuardSection().single_process_parts() == []
-    on = GuardSection(guard=True, inject="blocks.0.mlp:forward:nan")
-    assert on.diagnostics and on.single_process_parts() == ["the NaN guard's rollback", "--inject"]
+    assert not GuardSection().diagnostics and GuardSection().single_process_parts("fsdp") == []
+    on = GuardSection(guard=True, detect_nonfinite=True, grad_stats_every=5, inject="blocks.0.mlp:forward:nan")
+    assert on.diagnostics and on.single_process_parts("ddp") == []  # the net runs data-parallel
+    assert on.single_process_parts("fsdp") == ["--grad-stats-every"]  # whole gradients: DDP's ranks only
     assert not GuardSection(guard=True).diagnostics  # the rollback is no diagnostic hook
 
 

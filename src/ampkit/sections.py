@@ -258,6 +258,9 @@ class GuardSection:
         default=0, metadata={"help": "per-layer gradient statistics every N steps, logged to metrics.jsonl (0 = off)"}
     )
     inject: str = inject_field()
+    inject_rank: int = field(
+        default=-1, metadata={"help": "the rank --inject's fault fires on under --parallel (-1 = every rank)"}
+    )
 
     def __post_init__(self) -> None:
         if self.guard_max_skips < 1 or self.guard_max_rollbacks < 1:
@@ -268,21 +271,18 @@ class GuardSection:
         if not 0 < self.guard_lr_factor <= 1:
             raise UsageError(f"--guard-lr-factor must be in (0, 1], got {self.guard_lr_factor}")
         _at_least(0, grad_stats_every=self.grad_stats_every)
+        _at_least(-1, inject_rank=self.inject_rank)
 
     @property
     def diagnostics(self) -> bool:
         """Whether any diagnostic hook is on (the locator, gradient statistics, an injected fault)."""
         return bool(self.detect_nonfinite or self.grad_stats_every or self.inject)
 
-    def single_process_parts(self) -> list[str]:
-        """What this section turns on that runs in a single process only (hooks on every module, a
-        rollback from a checkpoint file): none of it knows about sharded parameters or peer ranks yet."""
-        parts = {
-            "the NaN guard's rollback": self.guard,
-            "--detect-nonfinite": self.detect_nonfinite,
-            "--grad-stats-every": bool(self.grad_stats_every),
-            "--inject": bool(self.inject),
-        }
+    def single_process_parts(self, parallel: str) -> list[str]:
+        """What this section turns on that `parallel` cannot run: the guard, the locator and fault
+        injection run under DDP and FSDP2 (`ampkit.train.guard`, `ampkit.diagnostics.train_hooks`);
+        the gradient meters read whole gradients and weights, which only DDP's ranks hold."""
+        parts = {"--grad-stats-every": bool(self.grad_stats_every) and parallel != "ddp"}
         return [what for what, on in parts.items() if on]
 
 

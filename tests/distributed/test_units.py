@@ -29,8 +29,9 @@ from ampkit.train import TrainConfig
         ({"reduce_dtype": "fp16"}, "unknown --reduce-dtype"),
         ({"nproc_per_node": 2}, "add --parallel ddp"),
         ({"nproc_per_node": -1}, "--nproc-per-node must be >= 0"),
-        ({"parallel": "ddp", "guard": True, "checkpoint_every": 5}, "single process"),
-        ({"parallel": "fsdp", "grad_stats_every": 5}, "single process"),
+        ({"parallel": "ddp", "guard": True}, "pass --checkpoint-every N"),
+        ({"parallel": "fsdp", "grad_stats_every": 5}, "which --parallel fsdp shards: use --parallel ddp"),
+        ({"parallel": "ddp", "nproc_per_node": 2, "inject_rank": 0}, "add --inject module:phase:kind"),
     ],
 )
 def test_settings_refused_with_the_fix(settings, fragment):

@@ -13,7 +13,8 @@ Spec syntax (CLI `--inject`): ``module_path:phase:kind[@step]``
 Steps are counted by the injector itself, one per training forward pass of the root module
 (grad enabled, `model.training`), so with `grad_accum` 1 they equal optimizer steps; a caller that
 replays a step sets it with `begin_step(step)` instead. In `train`, the count follows the data, not
-the step number: a guard rollback does not replay the fault, just as it skips a bad batch.
+the step number: a guard rollback does not replay the fault, just as it skips a bad batch. Under
+`--parallel`, `train --inject-rank R` attaches the injector on rank R alone (`train_hooks`).
 """
 
 from __future__ import annotations

@@ -119,7 +119,9 @@ class Finding:
 
 
 def _floating(tensors: Iterable[Any], *, detach: bool = True) -> list[torch.Tensor]:
-    found = [t for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0]
+    # An FSDP2 parameter's gradient is a DTensor: this rank's shard is what it holds (and checks).
+    local = (t.to_local() if hasattr(t, "to_local") else t for t in tensors)
+    found = [t for t in local if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0]
     return [t.detach() for t in found] if detach else found
 
 

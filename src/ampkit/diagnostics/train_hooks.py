@@ -8,6 +8,13 @@ All three are hooks on the model; the loop calls `begin_step(step)` before a ste
 `at_log_step(step, metrics)` at log steps, where the gradient statistics are moved to the host
 (their only sync) and a new non-finite finding is written to metrics.jsonl. With everything off,
 `build_train_diagnostics` returns `NoDiagnostics`, which does nothing and places no hook.
+
+Under `--parallel ddp|fsdp` each rank hooks its own model (DDP's wrapped module, so paths stay the
+task's) and locates on its own; at each log step the ranks' first findings and fired faults are
+gathered (every rank: a collective) so rank 0's metrics and summary name the rank and module where
+the first non-finite value appeared. `--inject-rank R` attaches the fault on rank R alone. The
+gradient meters (DDP only) are rank 0's: its micro-batches' gradients before the all-reduce; the
+updates of the replicated weights, equal on every rank.
 """
 
 from __future__ import annotations
@@ -18,9 +25,19 @@ from ampkit.diagnostics.gradstats import GradientStatistics
 from ampkit.diagnostics.inject import FaultInjector
 from ampkit.diagnostics.locator import NonFiniteLocator
 from ampkit.diagnostics.underflow import UpdateUnderflowMeter
+from ampkit.distributed.settings import check_inject_rank
+from ampkit.distributed.wrap import unwrap
 
 if TYPE_CHECKING:
+    from ampkit.core.parallel import LocalRun
     from ampkit.sections import GuardSection
+
+_PHASE_ORDER = {"forward": 0, "backward": 1}
+
+
+def _order(finding: dict[str, Any]) -> tuple[int, int, bool]:
+    """When a finding happened, as far as ranks can compare: step, phase, reduced gradient last."""
+    return finding["step"], _PHASE_ORDER.get(finding["phase"], 2), finding["site"] == "param_grad"
 
 
 class NoDiagnostics:
@@ -42,9 +59,13 @@ class NoDiagnostics:
 class TrainDiagnostics:
     """The enabled diagnostics of one run (any of locator, gradient statistics, fault injector)."""
 
-    def __init__(self, model, policy, settings: GuardSection, *, micro_batches: int, optimizer=None):
+    def __init__(
+        self, model, policy, settings: GuardSection, *, micro_batches: int, optimizer=None, parallel: LocalRun
+    ):
         """Attach to `model` what the run's `[guard]` section turns on; `micro_batches`: per optimizer
-        step; `optimizer` lets the update-underflow meter see what each step changed."""
+        step; `optimizer` lets the update-underflow meter see what each step changed; `parallel`: the
+        run's world (the ranks whose findings are gathered)."""
+        self.parallel = parallel
         every = settings.grad_stats_every
         self.locator = NonFiniteLocator(model).attach() if settings.detect_nonfinite else None
         self.stats = (
@@ -60,8 +81,14 @@ class TrainDiagnostics:
         self._frozen_reported: set[str] = set()
         # The injector counts training forward passes itself (data position), so a guard rollback
         # does not replay the fault: it behaves like a bad batch that the rollback skips.
-        self.injector = FaultInjector(model, settings.inject).attach() if settings.inject else None
+        fires_here = settings.inject_rank in (-1, parallel.rank)
+        self.injector = FaultInjector(model, settings.inject).attach() if settings.inject and fires_here else None
+        self.inject = {"spec": settings.inject, "rank": settings.inject_rank} if settings.inject else None
         self._reported = False
+        self.first: dict[str, Any] | None = None
+        """the job's first non-finite finding (gathered at log steps), with its rank under --parallel"""
+        self.fired: list[list[int]] = [[] for _ in range(parallel.world_size)]
+        """each rank's fired steps (gathered at log steps)"""
 
     def begin_step(self, step: int) -> None:
         if self.locator is not None:
@@ -77,9 +104,27 @@ class TrainDiagnostics:
                 metrics.write({"event": "grad_stats", **stats.to_dict()})
         if self.updates is not None:
             self._write_updates(metrics)
-        if self.locator is not None and self.locator.first_nonfinite is not None and not self._reported:
+        if self.locator is None and self.inject is None:
+            return
+        self._gather()
+        if self.first is not None and not self._reported:
             self._reported = True
-            metrics.write({"event": "nonfinite", "step": step, **self.locator.first_nonfinite.to_dict()})
+            metrics.write({"event": "nonfinite", "step": step, **self.first})
+
+    def _gather(self) -> None:
+        """Every rank's finding and fired steps to every rank (a collective at log steps; free in one
+        process). The first finding: the earliest step, forward before backward, a module's own values
+        before a parameter's gradient (FSDP2 hands it over reduce-scattered, carrying the other ranks'
+        values), then the lowest rank (ranks run concurrently: no rank is "first" within a phase)."""
+        finding = self.locator.first_nonfinite if self.locator is not None else None
+        mine = finding.to_dict() if finding is not None else None
+        fired = self.injector.fired if self.injector is not None else []
+        gathered = self.parallel.all_gather_object((mine, list(fired)))
+        self.fired = [steps for _, steps in gathered]
+        found = [(_order(f), rank, f) for rank, (f, _) in enumerate(gathered) if f]
+        if found and self.first is None:
+            _, rank, first = min(found, key=lambda item: item[:2])
+            self.first = first if len(gathered) == 1 else {"rank": rank, **first}
 
     def _write_updates(self, metrics) -> None:
         assert self.updates is not None
@@ -98,19 +143,45 @@ class TrainDiagnostics:
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.locator is not None:
-            finding = self.locator.first_nonfinite
-            out["first_nonfinite"] = finding.to_dict(frames=False) if finding else None
-        if self.injector is not None:
-            out["inject"] = {"spec": str(self.injector.spec), "fired_steps": self.injector.fired}
+            out["first_nonfinite"] = self._first_summary()
+        if self.inject is not None:
+            out["inject"] = self._inject_summary()
         if self.stats is not None:
             out["grad_stats_every"] = self.stats.every
         if self.updates is not None:
             out["frozen_layers"] = [layer.to_dict() for layer in self.updates.frozen]
         return out
 
+    def _first_summary(self) -> dict[str, Any] | None:
+        """The gathered first finding without its frames; this rank's own when the run ended before a
+        log step gathered it (an error: the ranks may not meet again)."""
+        first = self.first
+        if first is None and self.locator is not None and self.locator.first_nonfinite is not None:
+            first = self.locator.first_nonfinite.to_dict()
+            first = first if self.parallel.world_size == 1 else {"rank": self.parallel.rank, **first}
+        return {k: v for k, v in first.items() if k != "frames"} if first is not None else None
+
+    def _inject_summary(self) -> dict[str, Any]:
+        assert self.inject is not None
+        spec = str(self.injector.spec) if self.injector is not None else self.inject["spec"]
+        if self.parallel.world_size == 1:
+            return {"spec": spec, "fired_steps": self.injector.fired if self.injector is not None else []}
+        fired = {str(rank): steps for rank, steps in enumerate(self.fired)}  # as gathered at the last log step
+        return {"spec": spec, "rank": self.inject["rank"], "fired_steps": fired}
+
 
 def build_train_diagnostics(objs, settings: GuardSection, *, micro_batches: int) -> TrainDiagnostics | NoDiagnostics:
-    """The diagnostics the `[guard]` section asks for, attached to `objs.model`; `NoDiagnostics` when none."""
+    """The diagnostics the `[guard]` section asks for, attached to `objs.model` (DDP's wrapped module);
+    `NoDiagnostics` when none. A fault's rank past the job's is a UsageError (on every rank)."""
     if not settings.diagnostics:
         return NoDiagnostics()
-    return TrainDiagnostics(objs.model, objs.policy, settings, micro_batches=micro_batches, optimizer=objs.optimizer)
+    parallel = objs.parallel
+    check_inject_rank(settings.inject_rank, inject=settings.inject, world_size=parallel.world_size)
+    return TrainDiagnostics(
+        unwrap(objs.model),
+        objs.policy,
+        settings,
+        micro_batches=micro_batches,
+        optimizer=objs.optimizer,
+        parallel=parallel,
+    )

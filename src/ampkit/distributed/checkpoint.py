@@ -118,9 +118,16 @@ def _write_shards(run, model, optimizer, rank_state: dict[str, Any], tmp: Path) 
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
+    # An optimizer that has not stepped yet (the guard's step-0 checkpoint) has no state, and
+    # get_state_dict makes some with a zero-lr step: AdamW's weights stay, but its step count becomes
+    # 1, which shifts every later bias correction. So the made state is dropped again after the save,
+    # and the checkpoint says the optimizer was fresh (`load_sharded` drops it after loading too).
+    fresh = not optimizer.state
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=tmp)
-    _write_rank_state(tmp / _rank_file(run.rank), {"format": FORMAT, **rank_state})
+    if fresh:
+        optimizer.state.clear()
+    _write_rank_state(tmp / _rank_file(run.rank), {"format": FORMAT, "optimizer_fresh": fresh, **rank_state})
     return _describe(_own_files(tmp, run.rank))
 
 
@@ -267,6 +274,8 @@ def load_sharded(
     dcp.load(state, checkpoint_id=path)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     rank_state = torch.load(path / _rank_file(run.rank), map_location="cpu", weights_only=True)
+    if rank_state.get("optimizer_fresh"):  # written before the first step: no state, as then
+        optimizer.state.clear()
     rank_state["step"] = manifest["step"]
     return rank_state
 

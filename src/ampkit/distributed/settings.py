@@ -29,10 +29,32 @@ def check_parallel_settings(*, parallel: str, reduce_dtype: str, nproc_per_node:
 
 
 def check_single_process(parallel: str, parts: list[str]) -> None:
-    """Refuse, under `--parallel ddp|fsdp`, what runs in a single process only: `parts` names what the run
-    turns on (`ampkit.sections.GuardSection.single_process_parts`: "--inject", ...)."""
+    """Refuse what `--parallel` cannot run: `parts` names what the run turns on that this mode cannot
+    (`ampkit.sections.GuardSection.single_process_parts`: "--grad-stats-every" under fsdp)."""
     if parallel != "none" and parts:
         raise UsageError(
-            f"{parts[0]} runs in a single process only; drop it with --parallel {parallel}, "
-            "or diagnose with 'ampkit doctor' / a --parallel none run"
+            f"{parts[0]} reads whole gradients and weights, which --parallel {parallel} shards: "
+            "use --parallel ddp, or diagnose with 'ampkit doctor' / a --parallel none run"
         )
+
+
+def check_inject_rank(inject_rank: int, *, inject: str, world_size: int | None) -> None:
+    """Refuse an `--inject-rank` without a fault, or past the job's ranks (`world_size`: None while
+    unknown, e.g. a process torchrun starts checks again once it has joined the job)."""
+    if inject_rank < 0:
+        return
+    if not inject:
+        raise UsageError(f"--inject-rank {inject_rank} names where a fault fires: add --inject module:phase:kind")
+    if world_size is not None and inject_rank >= world_size:
+        raise UsageError(
+            f"--inject-rank {inject_rank} is past the job's {world_size} rank(s) (0..{world_size - 1}): "
+            "pick a rank below the world size, or -1 for every rank"
+        )
+
+
+def known_world_size(*, parallel: str, nproc_per_node: int, nnodes: int) -> int | None:
+    """The job's ranks as the settings say: 1 without `--parallel`, nproc x nnodes when this command
+    starts them, None when torchrun does (its environment says, once the process has joined)."""
+    if parallel == "none":
+        return 1
+    return nproc_per_node * nnodes if nproc_per_node > 0 else None

@@ -129,3 +129,11 @@ def reshard(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.reshard()
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model DDP wraps (`ddp.module`, whose module paths are the task's: `blocks.0`, not
+    `module.blocks.0`), for hooks that name modules by path; FSDP2 shards in place: returned as is."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return model.module if isinstance(model, DistributedDataParallel) else model

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ampkit.config import build_config, flat_settings, resolve_config
-from ampkit.distributed.settings import check_single_process
+from ampkit.distributed.settings import check_inject_rank, check_single_process, known_world_size
 from ampkit.errors import UsageError
 from ampkit.lora import LoraSettings, check_lora_run, lora_field
 from ampkit.options import (
@@ -125,7 +125,12 @@ class TrainConfig:
             if value < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
         check_guard_settings(self.guard, checkpoint_every=self.checkpoint.checkpoint_every)
-        check_single_process(self.parallel.parallel, self.guard.single_process_parts())
+        parallel = self.parallel
+        check_single_process(parallel.parallel, self.guard.single_process_parts(parallel.parallel))
+        world = known_world_size(
+            parallel=parallel.parallel, nproc_per_node=parallel.nproc_per_node, nnodes=parallel.nnodes
+        )
+        check_inject_rank(self.guard.inject_rank, inject=self.guard.inject, world_size=world)
         if self.fp8_recipe not in FP8_RECIPES:
             raise UsageError(f"unknown --fp8-recipe {self.fp8_recipe!r}; choose one of: {', '.join(FP8_RECIPES)}")
         check_lora_run(self.lora, precision=self.precision, parallel=self.parallel.parallel)

@@ -5,6 +5,10 @@ Triggers, all read from host values the loop already has (no extra host-device s
   - a loss-scale collapse below `min_scale` (`LossScaleCollapse`),
   - with `--guard` also: a non-finite gradient norm on a step the optimizer took, and `max_skips`
     consecutive steps skipped by the loss scaler (its own inf check, already synced).
+Under `--parallel ddp|fsdp` every rank checks its own values, then the ranks agree (`agreed_reason`):
+one all-reduce per step (MAX of a 0/1 "something is non-finite here" flag; a sync point), so either
+every rank rolls back at that step or none does -- no rank steps, skips or restores alone. The
+rollback reads the sharded (DCP) checkpoint on every rank (`ShardedCheckpointer.rollback`).
 Responses:
   - `StopOnDivergence` (no `--guard`): the run ends with status "diverged" (`RunDiverged`, exit 1),
     no checkpoint of the non-finite state, and a line naming the step and the next command.
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ampkit.core.parallel import LocalRun
 from ampkit.diagnostics.inject import parse_fault_spec
 from ampkit.errors import RunDiverged, TrainingError, UsageError
 from ampkit.sections import GuardSection
@@ -93,14 +98,20 @@ class NanGuard:
         max_skips: int,
         lr_factor: float,
         max_rollbacks: int,
+        parallel: LocalRun | None = None,
     ) -> None:
         self.checkpointer, self.run_dir = checkpointer, Path(run_dir)
+        self.parallel = parallel if parallel is not None else LocalRun()
         self.max_skips, self.lr_factor, self.max_rollbacks = max_skips, lr_factor, max_rollbacks
         self.skips_in_row = 0
         self.events: list[dict[str, Any]] = []
 
     def check(self, result: StepResult, record: dict[str, Any] | None) -> str | None:
-        """A reason to roll back, or None. `record` is the logged metrics (None off log steps)."""
+        """A reason to roll back, agreed by every rank, or None. `record` is the logged metrics (None
+        off log steps). Every rank calls it at every step (a collective when distributed)."""
+        return agreed_reason(self.parallel, self._local_reason(result, record))
+
+    def _local_reason(self, result: StepResult, record: dict[str, Any] | None) -> str | None:
         self.skips_in_row = 0 if result.stepped else self.skips_in_row + 1
         if reason := _nonfinite_loss(record):
             return reason
@@ -150,6 +161,21 @@ class NanGuard:
         return {"enabled": True, "rollbacks": len(self.events), "events": self.events}
 
 
+def agreed_reason(parallel: LocalRun, local: str | None) -> str | None:
+    """One decision for every rank: a reason when any rank has one (the lowest such rank's, naming the
+    ranks that saw it when there are several), else None. Sync point: `all_true` all-reduces a 0/1
+    flag (MAX) every step; the reasons are gathered only on a step some rank flagged (all know it)."""
+    if parallel.all_true(local is None):
+        return None
+    reasons = parallel.all_gather_object(local)
+    flagged = [rank for rank, text in enumerate(reasons) if text is not None]
+    reason = reasons[flagged[0]]
+    if len(reasons) == 1:
+        return reason
+    where = "every rank" if len(flagged) == len(reasons) else "rank " + ", ".join(map(str, flagged))
+    return f"{reason} on {where}"
+
+
 def _set_base_lrs(scheduler: torch.optim.lr_scheduler.LambdaLR, base_lrs: list[float | torch.Tensor]) -> None:
     """Set a LambdaLR's peak rates and the optimizer's current rates to match its position (torch
     types a peak rate float or tensor)."""
@@ -165,9 +191,11 @@ def build_guard(
     doctor_args: str,
     checkpointer: FileCheckpointer | ShardedCheckpointer,
     run_dir: Path,
+    parallel: LocalRun | None = None,
 ) -> NanGuard | StopOnDivergence:
     """`NanGuard` with `--guard`, else `StopOnDivergence` (chosen once; the loop calls either the same way).
-    `doctor_args`: the `ampkit doctor` flags that diagnose the run's step (`TrainConfig.doctor_args`)."""
+    `doctor_args`: the `ampkit doctor` flags that diagnose the run's step (`TrainConfig.doctor_args`);
+    `parallel`: the run's world (`LocalRun` in one process), across which `NanGuard` agrees."""
     if not guard.guard:
         return StopOnDivergence(doctor_args)
     return NanGuard(
@@ -176,4 +204,5 @@ def build_guard(
         max_skips=guard.guard_max_skips,
         lr_factor=guard.guard_lr_factor,
         max_rollbacks=guard.guard_max_rollbacks,
+        parallel=parallel,
     )

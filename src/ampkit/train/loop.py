@@ -210,7 +210,11 @@ class _Run:
         last = min(self.config.steps, self.progress.step + stop_after) if stop_after else self.config.steps
         self.cadence = Cadence(self.config, device=objs.device, last_step=last)
         self.guard = build_guard(  # chosen once
-            self.config.guard, doctor_args=self.config.doctor_args(), checkpointer=self.checkpointer, run_dir=run_dir
+            self.config.guard,
+            doctor_args=self.config.doctor_args(),
+            checkpointer=self.checkpointer,
+            run_dir=run_dir,
+            parallel=objs.parallel,
         )
         self.eval_losses: list[tuple[int, float]] = []
         self.status = RunStatus.COMPLETED
@@ -324,7 +328,8 @@ class _Run:
             state.last_loss = record["loss"]
             bar.update(bar.task_ids[0], completed=state.step, status=_status_text(record, self.objs.task.unit))
             diagnostics.at_log_step(state.step, metrics)
-        if reason := self.guard.check(result, record):  # host values only: no extra sync
+        # host values only; under --parallel one flag all-reduce (the guard's, every rank at every step)
+        if reason := self.guard.check(result, record):
             self._recover(state.step, reason, metrics, bar)
             return False
         return record

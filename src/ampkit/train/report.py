@@ -69,7 +69,8 @@ def summary_rows(summary: dict[str, Any]) -> list[list[str]]:
         rows.append(["NaN guard rollbacks", str(summary["guard"]["rollbacks"])])
     found = (summary.get("diagnostics") or {}).get("first_nonfinite")
     if found:
-        rows.append(["first non-finite", f"{found['module']} ({found['phase']}, step {found['step']})"])
+        rank = f", rank {found['rank']}" if "rank" in found else ""  # a data-parallel run's
+        rows.append(["first non-finite", f"{found['module']} ({found['phase']}, step {found['step']}{rank})"])
     return rows
 
 
