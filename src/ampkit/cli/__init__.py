@@ -32,6 +32,7 @@ COMMANDS = {
     "hw": "what this device can do: native dtypes, TF32, measured matmul throughput",
     "data": "token shards of a corpus (prepare); what a data set costs (stats)",
     "report": "re-render a run's report (HTML with plots, Markdown) from summary.json",
+    "launch": "how a cluster starts a train run: torchrun line, sbatch script, Kubeflow TrainJob",
 }
 
 EXIT_USAGE = 2
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         release_run_dirs()
 
 
-QUICK_EXIT = ("plan", "kv", "hw", "report")
+QUICK_EXIT = ("plan", "kv", "hw", "report", "launch")
 """commands that hold no open file, writer or thread when they return: their process ends without
 Python's teardown (`console_main`)"""
 

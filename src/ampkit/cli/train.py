@@ -43,8 +43,20 @@ def register(sub) -> argparse.ArgumentParser:
         "--export",
         nargs=2,
         metavar=("KIND", "RUN_DIR"),
-        help="write what a --lora run trained: merged (the merged model, safetensors, in the base's dtype) or "
-        "adapter (a peft adapter folder), to --out DIR or RUN_DIR/export-KIND-step-N; then exit",
+        help="write what a run trained, from its newest checkpoint: merged (a --lora run's merged model, or a full "
+        "fine-tune of an hf: model: a Hugging Face folder, safetensors + config + tokenizer files, in the dtype "
+        "it trained in) or adapter (a --lora run's peft adapter folder), to --out DIR or "
+        "RUN_DIR/export-KIND-step-N; then exit",
+    )
+    parser.add_argument(
+        "--export-dtype",
+        metavar="DTYPE",
+        help="with --export merged: write the weights in fp32, bf16 or fp16 (default: the dtype they trained in)",
+    )
+    parser.add_argument(
+        "--export-overwrite",
+        action="store_true",
+        help="with --export: replace the --out folder when it exists and is not empty (default: refused)",
     )
     return parser
 
@@ -55,7 +67,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     if args.resume or args.config or given_flags(TrainConfig, args):
         raise UsageError("--export KIND RUN_DIR reads the run's saved config; drop the other settings (--out is kept)")
     kind, run_dir = args.export
-    target = export_run(run_dir, kind, out=args.out)
+    target = export_run(run_dir, kind, out=args.out, dtype=args.export_dtype, overwrite=args.export_overwrite)
     console.print(f"exported {kind} of {run_dir} to {target}")
     if args.json:
         print(json.dumps({"export": kind, "run_dir": str(run_dir), "path": str(target)}))
@@ -72,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     if getattr(args, "export", None):
         return _export(args, console)
+    if getattr(args, "export_dtype", None) or getattr(args, "export_overwrite", False):
+        raise UsageError("--export-dtype and --export-overwrite go with --export KIND RUN_DIR")
     if args.resume:
         config, run_dir = _resume_config(args)
     else:

@@ -229,6 +229,10 @@ def _check_manifest(manifest: dict[str, Any], path: Path, *, world_size: int, id
             f"checkpoint {path.name} was written by {manifest['world_size']} ranks and this job has "
             f"{world_size}: resume with --nproc-per-node {manifest['world_size']} (see docs/distributed.md)"
         )
+    _check_identity(manifest, path, identity=identity)
+
+
+def _check_identity(manifest: dict[str, Any], path: Path, *, identity: dict[str, Any]) -> None:
     for key, expected in identity.items():
         saved = manifest.get("identity", {}).get(key)
         if saved != expected:
@@ -278,6 +282,37 @@ def load_sharded(
         optimizer.state.clear()
     rank_state["step"] = manifest["step"]
     return rank_state
+
+
+def read_sharded_model(path: Path, *, identity: dict[str, Any]) -> tuple[dict[str, torch.Tensor], int]:
+    """A sharded checkpoint's model weights, whole, in this one process (no process group; `train
+    --export`): the manifest checked (identity, every file's checksum), then each model tensor read
+    from all ranks' shards at its saved shape and dtype (the training storage dtype: DCP's metadata
+    says it). Returns (state dict by the module's names, step). Optimizer state is not read."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    manifest = read_sharded_manifest(path)
+    _check_identity(manifest, path, identity=identity)
+    bad = _corrupt_files(path, manifest, rank=0, world_size=1)
+    if bad:
+        raise UsageError(
+            f"checkpoint {path} is corrupt or truncated ({', '.join(bad)} fail their checksum); "
+            "delete it to export an earlier checkpoint"
+        )
+    saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    template = {  # "model.<name>": DCP flattens the {"model": ..., "optimizer": ...} dict that was saved
+        key.removeprefix("model."): torch.empty(meta.size, dtype=meta.properties.dtype)
+        for key, meta in saved.items()
+        if key.startswith("model.") and isinstance(meta, TensorStorageMetadata)
+    }
+    state = {"model": template}
+    with warnings.catch_warnings():  # "torch.distributed is not initialized": one process reads it all, as meant
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=path)
+    return state["model"], int(manifest["step"])
 
 
 def latest_sharded(run_dir: Path) -> Path:

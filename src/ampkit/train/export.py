@@ -1,7 +1,7 @@
-"""`ampkit train --export merged|adapter RUN_DIR`: what a LoRA run trained, in formats other tools load.
+"""`ampkit train --export merged|adapter RUN_DIR`: what a run trained, in formats other tools load.
 
-The run's base is rebuilt exactly as training built it (its saved config: the task, the seed or the
-`hf:PATH` weights, the base dtype, nf4 quantisation), its checksum checked against the newest
+A LoRA run: its base is rebuilt exactly as training built it (its saved config: the task, the seed
+or the `hf:PATH` weights, the base dtype, nf4 quantisation), its checksum checked against the newest
 checkpoint's manifest, and the checkpoint's adapters loaded. Then:
 - `adapter`: a peft adapter folder (`adapter_config.json` + `adapter_model.safetensors`, peft's key
   layout `base_model.model.<path>.lora_A.weight`), which `peft.PeftModel.from_pretrained(base, DIR)`
@@ -12,15 +12,22 @@ checkpoint's manifest, and the checkpoint's adapters loaded. Then:
   model.safetensors, and the folder's tokenizer files), so `AutoModelForCausalLM.from_pretrained(DIR)`
   loads it; any other model as `model.safetensors` (safetensors' `save_model`: a tied weight once) and
   `config.json` (its description).
-Written to `--out DIR` or RUN_DIR/export-KIND-step-N, never over an existing path.
+A full fine-tune (no `--lora`) of an `hf:PATH` model exports `merged` only: the newest complete
+checkpoint, single-file or sharded (DCP), in the dtypes it trained in (`ampkit.train.export_full`),
+written with `save_pretrained` as above. `--export-dtype fp32|bf16|fp16` casts a merged model's
+floating-point weights before it is written.
+Written to `--out DIR` or RUN_DIR/export-KIND-step-N through a temporary sibling folder renamed into
+place (a crash leaves no half export); an existing non-empty folder is refused unless
+`--export-overwrite` is given, and never one that holds the run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +35,7 @@ import torch
 from torch import nn
 
 from ampkit.errors import UsageError
+from ampkit.formats import dtype_of
 from ampkit.lora.apply import ADAPTER_NAME, LoraInfo, is_adapter, load_peft, peft_config
 from ampkit.lora.build import build_lora_model
 from ampkit.lora.nf4 import dequantize, is_4bit
@@ -38,19 +46,27 @@ from ampkit.tasks.load import build_task
 from ampkit.train.checkpoint import list_checkpoints, load_checkpoint
 from ampkit.train.checkpointer import lora_identity, run_identity
 from ampkit.train.config import TrainConfig, resume_config
+from ampkit.train.export_full import load_full_run
 
 EXPORT_KINDS = ("merged", "adapter")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
+EXPORT_DTYPES = ("fp32", "bf16", "fp16")  # --export-dtype: a merged model's floating-point weights
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",  # sentencepiece
+    "added_tokens.json",
+    "chat_template.jinja",
+)
 
 
 def load_lora_run(run_dir: Path) -> tuple[TrainConfig, nn.Module, LoraInfo, int]:
     """(config, adapted model with the newest checkpoint's adapters, what was adapted, its step), on CPU."""
     config = resume_config(run_dir, {})
     if not config.lora.enabled:
-        raise UsageError(
-            f"{run_dir} is not a LoRA run (it trained every weight, without --lora): its checkpoints hold the whole "
-            "model already; --export merged|adapter exports what a --lora run trained"
-        )
+        raise UsageError(f"{run_dir} is not a LoRA run (it trained every weight, without --lora)")
     paths = list_checkpoints(run_dir)
     if not paths:
         raise UsageError(f"{run_dir} has no complete checkpoint to export; train it (or resume it) first")
@@ -64,23 +80,74 @@ def load_lora_run(run_dir: Path) -> tuple[TrainConfig, nn.Module, LoraInfo, int]
     return config, model, info, int(ckpt["step"])
 
 
-def export_run(run_dir: str | Path, kind: str, *, out: str | Path | None = None) -> Path:
-    """Write the export (module docstring); returns its folder."""
+def export_run(
+    run_dir: str | Path,
+    kind: str,
+    *,
+    out: str | Path | None = None,
+    dtype: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write the export (module docstring); returns its folder. `dtype`: a merged model's (None: as
+    trained); `overwrite`: replace an existing non-empty `out` folder."""
     if kind not in EXPORT_KINDS:
         raise UsageError(f"unknown --export {kind!r}; choose one of: {', '.join(EXPORT_KINDS)}")
+    if dtype is not None and dtype not in EXPORT_DTYPES:
+        raise UsageError(f"unknown --export-dtype {dtype!r}; choose one of: {', '.join(EXPORT_DTYPES)}")
+    if dtype is not None and kind == "adapter":
+        raise UsageError("--export-dtype sets a merged model's dtype; an adapter folder keeps its fp32 adapters")
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").is_file():
         raise UsageError(f"{run_dir} is not an ampkit train run (no config.json); pass a run directory to --export")
-    config, model, info, step = load_lora_run(run_dir)
-    target = Path(out) if out else run_dir / f"export-{kind}-step-{step:08d}"
-    if target.exists():
-        raise UsageError(f"{target} already exists; exports never overwrite: pass --out NEW_DIR or remove it")
-    make_dir(target)
-    if kind == "adapter":
-        write_adapter(model, info, config, target)
+    info = None
+    if resume_config(run_dir, {}).lora.enabled:
+        config, model, info, step = load_lora_run(run_dir)
     else:
-        write_merged(model, config, target)
+        config, model, step = load_full_run(run_dir, kind)
+    target = Path(out) if out else run_dir / f"export-{kind}-step-{step:08d}"
+    _check_target(target, run_dir, overwrite=overwrite)
+
+    def write(folder: Path) -> None:
+        if info is not None and kind == "adapter":
+            write_adapter(model, info, config, folder)
+        else:
+            write_merged(model, config, folder, dtype=None if dtype is None else dtype_of(dtype, flag="--export-dtype"))
+
+    _publish(target, write)
     return target
+
+
+def _check_target(target: Path, run_dir: Path, *, overwrite: bool) -> None:
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"{target} is a file; pass --out NEW_DIR")
+    if not (target.is_dir() and any(target.iterdir())):
+        return  # new, or an empty folder
+    if not overwrite:
+        raise UsageError(
+            f"{target} already exists and is not empty; exports never overwrite unless asked: pass "
+            "--out NEW_DIR, or --export-overwrite to replace it"
+        )
+    held = run_dir.resolve()
+    if target.resolve() == held or target.resolve() in held.parents:
+        raise UsageError(f"--out {target} holds the run {run_dir}; --export-overwrite would delete it")
+
+
+def _publish(target: Path, write: Callable[[Path], None]) -> None:
+    """`write(folder)` into a temporary sibling, then renamed to `target`; an existing `target` (empty, or
+    replaced on request) is moved aside first and removed once the new one is in place."""
+    tmp, old = target.with_name(f".{target.name}.tmp"), target.with_name(f".{target.name}.old")
+    for stale in (tmp, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    make_dir(tmp)
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if target.exists():
+        os.replace(target, old)
+    os.replace(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _export_root(model: nn.Module) -> tuple[nn.Module, str]:
@@ -144,9 +211,13 @@ def merge_adapters(model: nn.Module) -> int:
     return len(layers)
 
 
-def write_merged(model: nn.Module, config: TrainConfig, target: Path) -> None:
+def write_merged(model: nn.Module, config: TrainConfig, target: Path, *, dtype: torch.dtype | None = None) -> None:
+    """The model with its adapters folded in (a full fine-tune's: as it is), its floating-point weights cast
+    to `dtype` when given: an `hf:` model as a Hugging Face folder, any other as safetensors + description."""
     merge_adapters(model)
     root, _ = _export_root(model)
+    if dtype is not None:
+        root.to(dtype)  # floating-point parameters and buffers only
     if isinstance(model, HFCausalLM):
         source = hf_model_dir(config.model.model)
         hf: Any = root  # transformers' PreTrainedModel
