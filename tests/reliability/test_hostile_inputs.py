@@ -103,6 +103,8 @@ CASES = [
     ("data: stats out exists", ["data", "stats", "default", "--seq-len", "8", "--out", "{d}/existing"], "existing"),
     ("data: stats of a damaged table", ["data", "stats", "{d}/bad.parquet", "--seq-len", "8"], "bad.parquet"),
     ("report: folder without summary", ["report", "{d}/no_summary"], "summary.json"),
+    ("launch: unknown target", ["launch", "--print", "pbs", "--parallel", "ddp", "--nproc-per-node", "2"], "pbs"),
+    ("launch: no nodes", ["launch", "--print", "torchrun", "--parallel", "ddp", "--nnodes", "0"], "--nnodes"),
 ]
 if not torch.cuda.is_available():
     CASES.append(("hw: cuda without cuda", ["hw", "--device", "cuda"], "cuda"))
