@@ -179,6 +179,13 @@ def test_a_hugging_face_llava_vision_layer_is_named(tmp_path):
     (offender,) = result.summary["range_audit"]["offenders"]
     assert offender["module"].endswith("vision_tower.encoder.layers.0") and offender["headroom_bits"] < 0
     assert offender["origin"] == offender["module"] + ".mlp.fc2"
+    assert offender["kept_fp32"] is False
+    kept = run_doctor(
+        DoctorConfig.of(model=llava, precision="fp32", keep_fp32="vision", **{**QUICK, "steps": 1}),
+        model_hook=siglip_like,
+    )
+    (offender,) = kept.summary["range_audit"]["offenders"]  # the part name resolves as the policy resolves it
+    assert offender["module"].endswith("vision_tower.encoder.layers.0") and offender["kept_fp32"] is True
 
 
 def test_cli_prints_and_records_the_audit(tmp_path, run_cli, monkeypatch):

@@ -398,7 +398,20 @@ def run_range_audit(
                 count += 1
     finally:
         recorder.detach()
-    return audit_of(recorder.ranges(), batches=count, blocks=block_paths(model, blocks), keep_fp32=list(keep_fp32))
+    kept = [path for pattern in keep_fp32 for path in _kept_paths(model, pattern)]
+    return audit_of(recorder.ranges(), batches=count, blocks=block_paths(model, blocks), keep_fp32=kept)
+
+
+def _kept_paths(model: nn.Module, pattern: str) -> tuple[str, ...]:
+    """The module paths a --keep-fp32 pattern names, as the precision policy resolves it (a path, a glob,
+    a VLM's part name); the pattern itself where it names none (the run refuses it before this)."""
+    from ampkit.errors import UsageError
+    from ampkit.precision.overrides import resolve_pattern
+
+    try:
+        return resolve_pattern(model, pattern)
+    except UsageError:
+        return (pattern,)
 
 
 def audit_of(ranges: list[ModuleRange], *, batches: int, blocks: list[str], keep_fp32: list[str]) -> RangeAudit:
