@@ -145,3 +145,24 @@ def test_the_cpu_estimate_is_within_25_percent_of_the_real_peak(tmp_path, model,
         f"{figures['peak'] / 2**20:.0f} MiB (ratio {ratio:.2f})"
     )
     assert abs(ratio - 1) <= ESTIMATE_TOLERANCE, figures
+
+
+def test_an_image_text_model_is_fit_checked_on_its_vlm_ledger_before_it_is_built(tmp_path, monkeypatch):
+    """An `hf:` VLM: the step the planner's VLM ledger gives for the run's images and frozen parts; a
+    frozen vision tower needs less (no gradients or optimizer states for it), a batch that cannot fit
+    is refused in one line naming the largest that does."""
+    pytest.importorskip("transformers")
+    from vlm_fixtures import save_tiny_vlm
+
+    llava = f"hf:{save_tiny_vlm(tmp_path / 'llava', 'llava')}"
+    cpu, run = torch.device("cpu"), {"model": llava, "batch_size": 4, "seq_len": 64, "device": "cpu"}
+    monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: 1 << 50)
+    whole = check_train_fits(TrainConfig.of(**run), device=cpu)
+    frozen = check_train_fits(TrainConfig.of(**run, freeze="vision"), device=cpu)
+    kept = check_train_fits(TrainConfig.of(**run, precision="bf16-true", keep_fp32="vision"), device=cpu)
+    true = check_train_fits(TrainConfig.of(**run, precision="bf16-true"), device=cpu)
+    assert whole is not None and frozen is not None and frozen.needed_bytes < whole.needed_bytes
+    assert kept is not None and true is not None and kept.needed_bytes > true.needed_bytes  # vision in fp32
+    monkeypatch.setattr("ampkit.plan.fit_check.host_available_bytes", lambda: (whole.needed_bytes * 3) // 2)
+    with pytest.raises(UsageError, match=r"--batch-size 100000 cannot fit.*fits is --batch-size (\d+)"):
+        check_train_fits(TrainConfig.of(**{**run, "batch_size": 100000}), device=cpu)

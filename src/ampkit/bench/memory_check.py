@@ -68,6 +68,7 @@ def check_bench_fits(config: BenchConfig, precisions: list[str], *, device: torc
             command="bench",
             lora=config.lora,  # a LoRA bench: the LoRA ledger (frozen base, adapters' states only)
             overrides=_overrides(config, name),
+            images=config.model.image_args(),  # an hf: VLM: its images and frozen parts
         )
         if estimate is not None:
             found.append(estimate)

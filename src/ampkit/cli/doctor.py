@@ -67,6 +67,7 @@ def _check_fits(config: DoctorConfig, *, device) -> None:
             command="doctor",
             lora=config.lora,
             overrides=config.overrides,  # --keep-fp32: those weights in fp32
+            images=config.model.image_args(),  # an hf: VLM: its images and frozen parts
         )
 
 

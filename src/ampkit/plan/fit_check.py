@@ -20,8 +20,9 @@ micro-batch that fits. Units: bytes; messages in GiB (1024**3).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -32,10 +33,20 @@ from ampkit.models.hf import is_hf_model
 from ampkit.plan.analytic.ledger import analytic_ledger
 from ampkit.plan.describe import ModelDescription, describe_model
 from ampkit.plan.describe.hf import has_analytic
+from ampkit.plan.describe.vlm import VLMDescription
 from ampkit.plan.fit import largest
 from ampkit.plan.overrides import adjust_weights, kept_parameters
-from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, NO_RESERVE, Reserve, StepSetting
+from ampkit.plan.setting import CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, NO_RESERVE, Ledger, Reserve, StepSetting
 from ampkit.precision import ModuleOverrides
+
+
+class StepPlanner(Protocol):
+    """A step's own planner where the analytic ledger is not it (a LoRA run's, an image-text model's)."""
+
+    def ledger(self, setting: StepSetting) -> Ledger: ...
+
+    def largest(self, setting: StepSetting, capacity: int, *, reserve: Reserve) -> int: ...
+
 
 CPU_FIXED_BYTES = 100 * 1024**2
 """What a CPU run's process grows by beyond the step's tensors, whatever its size (measured ~100 MiB)."""
@@ -104,7 +115,7 @@ def estimate_fit(
     setting: StepSetting,
     device: torch.device,
     *,
-    lora=None,
+    lora: StepPlanner | None = None,
     kept: dict[torch.dtype, int] | None = None,
 ) -> FitEstimate | None:
     """The step's peak against the device's capacity; None when the capacity is unknown. `lora`: a LoRA
@@ -156,10 +167,13 @@ def check_fit(
     command: str = "train",
     lora=None,
     overrides: ModuleOverrides | None = None,
+    images: dict | None = None,
 ) -> FitEstimate | None:
     """Refuse (UsageError) a run whose step cannot fit on `device`; returns the estimate (None: not
     checked: a model the planner cannot describe, or a capacity this host does not report). `overrides`:
-    the run's per-module precisions (`--keep-fp32`), their weights counted in their own dtype."""
+    the run's per-module precisions (`--keep-fp32`), their weights counted in their own dtype. An `hf:`
+    image-text model is checked on the VLM ledger (`plan/vlm`) of `images` (the [model] section's
+    `image_args()`: images per sample, image size, frozen parts), its part overrides in their regimes."""
     desc = _describe(model, vocab_size)
     if desc is None or 0 < _longest(desc) < seq_len:
         return None  # the build refuses a sequence longer than the model's with its own message
@@ -173,14 +187,19 @@ def check_fit(
         world_size=max(1, world_size),
         parallel=parallel,
     )
-    lora_fit = None
-    if lora is not None and lora.enabled:
+    lora_fit: StepPlanner | None = None
+    if isinstance(desc, VLMDescription):
+        if lora is not None and lora.enabled:
+            return None  # a LoRA VLM: no ledger plans it yet
+        lora_fit = _VLMFit(desc, setting, images or {}, overrides)
+        setting = replace(setting, seq_len=lora_fit.seq_len)
+    elif lora is not None and lora.enabled:
         from ampkit.plan.lora.ledger import lora_fit_for  # a LoRA run: its own ledger (None: not one LoRA plans)
 
         lora_fit = lora_fit_for(desc, lora, setting.precision)
         if lora_fit is None:
             return None
-    kept = kept_parameters(desc, overrides) if overrides and lora_fit is None else {}
+    kept = kept_parameters(desc, overrides) if overrides and lora_fit is None else {}  # a VLM's: its parts
     estimate = estimate_fit(desc, setting, device, lora=lora_fit, kept=kept)
     if estimate is None or estimate.fits:
         return estimate
@@ -194,7 +213,46 @@ def _describe(model: str, vocab_size: int | None) -> ModelDescription | None:
         desc = describe_model(model, vocab_size=vocab_size)
     except UsageError:  # a config the planner cannot describe: the build refuses it with its own message
         return None
+    if isinstance(desc, VLMDescription):
+        return desc  # the VLM ledger replays every image-text family it describes
     return desc if has_analytic(desc) else None  # only the analytic ledger is instant (architectures it replays)
+
+
+class _VLMFit:
+    """An image-text model's step for the fit check: the planner's VLM ledger (`plan/vlm`) of the run's
+    images, frozen parts and part overrides, with `estimate_fit`'s planner interface (`ledger`, `largest`).
+    Its sequence is the language model's: the run's --seq-len, or (0) what `ampkit plan` takes."""
+
+    def __init__(self, desc: VLMDescription, setting: StepSetting, images: dict, overrides: ModuleOverrides | None):
+        from ampkit.plan.overrides import part_precisions
+        from ampkit.plan.vlm.planner import resolve_seq_len
+        from ampkit.plan.vlm.workload import build_workload
+
+        workload = build_workload(
+            desc,
+            images=int(images.get("images_per_sample", 1)),
+            image_size=str(images.get("image_size", "")),
+            freeze=str(images.get("freeze", "")),
+            seq_len=setting.seq_len,
+        )
+        available = {p for p, n in desc.part_parameters.items() if n}
+        parts = [o for o in (overrides.items if overrides else ()) if o.pattern in available]
+        if parts:  # a part's override in its regime; a deeper module's is not counted (the run takes it)
+            workload = replace(
+                workload, part_precisions=part_precisions(ModuleOverrides(items=tuple(parts)), available)
+            )
+        self.desc, self.workload = desc, workload
+        self.seq_len = resolve_seq_len(desc, workload, setting.seq_len)
+
+    def ledger(self, setting: StepSetting) -> Ledger:
+        from ampkit.plan.vlm.engine import VLMEngine
+
+        return VLMEngine(self.desc, self.workload, reserve=NO_RESERVE).ledger(setting)
+
+    def largest(self, setting: StepSetting, capacity: int, *, reserve: Reserve) -> int:
+        from ampkit.plan.vlm.engine import VLMEngine
+
+        return VLMEngine(self.desc, self.workload, reserve=reserve).largest(setting, capacity, field="micro_batch")
 
 
 def _longest(desc: ModelDescription) -> int:

@@ -161,6 +161,7 @@ def check_train_fits(config: TrainConfig, *, device: torch.device) -> FitEstimat
         command="train",
         lora=config.lora,
         overrides=config.overrides,  # --keep-fp32 / --module-precision: those weights in their regime's dtype
+        images=config.model.image_args(),  # an hf: VLM: its images and frozen parts
     )
 
 
