@@ -92,9 +92,11 @@ def test_a_lora_bench_names_the_largest_lora_batch(monkeypatch):
 
 def test_the_predicted_peak_counts_a_candidates_module_overrides(tmp_path):
     from ampkit.bench.config import BenchConfig
-    from ampkit.bench.memory_check import predict_step_peak
+    from ampkit.bench.memory_check import _setting, predict_step_peak
+    from ampkit.plan.analytic.ledger import analytic_ledger
     from ampkit.plan.describe import describe_model
-    from ampkit.plan.overrides import kept_parameters, weights_delta
+    from ampkit.plan.overrides import adjust_weights, kept_parameters, weights_delta
+    from ampkit.plan.setting import NO_RESERVE
     from ampkit.precision import ModuleOverrides
     from ampkit.tasks.load import build_task
 
@@ -102,10 +104,11 @@ def test_the_predicted_peak_counts_a_candidates_module_overrides(tmp_path):
     task = build_task(config.task_spec())
     plain = predict_step_peak(config, task, "bf16-true", batch_size=2)["bytes"]
     kept = predict_step_peak(config, task, "bf16-true@blocks.*.mlp=fp32", batch_size=2)["bytes"]
-    delta = weights_delta(
-        kept_parameters(describe_model("tiny"), ModuleOverrides.keep_fp32("blocks.*.mlp")), "bf16-true"
-    )
-    assert delta > 0 and kept - plain == delta
+    counted = kept_parameters(describe_model("tiny"), ModuleOverrides.keep_fp32("blocks.*.mlp"))
+    ledger = analytic_ledger(describe_model("tiny"), _setting("bf16-true", 2, 16), reserve=NO_RESERVE)
+    grown = adjust_weights(ledger, counted).tensor_peak - ledger.tensor_peak  # weights, states, gradients
+    assert weights_delta(counted, "bf16-true") > 0 and grown > weights_delta(counted, "bf16-true")
+    assert kept - plain == grown
 
 
 def test_a_vlm_candidates_kept_part_is_predicted_in_its_precision(tmp_path):

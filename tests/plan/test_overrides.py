@@ -9,8 +9,8 @@ from ampkit.errors import UsageError
 from ampkit.models import build_model, get_preset
 from ampkit.plan.config import PlanConfig
 from ampkit.plan.describe import describe_model
-from ampkit.plan.fit_check import estimate_fit
-from ampkit.plan.overrides import kept_parameters, weights_delta
+from ampkit.plan.fit_check import CPU_DYNAMIC_FACTOR, estimate_fit
+from ampkit.plan.overrides import kept_parameters, states_delta, weights_delta
 from ampkit.plan.planner import build_plan
 from ampkit.plan.setting import StepSetting
 from ampkit.precision import ModuleOverrides
@@ -32,6 +32,26 @@ def test_fp32_kept_weights_cost_their_fp32_bytes_in_a_bf16_true_plan():
     assert row["module_precision"]["parameters"] == {"float32": mlp}
 
 
+def _lines(summary, precision) -> tuple[dict[str, int], dict[str, int]]:
+    [row] = [r for r in summary["rows"] if r["setting"]["precision"] == precision]
+    return row["ledger"]["lines_at_peak_bytes"], row["ledger"]["largest_bytes"]
+
+
+@pytest.mark.parametrize(("optimizer", "state_bytes"), [("adamw", 2 * (4 - 2)), ("sgd", 4 - 2), ("adamw-8bit", 0)])
+def test_fp32_kept_weights_bring_their_gradients_and_optimizer_states_in_fp32(optimizer, state_bytes):
+    """Under bf16-true the states follow the weights' dtype (AdamW's two moments, SGD's momentum; 8-bit
+    AdamW's do not), and so do the gradients: all of them where the line is largest."""
+    common = {"model": "small", "precisions": "bf16-true", "activation_checkpointing": "none", "optimizer": optimizer}
+    plain_peak, plain_largest = _lines(build_plan(PlanConfig(**common)), "bf16-true")
+    kept_peak, kept_largest = _lines(build_plan(PlanConfig(**common, keep_fp32="blocks.*.mlp")), "bf16-true")
+    model = build_model(get_preset("small"), device="meta")
+    mlp = sum(p.numel() for n, p in model.named_parameters() if n.startswith("blocks.") and ".mlp." in n)
+    assert kept_peak["optimizer_states"] - plain_peak["optimizer_states"] == mlp * state_bytes
+    assert kept_largest["gradients"] - plain_largest["gradients"] == mlp * (4 - 2)
+    share = plain_peak["gradients"] / plain_largest["gradients"]
+    assert kept_peak["gradients"] - plain_peak["gradients"] == int(mlp * (4 - 2) * share)
+
+
 def test_a_plan_pattern_matching_no_module_is_one_line():
     with pytest.raises(UsageError, match=r"'blocks.\*.nope' matches no module"):
         build_plan(PlanConfig(model="tiny", precisions="bf16-true", keep_fp32="blocks.*.nope"))
@@ -50,7 +70,10 @@ def test_the_fit_check_counts_the_kept_weights():
     if plain is None or counted is None:
         pytest.skip("this host reports no available memory")
     delta = weights_delta(kept, "fp16-true")
-    assert delta == kept[torch.float32] * 2 and counted.needed_bytes - plain.needed_bytes == delta
+    states = states_delta(kept, setting)  # AdamW's two moments in fp32 for blocks.0; bf16 = fp16's bytes
+    assert delta == kept[torch.float32] * 2 and states == kept[torch.float32] * 2 * 2
+    grown = counted.needed_bytes - plain.needed_bytes  # + the gradients alive at the peak, as activations are
+    assert delta + states <= grown <= delta + states + int(CPU_DYNAMIC_FACTOR * delta) + 1
 
 
 def test_a_vlm_plan_counts_a_kept_part_in_fp32(tmp_path):

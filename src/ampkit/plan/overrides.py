@@ -4,12 +4,15 @@ A VLM's ledger is per part (`plan/vlm/ledger.py`), each part in its own precisio
 a part (vision, projector, language) becomes that part's precision (`part_precisions`), and the whole
 part is counted in it (weights, gradients, optimizer states, activations; an fp32 island as fp32).
 
-A causal LM's ledger has one storage dtype for every weight, so an override is counted in its
-weights only: the overridden modules' parameters (resolved on the model built on the meta device,
-as the policy resolves them) move from the step's storage dtype to the regime's, on the
-"parameters" line (`adjust_weights`). Not counted there yet: their gradients and optimizer states
-(same dtype as the weights under a -true precision), their activations (fp32 inside an island), and
-the framework reserve over the changed peak. Units: bytes and elements.
+A causal LM's ledger has one storage dtype for every weight, so an override is counted in what follows
+the weights' dtype: the overridden modules' parameters (resolved on the model built on the meta
+device, as the policy resolves them) move from the step's storage dtype to the regime's on the
+"parameters" line, their optimizer states with them (`plan.optim`'s bytes in the regime's dtype: alive
+at every moment after the first step, so exact), and their gradients (the same dtype as the weights)
+on the "gradients" line: in full where the line is largest, and at the peak in the share of the
+gradients alive then (the overridden ones assumed spread like the rest: an estimate). Not counted
+yet: their activations (fp32 inside an island) and the framework reserve over the changed peak.
+Units: bytes and elements.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from torch import nn
 from ampkit.errors import UsageError
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.numerics import get_numerics
-from ampkit.plan.setting import Ledger
+from ampkit.plan.optim import optimizer_state_bytes
+from ampkit.plan.setting import Ledger, StepSetting
 from ampkit.precision import ModuleOverrides
 from ampkit.precision.overrides import PART_NAMES
 
@@ -64,13 +68,35 @@ def weights_delta(kept: dict[torch.dtype, int], precision: str, *, shards: int =
     return sum(n * (dtype.itemsize - param_bytes) for dtype, n in kept.items()) // max(1, shards)
 
 
+def states_delta(kept: dict[torch.dtype, int], setting: StepSetting) -> int:
+    """Bytes the overridden weights' optimizer states add (0 where the states do not follow the weights'
+    dtype: 8-bit AdamW, or mixed precision, whose fp32 weights an fp32 island keeps)."""
+    base = get_numerics(setting.precision).param_bytes
+    opt = setting.optimizer
+    delta = sum(
+        optimizer_state_bytes(opt, [n], param_bytes=dtype.itemsize) - optimizer_state_bytes(opt, [n], param_bytes=base)
+        for dtype, n in kept.items()
+    )
+    return delta // max(1, setting.shards)
+
+
 def adjust_weights(ledger: Ledger, kept: dict[torch.dtype, int]) -> Ledger:
-    """`ledger` with the overridden weights in their own dtype (module docstring); unchanged without any."""
-    delta = weights_delta(kept, ledger.setting.precision, shards=ledger.setting.shards)
-    if not delta:
+    """`ledger` with the overridden weights, their gradients and optimizer states in the weights' own
+    dtype (module docstring); unchanged without any."""
+    setting = ledger.setting
+    weights = weights_delta(kept, setting.precision, shards=setting.shards)
+    states = states_delta(kept, setting)
+    if not weights and not states:
         return ledger
-    at_peak = {**ledger.at_peak, "parameters": ledger.at_peak["parameters"] + delta}
-    largest = {**ledger.largest, "parameters": ledger.largest.get("parameters", 0) + delta}
+    at_peak, largest = dict(ledger.at_peak), dict(ledger.largest)
+    alive = at_peak["gradients"] / largest["gradients"] if largest.get("gradients") else 0.0
+    for line, peak_delta, full_delta in (
+        ("parameters", weights, weights),
+        ("optimizer_states", states, states),
+        ("gradients", int(weights * alive), weights),
+    ):
+        at_peak[line] += peak_delta
+        largest[line] = largest.get(line, 0) + full_delta
     return dataclasses.replace(ledger, at_peak=at_peak, largest=largest)
 
 

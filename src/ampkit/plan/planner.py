@@ -24,7 +24,7 @@ from ampkit.plan.fit import Target, resolve_target
 from ampkit.plan.kv.budget import kv_budget, pool_budget
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.optim import optimizer_state_bytes
-from ampkit.plan.overrides import adjust_weights, kept_parameters, meta_model, weights_delta
+from ampkit.plan.overrides import adjust_weights, kept_parameters, meta_model, states_delta, weights_delta
 from ampkit.plan.setting import GIB, TENSOR_LINES, Ledger, Reserve, StepSetting
 from ampkit.precision import ConversionRefused, LowBitPrecision, build_precision, get_spec
 
@@ -114,7 +114,9 @@ def _kept_block(config: PlanConfig, kept: dict, setting: StepSetting) -> dict[st
         "overrides": str(config.overrides),
         "parameters": {str(dtype).removeprefix("torch."): n for dtype, n in kept.items()},
         "weights_delta_bytes": weights_delta(kept, setting.precision, shards=setting.shards),
-        "counted": "weights only (gradients, optimizer states and activations at the step's precision)",
+        "optimizer_states_delta_bytes": states_delta(kept, setting),
+        "counted": "weights, their optimizer states and gradients (at the peak: the share alive) in the "
+        "regime's dtype; activations at the step's precision",
     }
 
 
