@@ -45,6 +45,32 @@ def _record(model: Net) -> dict[str, tuple[torch.dtype, torch.dtype]]:
     return seen
 
 
+@pytest.mark.parametrize("precision", ["bf16-mixed", "fp16-mixed", "bf16-true"])
+def test_an_fp32_island_computes_bitwise_what_fp32_computes_inside_it(precision):
+    """The island's forward and its weights' gradients, from what arrives at it, are the fp32 model's
+    bit for bit: the same module in fp32, fed the island's input (upcast) and its output's gradient."""
+    policy = build_precision(precision, device_type="cpu", overrides=ModuleOverrides.keep_fp32("blocks.1.mlp"))
+    model = policy.convert_module(Net())
+    reference = copy.deepcopy(Net().blocks[1].mlp)  # the same seed: the same initial weights, in fp32
+    if precision.endswith("-true"):  # the island's weights were cast down and back up: take them as they are
+        reference.load_state_dict({k: v.float() for k, v in model.blocks[1].mlp.state_dict().items()})
+    seen: dict[str, torch.Tensor] = {}
+    island = model.blocks[1].mlp
+    island.register_forward_hook(lambda m, a, o: seen.update(x=a[0].detach(), y=o))
+    x = torch.randn(4, 8)
+    with policy.forward_context():
+        out = model(x.to(torch.bfloat16) if precision == "bf16-true" else x)
+    seen["y"].retain_grad()
+    out.float().sum().backward()
+    ref_in = seen["x"].float().requires_grad_(True)
+    ref_out = reference(ref_in)
+    # the forward, bit for bit (its output handed back in the dtype that arrived where no autocast follows)
+    assert torch.equal(ref_out.to(seen["y"].dtype), seen["y"])
+    ref_out.backward(seen["y"].grad.float())
+    for (name, p), (_, q) in zip(island.named_parameters(), reference.named_parameters(), strict=True):
+        assert p.grad.dtype == torch.float32 and torch.equal(p.grad, q.grad), name
+
+
 def test_an_fp32_island_runs_its_matmuls_in_fp32_under_bf16_autocast():
     policy = build_precision("bf16-mixed", device_type="cpu", overrides=ModuleOverrides.keep_fp32("blocks.1.mlp"))
     model = policy.convert_module(Net())
