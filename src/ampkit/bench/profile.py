@@ -2,6 +2,10 @@
 and its memory peak as the allocator saw it.
 
 Categories (`CATEGORIES`), each op's *self* time filed under the first rule that matches:
+0. `communication`: a collective or inside one (`bench --parallel`): c10d's ops (all_reduce,
+   reduce_scatter, all_gather, broadcast, their waits), gloo's and nccl's own ranges and nccl's kernels,
+   FSDP2's all-gather and reduce-scatter scopes (their copy-in/out and casts included); wherever it
+   runs, the optimizer's gradient-norm all-reduce too. Zero in one process;
 1. `data`: inside the step's batch fetch and its move to the device (a scope around the sampler);
 2. `optimizer`: the step's optimizer phase (unscale, clipping, the optimizer step, zero_grad; a scope
    opened by the trainer's phase hook) or torch's own `Optimizer.step` ranges;
@@ -49,6 +53,7 @@ CATEGORIES = {
     "casts": "dtype casts",
     "optimizer": "optimizer",
     "data": "data",
+    "communication": "communication",
     "other": "other",
 }
 DATA_SCOPE, OPTIMIZER_SCOPE, NORM_SCOPE = "ampkit::data", "ampkit::optimizer", "ampkit::norm"
@@ -56,6 +61,8 @@ _BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 _CASTS = {"to", "_to_copy", "_autocast_to_reduced_precision", "_autocast_to_full_precision", "type_as"}
 _MATMULS = {"matmul", "linear", "einsum", "mv", "addmv", "dot", "vdot", "_mkl_linear", "mkldnn_linear"}
 _NORMS = ("layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm")
+_COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "ncclDevKernel", "ncclKernel", "record_param_comms")
+_COMM_WORDS = ("all_gather", "allgather", "reduce_scatter", "all_reduce", "allreduce", "broadcast")
 _LAYOUT = frozenset(
     [
         "view",
@@ -151,6 +158,13 @@ def _is_compute(name: str) -> bool:
     return base is not None and base not in _LAYOUT
 
 
+def is_collective(name: str) -> bool:
+    """A collective's op, range or kernel (c10d, gloo, nccl), or FSDP2's scope around one."""
+    if name.startswith(_COMM_PREFIXES):
+        return True
+    return name.startswith("FSDP::") and any(word in name for word in _COMM_WORDS)
+
+
 def _chain(event: FunctionEvent | None) -> list[FunctionEvent]:
     out = []
     while event is not None:
@@ -171,6 +185,8 @@ def _norm_sequence_numbers(events: Iterable[FunctionEvent]) -> set[int]:
 def category_of(chain: list, norm_seq: set[int]) -> str:
     """The category of the first event of `chain` (the event, then its ancestors), by the rules above."""
     names = [e.name for e in chain]
+    if any(is_collective(n) for n in names):
+        return "communication"
     if DATA_SCOPE in names:
         return "data"
     if OPTIMIZER_SCOPE in names or any(n.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) for n in names):

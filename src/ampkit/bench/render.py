@@ -204,6 +204,7 @@ PROFILE_SHORT = {
     "elementwise": "elem",
     "dtype casts": "casts",
     "optimizer": "optim",
+    "communication": "comms",
     "profiled step ms": "step ms",
 }
 
@@ -361,11 +362,26 @@ def _train_parts(summary: dict) -> tuple[str, str] | None:
 
 PROFILE_KEYS = ("matmul", "norm", "elementwise", "casts", "optimizer", "data", "other")
 PROFILE_COLORS = ("#4c72b0", "#8172b3", "#55a868", "#c44e52", "#dd8452", "#937860", "#bbbbbb")
+COMMUNICATION, COMMUNICATION_COLOR = "communication", "#da8bc3"
+
+
+def profile_keys(summary: dict) -> tuple[str, ...]:
+    """The categories shown: communication (before "other") only where ranks communicated (bench --parallel)."""
+    shares = [e["profile"]["shares"].get(COMMUNICATION, 0.0) for e in _profiled(summary)]
+    if not summary.get("parallel") and not any(shares):
+        return PROFILE_KEYS
+    return (*PROFILE_KEYS[:-1], COMMUNICATION, PROFILE_KEYS[-1])
+
+
+def profile_colors(summary: dict) -> list[str]:
+    """Each shown category's colour, in `profile_keys` order."""
+    color_of = {**dict(zip(PROFILE_KEYS, PROFILE_COLORS)), COMMUNICATION: COMMUNICATION_COLOR}
+    return [color_of[key] for key in profile_keys(summary)]
 
 
 def _labels(summary: dict) -> list[str]:
     names = (summary.get("profile") or {}).get("categories") or {}
-    return [names.get(key, key) for key in PROFILE_KEYS]
+    return [names.get(key, key) for key in profile_keys(summary)]
 
 
 def _profiled(summary: dict) -> list[dict]:
@@ -379,7 +395,11 @@ def profile_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
     for e in _profiled(summary):
         shares = e["profile"]["shares"]
         rows.append(
-            [e["name"], *(f"{100 * shares.get(k, 0.0):.0f}%" for k in PROFILE_KEYS), _ms(e["profile"]["step_ms"])]
+            [
+                e["name"],
+                *(f"{100 * shares.get(k, 0.0):.0f}%" for k in profile_keys(summary)),
+                _ms(e["profile"]["step_ms"]),
+            ]
         )
     return headers, rows
 

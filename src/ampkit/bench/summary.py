@@ -18,6 +18,7 @@ from ampkit.bench.budget import amdahl_speedup
 from ampkit.bench.candidates import candidate_overrides, candidate_spec, split_candidate
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import FIDELITY_ROWS, compare_fidelity, fidelity_file, loss_curve_gap
+from ampkit.bench.parallel import parallel_block, train_flags
 from ampkit.bench.peaks import matmul_ratio, mfu_denominator, mfu_value
 from ampkit.bench.profile import CATEGORIES
 from ampkit.bench.ratios import matched_speedup, profile_ratios
@@ -142,6 +143,7 @@ def precision_entry(
         "budget": _budget_entry(result),
         "profile": None,
         "conversion": (result.get("throughput") or {}).get("conversion"),  # the low-bit formats' Linears
+        "parallel": result.get("parallel"),  # the worker's ranks: mode, world size, backend, reduce dtype
     }
     if result["status"] != "ok":
         return entry
@@ -441,7 +443,7 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
         command = (
             f"{head} --precision {name}" + (f" --optimizer {optimizer}" if optimizer else "") + f" --batch-size {batch}"
         )
-        command += _override_flags(config, entry["name"])
+        command += _override_flags(config, entry["name"]) + train_flags(config.parallel, entry["name"])
         command += "".join(f" --{key.replace('_', '-')} {_flag_value(value)}" for key, value in lora.items())
     else:
         extra = f", optimizer={optimizer!r}" if optimizer else ""
@@ -515,6 +517,7 @@ def build_summary(
         "model": _model_block(task, flops),
         "data": {"corpus": task.get("corpus"), "seq_len": task.get("seq_len"), "batch_size": config.data.batch_size},
         "reference": REFERENCE,
+        "parallel": parallel_block(config.parallel),
         "warnings": warnings,
         "loss_common_step": common_step,
         "profile": profile_block(entries, peaks),
