@@ -130,6 +130,7 @@ def _check_ranks(summary, *, mode: str, names: list[str]) -> None:
         assert entry["fidelity"]["logits_cosine"] is not None
 
 
+@pytest.mark.slow
 def test_ddp_bench_compares_precisions_and_reduce_dtypes_on_two_ranks(tmp_path):
     summary, out = _bench(
         tmp_path, "--nproc", "2", "--parallel", "ddp", "--precisions", "fp32,bf16-mixed", "--reduce-dtypes", "fp32,bf16"
@@ -146,8 +147,54 @@ def test_ddp_bench_compares_precisions_and_reduce_dtypes_on_two_ranks(tmp_path):
     assert "communication" in report
 
 
+@pytest.mark.slow
 def test_fsdp_bench_reduces_in_bf16_on_two_ranks(tmp_path):
     summary, _ = _bench(
         tmp_path, "--nproc", "2", "--parallel", "fsdp", "--precisions", "fp32,bf16-mixed", "--reduce-dtypes", "bf16"
     )
     _check_ranks(summary, mode="fsdp", names=["fp32", "bf16-mixed%reduce=bf16"])
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Live processes whose command line holds `text` (Linux /proc)."""
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:
+            continue  # it ended meanwhile
+    return found
+
+
+def test_a_hung_launcher_is_stopped_with_its_ranks(tmp_path):
+    import time
+
+    job = tmp_path / "job.json"
+    job.write_text("{}")
+    settings = BenchParallel(parallel="ddp", nproc_per_node=2)
+    why = runner.run_worker(job, tmp_path / "w.log", on_event=[].append, timeout_s=0.3, parallel=settings)
+    assert why is not None and why.startswith("no result after 0.3 s")
+    deadline = time.monotonic() + 40  # torchrun gives its ranks 30 s after SIGTERM
+    while _processes_naming(str(job)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_naming(str(job)) == []
+
+
+def test_the_communication_column_and_long_names_on_the_console():
+    from ampkit.bench.render_columns import PROFILE_KEYS, console_name, processes_text, profile_keys
+
+    def summary(parallel, comms):
+        entry = {"status": "ok", "profile": {"shares": {"communication": comms}}}
+        return {"precisions": [entry], "parallel": parallel, "unit": "tokens"}
+
+    one = summary(None, 0.0)
+    assert profile_keys(one) == PROFILE_KEYS and processes_text(one) == "its own process"
+    ranks = summary({"mode": "fsdp", "nproc_per_node": 2, "reduce_dtypes": ["bf16"]}, 0.3)
+    assert profile_keys(ranks)[-2:] == ("communication", "other")
+    assert processes_text(ranks).startswith("its own job of 2 processes under FSDP2")
+    assert console_name("bf16-mixed") == "bf16-mixed"
+    assert console_name("bf16-mixed+adamw-sr%reduce=bf16") == "bf16-mixed\n+adamw-sr\n%reduce=bf16"
+    assert console_name("bf16-mixed%reduce=bf16", wide=True) == "bf16-mixed%reduce=bf16"

@@ -17,10 +17,9 @@ from ampkit.bench.render import (
     _unit,
     _with_fidelity,
     processed_per_s,
-    profile_colors,
-    profile_keys,
     shows_processed,
 )
+from ampkit.bench.render_columns import profile_colors, profile_keys
 from ampkit.report import plt
 
 if TYPE_CHECKING:

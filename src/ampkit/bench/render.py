@@ -8,12 +8,11 @@ classifier: `summary["unit"]`); step time in ms; memory in MiB (1024**2 bytes).
 
 from __future__ import annotations
 
-import re
-
 from rich.console import Group
 
 from ampkit.bench.ratios import amdahl_note, speedup_note
 from ampkit.bench.recommend import format_cosine
+from ampkit.bench.render_columns import console_name, processes_text, profile_keys
 from ampkit.report.console import Col, Footnotes, column_format, compact_table, name_col, note_col
 
 MIB = 1024**2
@@ -211,18 +210,6 @@ PROFILE_SHORT = {
 }
 
 
-NAME_WIDTH = 12
-"""A candidate name longer than this is shown one part a line on the console (80 columns hold the table)."""
-
-
-def console_name(name: str, *, wide: bool = False) -> str:
-    """'bf16-mixed%reduce=bf16' as 'bf16-mixed' over '%reduce=bf16': a long candidate's parts (+OPTIMIZER,
-    @PATTERN=REGIME, %reduce=DTYPE) each on a line of their own, so the other columns keep their room."""
-    if wide or len(name) <= NAME_WIDTH:
-        return name
-    return "\n".join(re.split(r"(?=[+@%])", name))
-
-
 def profile_table(summary: dict, *, wide: bool = False) -> Group:
     """The console's breakdown: one row per profiled precision (`wide`: the categories' full names)."""
     headers, rows = profile_rows(summary)
@@ -375,25 +362,6 @@ def _train_parts(summary: dict) -> tuple[str, str] | None:
     return why + expect, train["command"]
 
 
-PROFILE_KEYS = ("matmul", "norm", "elementwise", "casts", "optimizer", "data", "other")
-PROFILE_COLORS = ("#4c72b0", "#8172b3", "#55a868", "#c44e52", "#dd8452", "#937860", "#bbbbbb")
-COMMUNICATION, COMMUNICATION_COLOR = "communication", "#da8bc3"
-
-
-def profile_keys(summary: dict) -> tuple[str, ...]:
-    """The categories shown: communication (before "other") only where ranks communicated (bench --parallel)."""
-    shares = [e["profile"]["shares"].get(COMMUNICATION, 0.0) for e in _profiled(summary)]
-    if not summary.get("parallel") and not any(shares):
-        return PROFILE_KEYS
-    return (*PROFILE_KEYS[:-1], COMMUNICATION, PROFILE_KEYS[-1])
-
-
-def profile_colors(summary: dict) -> list[str]:
-    """Each shown category's colour, in `profile_keys` order."""
-    color_of = {**dict(zip(PROFILE_KEYS, PROFILE_COLORS)), COMMUNICATION: COMMUNICATION_COLOR}
-    return [color_of[key] for key in profile_keys(summary)]
-
-
 def _labels(summary: dict) -> list[str]:
     names = (summary.get("profile") or {}).get("categories") or {}
     return [names.get(key, key) for key in profile_keys(summary)]
@@ -481,7 +449,7 @@ def setup_text(summary: dict) -> list[str]:
         )
         + ").",
         _model_line(summary),
-        f"Each precision ran in its own process from the same initial weights on the same batches: "
+        f"Each precision ran in {processes_text(summary)} from the same initial weights on the same batches: "
         f"up to {max(2, c['warmup_steps'])} untimed warmup steps (the last one profiled), then {budget}. "
         f"{_unit(summary).capitalize()}/s counts real {_unit(summary)} (no padding); steps stalled by something "
         "outside the process (over 4x the median) are left out of it and counted.",
