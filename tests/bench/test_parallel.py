@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import ampkit.bench.runner as runner
+import ampkit.bench.sweep as sweep
 from ampkit.bench.candidates import candidate_rank, candidate_reduce, canonical_candidate, split_candidate
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.parallel import BenchParallel, train_flags, with_reduce_dtypes, worker_command
@@ -46,10 +47,13 @@ def test_bad_parallel_settings_are_one_line(settings, message):
         (["--reduce-dtypes", "fp32,bf16"], "how gradients travel between processes"),
         (["--precisions", "fp32,bf16-mixed%reduce=bf16"], "reduces gradients across processes"),
         (["--nproc", "2", "--parallel", "ddp", "--sweep", "pack"], "--sweep runs each candidate in one process"),
+        (["--nproc", "2", "--parallel", "ddp", "--inference"], "--inference runs each candidate in one process"),
+        (["--reduce-dtype", "bf16"], "how gradients travel between processes"),  # train's flag, abbreviated
     ],
 )
 def test_bad_parallel_input_exits_2_before_any_worker(tmp_path, capsys, monkeypatch, argv, message):
-    monkeypatch.setattr(runner, "run_worker", lambda *a, **k: pytest.fail("a worker started"))
+    for module in (runner, sweep):  # sweep holds its own name for run_worker
+        monkeypatch.setattr(module, "run_worker", lambda *a, **k: pytest.fail("a worker started"))
     code = main(["bench", *argv, "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err

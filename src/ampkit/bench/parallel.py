@@ -79,6 +79,12 @@ class BenchParallel:
         return list(dict.fromkeys(names)) or [DEFAULT_REDUCE]
 
 
+def refuse_ranks(settings: BenchParallel, mode: str) -> None:
+    """`--sweep` and `--inference` run each candidate in one process: `--parallel` is one line, exit 2."""
+    if settings.distributed:
+        raise UsageError(f"{mode} runs each candidate in one process: drop --nproc-per-node and --parallel")
+
+
 def with_reduce_dtypes(names: list[str], settings: BenchParallel) -> list[str]:
     """The candidates with `--reduce-dtypes` applied: each precision but the reference once per reduce
     dtype, in order (`bf16-mixed`, `bf16-mixed%reduce=bf16`); a name that carries its own keeps it.

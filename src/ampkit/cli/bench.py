@@ -17,7 +17,6 @@ from ampkit.bench import BenchConfig, run_bench
 from ampkit.bench.timing import process_age_s
 from ampkit.cli import add_run_command, add_wide_flag
 from ampkit.config import resolve_config
-from ampkit.errors import UsageError
 from ampkit.report.console import make_console, print_run_dir
 
 
@@ -47,9 +46,6 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(BenchConfig, args, toml_path=args.config)
-    if config.parallel.distributed and (config.serving.inference or args.sweep is not None):
-        mode = "--inference" if config.serving.inference else "--sweep"
-        raise UsageError(f"{mode} runs each candidate in one process: drop --nproc-per-node and --parallel")
     if config.serving.inference:
         return _run_inference(config, args)
     if args.sweep is not None:
