@@ -49,6 +49,7 @@ def test_bad_parallel_settings_are_one_line(settings, message):
         (["--nproc", "2", "--parallel", "ddp", "--sweep", "pack"], "--sweep runs each candidate in one process"),
         (["--nproc", "2", "--parallel", "ddp", "--inference"], "--inference runs each candidate in one process"),
         (["--reduce-dtype", "bf16"], "how gradients travel between processes"),  # train's flag, abbreviated
+        (["--nproc", "2", "--parallel", "fsdp", "--lora", "4"], "--lora runs in one process"),
     ],
 )
 def test_bad_parallel_input_exits_2_before_any_worker(tmp_path, capsys, monkeypatch, argv, message):

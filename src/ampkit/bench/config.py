@@ -211,7 +211,7 @@ def resolve_for_device(config: BenchConfig, info: DeviceInfo) -> tuple[BenchConf
     if config.lora.enabled and not config.precisions:  # fp8 swaps the Linear layers LoRA adapts
         names = [n for n in names if not SPECS[n].converts_linears]
     for name in names:
-        check_lora_run(config.lora, precision=split_candidate(name)[0])
+        check_lora_run(config.lora, precision=split_candidate(name)[0], parallel=config.parallel.parallel)
     warnings: list[str] = []
     for name in names:
         warnings.extend(check_supported(split_candidate(name)[0], info))
