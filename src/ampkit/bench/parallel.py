@@ -41,8 +41,8 @@ class BenchParallel:
         default="",
         metadata={
             "help": "comma-separated dtypes gradients are reduced in across the ranks, of "
-            f"{', '.join(REDUCE_DTYPES)} ('' = fp32): bf16 adds a PRECISION%reduce=bf16 candidate for every "
-            "precision but fp32"
+            f"{', '.join(REDUCE_DTYPES)} ('' = fp32): bf16 adds, for every precision but fp32, a candidate "
+            "whose gradients are reduced in bf16 (docs/bench.md)"
         },
     )
 
