@@ -308,14 +308,8 @@ def measure_precision(
 
     expected = job_plan.estimated_total_s if job_plan is not None else None
     spawned = time.perf_counter()
-    death = run_worker(
-        paths["job"],
-        paths["log"],
-        on_event=event,
-        timeout_s=worker_timeout_s(plan.config, expected),
-        slot=slot,
-        parallel=plan.config.parallel,
-    )
+    timeout_s, ranks = worker_timeout_s(plan.config, expected), plan.config.parallel
+    death = run_worker(paths["job"], paths["log"], on_event=event, timeout_s=timeout_s, slot=slot, parallel=ranks)
     result = _read_result(name, paths, death, worker_plan, interrupted=slot.signum is not None)
     result["worker_s"] = time.perf_counter() - spawned  # the process, from its spawn to its exit
     rel: dict[str, str | None] = {key: str(path.relative_to(run_dir)) for key, path in paths.items() if key != "job"}
