@@ -18,6 +18,7 @@ import ampkit.bench.worker as worker_mod
 import ampkit.hardware.backend as timing_mod  # the host step timer reads its clock
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import fidelity_file
+from ampkit.core.parallel import LocalRun
 from ampkit.core.step import StepResult
 from devices import cpu_of
 
@@ -152,7 +153,7 @@ class SimWorker:
         }
         return result, profile, 50 * 2**20
 
-    def __call__(self, job_path: Path, log_path: Path, *, on_event, timeout_s: float, slot=None):
+    def __call__(self, job_path: Path, log_path: Path, *, on_event, timeout_s: float, slot=None, parallel=None):
         job = json.loads(Path(job_path).read_text())
         name, config = job["precision"], BenchConfig.of(**job["config"])
         log_path.write_text("")
@@ -201,6 +202,7 @@ class SimWorker:
             device=torch.device("cpu"),
             task=SimpleNamespace(train_stream=lambda batch_size, seed: _Stream(batch_size)),
             policy=SimpleNamespace(loss_scale=lambda: None),
+            parallel=LocalRun(),  # one process: its collectives hand values back
         )
         emit = worker_mod.ProgressEmitter(_Events(on_event))
         facts = worker_mod.measure_steps(objs, config, emit, plan)

@@ -45,7 +45,8 @@ def test_real_bench_writes_summary_and_reports(real_run):
         assert entry["memory"]["peak_bytes"] > 0 and entry["memory"]["step_peak_bytes"] > 0
         assert entry["memory"]["predicted_source"] == "analytic" and entry["memory"]["predicted_bytes"] > 0
         shares = entry["profile"]["shares"]
-        assert set(shares) == {"matmul", "norm", "elementwise", "casts", "optimizer", "data", "other"}
+        assert set(shares) == {"matmul", "norm", "elementwise", "casts", "optimizer", "data", "communication", "other"}
+        assert shares["communication"] == 0.0  # one process: no collective
         assert sum(shares.values()) == pytest.approx(1.0, abs=0.02) and shares["matmul"] > 0
     fp32, bf16 = summary["precisions"]
     assert fp32["fidelity"]["logits_cosine"] == 1.0 and fp32["fidelity"]["logits_max_abs_diff"] == 0.0

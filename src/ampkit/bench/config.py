@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ampkit import options
 from ampkit.bench.candidates import candidate_overrides, canonical_candidate, split_candidate
 from ampkit.bench.inference import InferenceSettings
+from ampkit.bench.parallel import BenchParallel
 from ampkit.config import build_config
 from ampkit.errors import UsageError
 from ampkit.lora import LoraSettings, check_lora_run, lora_field
@@ -109,6 +110,10 @@ class BenchConfig:
         notes={"seq_len": "0 = auto: 256 on CPU, 512 on CUDA", "batch_size": "0 = auto: 8 on CPU, 16 on CUDA"},
     )
     lora: LoraSettings = lora_field()  # --lora RANK: every precision on the LoRA workload (adapters' gradients)
+    parallel: BenchParallel = section(
+        BenchParallel,
+        "each precision on N processes under DDP or FSDP2, and the gradient reduce dtypes (bench.parallel)",
+    )
 
     def __post_init__(self) -> None:
         if not (self.budget_s > 0 and math.isfinite(self.budget_s)):
@@ -206,7 +211,7 @@ def resolve_for_device(config: BenchConfig, info: DeviceInfo) -> tuple[BenchConf
     if config.lora.enabled and not config.precisions:  # fp8 swaps the Linear layers LoRA adapts
         names = [n for n in names if not SPECS[n].converts_linears]
     for name in names:
-        check_lora_run(config.lora, precision=split_candidate(name)[0])
+        check_lora_run(config.lora, precision=split_candidate(name)[0], parallel=config.parallel.parallel)
     warnings: list[str] = []
     for name in names:
         warnings.extend(check_supported(split_candidate(name)[0], info))

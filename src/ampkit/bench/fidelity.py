@@ -65,8 +65,12 @@ def capture_fidelity(
 
 def _flat_grad(param: torch.nn.Parameter) -> torch.Tensor:
     if param.grad is None:
-        return torch.zeros(param.numel(), device=param.device, dtype=torch.float32)
-    return param.grad.detach().float().reshape(-1)
+        return torch.zeros(param.numel(), device=param.device, dtype=torch.float32)  # numel: global under FSDP2
+    grad = param.grad.detach()
+    gather = getattr(grad, "full_tensor", None)  # FSDP2's sharded gradient (a DTensor): gathered whole, a
+    if gather is not None:  # collective every rank runs (each captures); DDP's is whole and already averaged
+        grad = gather()
+    return grad.float().reshape(-1)
 
 
 def _subsample(grad: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING
 from ampkit.bench.render import (
     COLORS,
     MIB,
-    PROFILE_COLORS,
-    PROFILE_KEYS,
     _labels,
     _memory_ratio,
     _ok,
@@ -21,6 +19,7 @@ from ampkit.bench.render import (
     processed_per_s,
     shows_processed,
 )
+from ampkit.bench.render_columns import profile_colors, profile_keys
 from ampkit.report import plt
 
 if TYPE_CHECKING:
@@ -158,7 +157,7 @@ def profile_figure(summary: dict) -> Figure:
     fig, ax = plt.subplots(figsize=(11, 0.9 + 0.55 * len(entries)))
     names = [e["name"] for e in entries]
     left = [0.0] * len(entries)
-    for key, label, color in zip(PROFILE_KEYS, _labels(summary), PROFILE_COLORS):
+    for key, label, color in zip(profile_keys(summary), _labels(summary), profile_colors(summary)):
         widths = [e["profile"]["ms"].get(key, 0.0) for e in entries]
         ax.barh(names, widths, left=left, color=color, label=label, edgecolor="white", linewidth=0.5)
         for i, (width, e) in enumerate(zip(widths, entries)):

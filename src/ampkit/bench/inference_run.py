@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from ampkit.bench import inference as infer
 from ampkit.bench.config import resolve_for_device
 from ampkit.bench.fidelity import HEALTHY_COSINE
+from ampkit.bench.parallel import refuse_ranks
 from ampkit.data import IGNORE_INDEX
 from ampkit.errors import UsageError
 from ampkit.hardware import describe_device, pick_device
@@ -172,6 +173,7 @@ def run_inference_bench(
     from ampkit.bench.inference_render import render_inference_report
 
     console = console or Console(stderr=True)
+    refuse_ranks(config.parallel, "--inference")
     started = time.perf_counter()
     device = pick_device(config.device)
     config, _, _ = resolve_for_device(config, describe_device(device))  # "auto" model and sizes for this device

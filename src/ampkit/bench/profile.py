@@ -2,6 +2,13 @@
 and its memory peak as the allocator saw it.
 
 Categories (`CATEGORIES`), each op's *self* time filed under the first rule that matches:
+0. `communication`: a collective or inside one (`bench --parallel`): c10d's ops (all_reduce,
+   reduce_scatter, all_gather, broadcast), gloo's and nccl's own ranges and nccl's kernels (device time),
+   FSDP2's all-gather and post-backward reduce scopes (their waits, copy-in/out and casts included);
+   wherever it runs, the optimizer's gradient-norm all-reduce too. Zero in one process. Hazard: the
+   profiler records no op for DDP's wait on its overlapped bucket all-reduces at the end of backward
+   (the autograd engine's final callback): on gloo that wait lands in `other`, the row holds the
+   all-reduces' launches (on CUDA, nccl's kernels are timed on the device);
 1. `data`: inside the step's batch fetch and its move to the device (a scope around the sampler);
 2. `optimizer`: the step's optimizer phase (unscale, clipping, the optimizer step, zero_grad; a scope
    opened by the trainer's phase hook) or torch's own `Optimizer.step` ranges;
@@ -35,7 +42,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from ampkit.bench.gemm_probe import step_gemms
 from ampkit.hardware.backend import backend_for
-from ampkit.plan.traced.measure import _allocator_peak, _held_bytes
+from ampkit.plan.traced.measure import _allocator_peak, _storage_bytes
 
 if TYPE_CHECKING:
     from torch.autograd.profiler_util import FunctionEvent
@@ -49,6 +56,7 @@ CATEGORIES = {
     "casts": "dtype casts",
     "optimizer": "optimizer",
     "data": "data",
+    "communication": "communication",
     "other": "other",
 }
 DATA_SCOPE, OPTIMIZER_SCOPE, NORM_SCOPE = "ampkit::data", "ampkit::optimizer", "ampkit::norm"
@@ -56,6 +64,9 @@ _BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 _CASTS = {"to", "_to_copy", "_autocast_to_reduced_precision", "_autocast_to_full_precision", "type_as"}
 _MATMULS = {"matmul", "linear", "einsum", "mv", "addmv", "dot", "vdot", "_mkl_linear", "mkldnn_linear"}
 _NORMS = ("layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm")
+_COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "ncclDevKernel", "ncclKernel", "record_param_comms")
+_FSDP_PREFIXES = ("FSDP::", "fsdp::")  # FSDP2's scopes: "FSDP::all_gather (0)", "FSDP::post_backward_reduce (0)"
+_COMM_WORDS = ("all_gather", "allgather", "reduce", "broadcast")
 _LAYOUT = frozenset(
     [
         "view",
@@ -151,6 +162,13 @@ def _is_compute(name: str) -> bool:
     return base is not None and base not in _LAYOUT
 
 
+def is_collective(name: str) -> bool:
+    """A collective's op, range or kernel (c10d, gloo, nccl), or FSDP2's scope around one."""
+    if name.startswith(_COMM_PREFIXES):
+        return True
+    return name.startswith(_FSDP_PREFIXES) and any(word in name for word in _COMM_WORDS)
+
+
 def _chain(event: FunctionEvent | None) -> list[FunctionEvent]:
     out = []
     while event is not None:
@@ -171,6 +189,8 @@ def _norm_sequence_numbers(events: Iterable[FunctionEvent]) -> set[int]:
 def category_of(chain: list, norm_seq: set[int]) -> str:
     """The category of the first event of `chain` (the event, then its ancestors), by the rules above."""
     names = [e.name for e in chain]
+    if any(is_collective(n) for n in names):
+        return "communication"
     if DATA_SCOPE in names:
         return "data"
     if OPTIMIZER_SCOPE in names or any(n.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) for n in names):
@@ -286,6 +306,19 @@ def scoped_step(trainer: Trainer) -> Iterator[None]:
             handle.remove()
 
 
+def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes the step starts with: parameters, gradients, optimizer states. FSDP2's are DTensors: their
+    local shards count (a DTensor wrapper has no storage of its own)."""
+    tensors = [p for p in model.parameters()] + [p.grad for p in model.parameters() if p.grad is not None]
+    tensors += [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return _storage_bytes([_local(t) for t in tensors])
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(tensor, "to_local", None)  # a DTensor's shard on this rank
+    return to_local() if to_local is not None else tensor
+
+
 _DEVICE_ACTIVITY = {"cuda": ProfilerActivity.CUDA, "xpu": ProfilerActivity.XPU}
 """The profiler's device-side activity per torch device type (ROCm is "cuda"); MPS: host-side events only."""
 
@@ -300,7 +333,7 @@ def profile_step(
     accelerator = device.type != "cpu"
     activity = _DEVICE_ACTIVITY.get(device.type)
     activities = [ProfilerActivity.CPU] + ([activity] if activity is not None else [])
-    held = 0 if accelerator else _held_bytes(trainer.model, trainer.optimizer, [])
+    held = 0 if accelerator else held_bytes(trainer.model, trainer.optimizer)
     if accelerator:
         backend.synchronize()
         backend.reset_peak_memory()

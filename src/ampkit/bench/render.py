@@ -12,6 +12,7 @@ from rich.console import Group
 
 from ampkit.bench.ratios import amdahl_note, speedup_note
 from ampkit.bench.recommend import format_cosine
+from ampkit.bench.render_columns import console_name, processes_text, profile_keys
 from ampkit.report.console import Col, Footnotes, column_format, compact_table, name_col, note_col
 
 MIB = 1024**2
@@ -204,6 +205,7 @@ PROFILE_SHORT = {
     "elementwise": "elem",
     "dtype casts": "casts",
     "optimizer": "optim",
+    "communication": "comms",
     "profiled step ms": "step ms",
 }
 
@@ -211,6 +213,7 @@ PROFILE_SHORT = {
 def profile_table(summary: dict, *, wide: bool = False) -> Group:
     """The console's breakdown: one row per profiled precision (`wide`: the categories' full names)."""
     headers, rows = profile_rows(summary)
+    rows = [[console_name(row[0], wide=wide), *row[1:]] for row in rows]
     short = {} if wide else PROFILE_SHORT
     columns = [name_col(headers[0]), *(Col(short.get(h, h)) for h in headers[1:])]
     return compact_table("where the step's time goes (torch.profiler, one step)", columns, rows)
@@ -242,7 +245,7 @@ def console_table(summary: dict, *, wide: bool = False) -> Group:
     shown = [h for h in by_column if h != ("logits cos" if processed else "processed/s")]
     columns = [name_col("precision"), *(Col(h) for h in shown), note_col("status")]
     cells = zip(
-        [e["name"] for e in entries],
+        [console_name(e["name"]) for e in entries],
         *(by_column[h] for h in shown),
         [_compact_status(e, recommended, summary["reference"], notes) for e in entries],
     )
@@ -359,13 +362,9 @@ def _train_parts(summary: dict) -> tuple[str, str] | None:
     return why + expect, train["command"]
 
 
-PROFILE_KEYS = ("matmul", "norm", "elementwise", "casts", "optimizer", "data", "other")
-PROFILE_COLORS = ("#4c72b0", "#8172b3", "#55a868", "#c44e52", "#dd8452", "#937860", "#bbbbbb")
-
-
 def _labels(summary: dict) -> list[str]:
     names = (summary.get("profile") or {}).get("categories") or {}
-    return [names.get(key, key) for key in PROFILE_KEYS]
+    return [names.get(key, key) for key in profile_keys(summary)]
 
 
 def _profiled(summary: dict) -> list[dict]:
@@ -379,7 +378,11 @@ def profile_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
     for e in _profiled(summary):
         shares = e["profile"]["shares"]
         rows.append(
-            [e["name"], *(f"{100 * shares.get(k, 0.0):.0f}%" for k in PROFILE_KEYS), _ms(e["profile"]["step_ms"])]
+            [
+                e["name"],
+                *(f"{100 * shares.get(k, 0.0):.0f}%" for k in profile_keys(summary)),
+                _ms(e["profile"]["step_ms"]),
+            ]
         )
     return headers, rows
 
@@ -446,7 +449,7 @@ def setup_text(summary: dict) -> list[str]:
         )
         + ").",
         _model_line(summary),
-        f"Each precision ran in its own process from the same initial weights on the same batches: "
+        f"Each precision ran in {processes_text(summary)} from the same initial weights on the same batches: "
         f"up to {max(2, c['warmup_steps'])} untimed warmup steps (the last one profiled), then {budget}. "
         f"{_unit(summary).capitalize()}/s counts real {_unit(summary)} (no padding); steps stalled by something "
         "outside the process (over 4x the median) are left out of it and counted.",

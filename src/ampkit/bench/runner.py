@@ -31,6 +31,7 @@ from ampkit.bench.budget import PrecisionPlan
 from ampkit.bench.candidates import candidate_overrides, candidate_spec, check_candidate_overrides
 from ampkit.bench.config import BenchConfig, parse_precisions, resolve_for_device
 from ampkit.bench.memory_check import check_bench_fits, largest_batch, predict_step_peak
+from ampkit.bench.parallel import BenchParallel, stop_hung, with_reduce_dtypes, worker_command
 from ampkit.bench.peaks import measure_peaks
 from ampkit.bench.session import BenchSession
 from ampkit.bench.summary import build_summary
@@ -83,6 +84,8 @@ def plan_bench(config: BenchConfig, *, task_object: Task | None = None) -> Bench
     the task is built here once (a missing task file, a bad model or --seq-len is one line, exit 2)."""
     info = describe_device(pick_device(config.device))
     resolved, names, warnings = resolve_for_device(config, info)
+    names = with_reduce_dtypes(names, resolved.parallel)  # --reduce-dtypes: a candidate per reduce dtype
+    resolved = dataclasses.replace(resolved, precisions=",".join(names))
     corpus = resolved.data.data
     if corpus != "default" and not Path(corpus).exists():
         raise UsageError(
@@ -198,25 +201,26 @@ def run_worker(
     on_event: Callable[[dict], None],
     timeout_s: float,
     slot: WorkerSlot | None = None,
+    parallel: BenchParallel | None = None,
 ) -> str | None:
     """Run one worker process to completion; returns None, or why it died without a result.
-    `slot` holds the process while it runs (a stop signal is passed on to it)."""
+    `slot` holds the process while it runs (a stop signal is passed on to it). `parallel`: the worker
+    is torchrun's launcher of that many ranks (`bench.parallel.worker_command`)."""
+    parallel = parallel or BenchParallel()
     try:
         log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 (its OSError is reported alone; `with log` closes it)
     except OSError as err:
         raise write_failed(log_path, err) from None
     slot = slot or WorkerSlot()
     with log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ampkit.bench.worker", str(job_path)], stdout=subprocess.PIPE, stderr=log, text=True
-        )
+        proc = subprocess.Popen(worker_command(job_path, parallel), stdout=subprocess.PIPE, stderr=log, text=True)
         slot.hold(proc)
         assert proc.stdout is not None  # stdout=PIPE
         timed_out = threading.Event()
 
         def kill() -> None:
             timed_out.set()
-            proc.kill()
+            stop_hung(proc, distributed=parallel.distributed)
 
         watchdog = threading.Timer(timeout_s, kill)
         watchdog.start()
@@ -304,9 +308,8 @@ def measure_precision(
 
     expected = job_plan.estimated_total_s if job_plan is not None else None
     spawned = time.perf_counter()
-    death = run_worker(
-        paths["job"], paths["log"], on_event=event, timeout_s=worker_timeout_s(plan.config, expected), slot=slot
-    )
+    timeout_s, ranks = worker_timeout_s(plan.config, expected), plan.config.parallel
+    death = run_worker(paths["job"], paths["log"], on_event=event, timeout_s=timeout_s, slot=slot, parallel=ranks)
     result = _read_result(name, paths, death, worker_plan, interrupted=slot.signum is not None)
     result["worker_s"] = time.perf_counter() - spawned  # the process, from its spawn to its exit
     rel: dict[str, str | None] = {key: str(path.relative_to(run_dir)) for key, path in paths.items() if key != "job"}

@@ -18,6 +18,7 @@ from ampkit.bench.budget import amdahl_speedup
 from ampkit.bench.candidates import candidate_overrides, candidate_spec, split_candidate
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import FIDELITY_ROWS, compare_fidelity, fidelity_file, loss_curve_gap
+from ampkit.bench.parallel import parallel_block, train_flags
 from ampkit.bench.peaks import matmul_ratio, mfu_denominator, mfu_value
 from ampkit.bench.profile import CATEGORIES
 from ampkit.bench.ratios import matched_speedup, profile_ratios
@@ -142,6 +143,7 @@ def precision_entry(
         "budget": _budget_entry(result),
         "profile": None,
         "conversion": (result.get("throughput") or {}).get("conversion"),  # the low-bit formats' Linears
+        "parallel": result.get("parallel"),  # the worker's ranks: mode, world size, backend, reduce dtype
     }
     if result["status"] != "ok":
         return entry
@@ -158,7 +160,7 @@ def precision_entry(
     entry.update(
         steps={"warmup": result["warmup_steps"], "measured": stats.measured_steps, "stalled": stats.stalled_steps},
         timing=_timing_block(stats, result["step_s"], processed_per_s, image_per_s),
-        mfu=_mfu_block(processed_per_s, flops, _denominator(result, info, peaks)),
+        mfu=_mfu_block(processed_per_s / _devices(result, info), flops, _denominator(result, info, peaks)),
         memory={**result["memory"], "step_peak_bytes": result.get("step_peak_bytes")},
         profile=_profile(result),
         loss=_loss_block(result["loss_curve"]),
@@ -172,6 +174,12 @@ def precision_entry(
         },
     )
     return entry
+
+
+def _devices(result: dict[str, Any], info: DeviceInfo) -> int:
+    """The devices a worker's items/s ran on, for MFU per device: bench --parallel's ranks each have an
+    accelerator of their own; CPU ranks share the one CPU whose peak the parent measured."""
+    return 1 if info.type == "cpu" else int((result.get("parallel") or {}).get("world_size") or 1)
 
 
 def _timing_block(
@@ -441,7 +449,7 @@ def train_command(config: BenchConfig, task: dict[str, Any], entry: dict[str, An
         command = (
             f"{head} --precision {name}" + (f" --optimizer {optimizer}" if optimizer else "") + f" --batch-size {batch}"
         )
-        command += _override_flags(config, entry["name"])
+        command += _override_flags(config, entry["name"]) + train_flags(config.parallel, entry["name"])
         command += "".join(f" --{key.replace('_', '-')} {_flag_value(value)}" for key, value in lora.items())
     else:
         extra = f", optimizer={optimizer!r}" if optimizer else ""
@@ -515,6 +523,7 @@ def build_summary(
         "model": _model_block(task, flops),
         "data": {"corpus": task.get("corpus"), "seq_len": task.get("seq_len"), "batch_size": config.data.batch_size},
         "reference": REFERENCE,
+        "parallel": parallel_block(config.parallel),
         "warnings": warnings,
         "loss_common_step": common_step,
         "profile": profile_block(entries, peaks),

@@ -25,6 +25,7 @@ from rich.console import Console, Group
 
 from ampkit.bench.candidates import candidate_spec
 from ampkit.bench.config import BenchConfig
+from ampkit.bench.parallel import refuse_ranks
 from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, worker_timeout_s
 from ampkit.bench.timing import summarize_steps
 from ampkit.data.hf_tokenizer import tokenizer_for_model
@@ -56,6 +57,7 @@ def run_sweep(
 ) -> tuple[dict[str, Any], Path]:
     """Every chosen feature combination under one precision; returns (summary, run directory)."""
     console = console or Console(stderr=True)
+    refuse_ranks(config.parallel, "--sweep")
     plan = plan_bench(config)  # the same up-front checks as a precision bench
     # the bench adds the fp32 reference itself: what the user chose besides it is the precision to sweep under
     chosen = [p for p in plan.precisions if not candidate_spec(p).is_reference] if config.precisions else []

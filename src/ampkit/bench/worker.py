@@ -13,6 +13,11 @@ Order of work (the parent relies on it):
        budget's window (`bench.budget.measure_window`) -> peak memory reading.
 The job's "plan" (`bench.budget.PrecisionPlan`, from the parent) sets the batch, the fidelity rows and
 the most the measured window may take; the device's peak FLOP/s are measured by the parent.
+Under `bench --nproc-per-node N --parallel ddp|fsdp` (`bench.parallel`) torchrun starts this module
+as N ranks: every rank builds, captures and steps (the collectives need them all), every decision
+that depends on a clock is rank 0's, broadcast (the warmup's length, a reduced batch, the end of the
+measured window: ranks that disagreed would wait for each other forever), and rank 0 alone reports
+(progress, the fidelity capture, the result). Step results count every rank's tokens.
 Progress goes to stdout as JSON lines (the parent draws the bars); the result goes to the job's
 `result_path` as JSON, also when the run fails (status "failed" and a one-line error).
 """
@@ -34,7 +39,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import torch
 
 from ampkit.bench.budget import FULL_FIDELITY_ROWS, Window, measure_window, reduced_batch, warmup_plan
-from ampkit.bench.candidates import candidate_overrides, split_candidate
+from ampkit.bench.candidates import candidate_overrides, candidate_reduce, split_candidate
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import capture_fidelity, fidelity_file, fixed_batch
 from ampkit.bench.gemm_probe import Gemm, probe_ratios
@@ -42,10 +47,12 @@ from ampkit.bench.profile import profile_step
 from ampkit.bench.timing import make_step_timer, synchronize
 from ampkit.config import replace_settings, resolve_config
 from ampkit.core.signals import STOP_SIGNALS
+from ampkit.distributed.context import launch_env, rank_error
+from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.runs import atomic_write, write_json_atomic
-from ampkit.sections import EvalSection, OptimizerSection
+from ampkit.sections import EvalSection, OptimizerSection, ParallelSection
 from ampkit.tasks import optional
 from ampkit.tasks.flops import flops_per_item
 from ampkit.train import TrainConfig, build_run
@@ -69,6 +76,11 @@ class ProgressEmitter:
         self.stream = stream or sys.stdout
         self._last = 0.0
 
+    @classmethod
+    def for_rank(cls, rank: int) -> ProgressEmitter:
+        """Rank 0's emitter on stdout; another rank's says nothing (the parent draws one bar per precision)."""
+        return cls() if rank == 0 else Silent()
+
     def emit(self, event: str, *, force: bool = True, **fields: Any) -> None:
         now = time.perf_counter()
         if not force and now - self._last < PROGRESS_EVERY_S:
@@ -76,6 +88,13 @@ class ProgressEmitter:
         self._last = now
         self.stream.write(json.dumps({"event": event, **fields}) + "\n")
         self.stream.flush()
+
+
+class Silent(ProgressEmitter):
+    """The emitter of a rank other than 0: every event dropped."""
+
+    def emit(self, event: str, *, force: bool = True, **fields: Any) -> None:
+        return None
 
 
 def train_config_for(config: BenchConfig, name: str) -> TrainConfig:
@@ -98,6 +117,8 @@ def train_config_for(config: BenchConfig, name: str) -> TrainConfig:
         eval=EvalSection(eval_batches=1),
         fit_check=False,  # the parent checked every precision before any worker started
         lora=config.lora,  # --lora: the base stored as this precision implies, fp32 adapters
+        # bench --parallel: this candidate's sharding and reduce dtype; torchrun started the ranks (nproc 0 here)
+        parallel=ParallelSection(parallel=config.parallel.parallel, reduce_dtype=candidate_reduce(name)),
     )
 
 
@@ -144,6 +165,22 @@ def _timed_step(trainer: Trainer, device: torch.device) -> tuple[StepResult, flo
     return result, time.perf_counter() - start
 
 
+def agreed(objs: RunObjects, value: Any) -> Any:
+    """Rank 0's `value` on every rank (a broadcast; one process: `value`): decisions made on a clock."""
+    return objs.parallel.broadcast_object(value)
+
+
+def use_stream(objs: RunObjects, *, batch_size: int, seed: int) -> None:
+    """Train on the task's stream at `batch_size` from here on; under `--parallel` dealt to the ranks
+    as `train.build.build_run_data` deals it (rank r takes batches r, r + W, ...: every rank's counted)."""
+    stream = objs.task.train_stream(batch_size=batch_size, seed=seed)
+    run = objs.parallel
+    if run.distributed:
+        stream = RankShardedSampler(stream, rank=run.rank, world_size=run.world_size, count=objs.task.count)
+        run.sampler = stream  # type: ignore[attr-defined]  # a distributed run's is a ProcessGroupRun
+    objs.trainer.sampler = stream
+
+
 def _reduce_batch(
     objs: RunObjects, config: BenchConfig, plan: dict[str, Any], step_s: float, emit: ProgressEmitter
 ) -> None:
@@ -152,7 +189,7 @@ def _reduce_batch(
     smaller = reduced_batch(batch, step_s, config.budget_s)
     if smaller >= batch:
         return
-    objs.trainer.sampler = objs.task.train_stream(batch_size=smaller, seed=config.seed)
+    use_stream(objs, batch_size=smaller, seed=config.seed)
     plan["batch_size"], plan["mode"] = smaller, "reduced-batch"
     plan["reason"] = (
         f"reduced batch {smaller} (of {batch}): one step took {step_s:.1f} s > --budget-s {config.budget_s:g}"
@@ -171,6 +208,7 @@ def warm_up(objs: RunObjects, config: BenchConfig, plan: dict[str, Any], emit: P
     emit.emit("phase", phase="warmup")
     began = time.perf_counter()
     first, first_s = _timed_step(trainer, device)
+    first_s = agreed(objs, first_s)  # every rank takes as many warmup steps, reduces the batch alike
     results, times = [first], [first_s]
     if may_reduce and first_s > 2 * config.budget_s:
         _reduce_batch(objs, config, plan, first_s, emit)
@@ -185,16 +223,18 @@ def warm_up(objs: RunObjects, config: BenchConfig, plan: dict[str, Any], emit: P
     gemms = [Gemm.from_list(row) for row in profile.pop("gemms", [])]
     results.append(profiled)
     profiled_slots = profiled.n_slots
-    step_s = times[-1] if len(times) > 1 else profile["step_ms"] / 1e3
+    step_s = agreed(objs, times[-1] if len(times) > 1 else profile["step_ms"] / 1e3)
     if may_reduce and step_s > config.budget_s and plan["batch_size"] > 1:
         _reduce_batch(objs, config, plan, step_s, emit)
         result, step_s = _timed_step(trainer, device)
+        step_s = agreed(objs, step_s)
         results.append(result)
     plan["warmup_s"] = time.perf_counter() - began  # the steps only: the probe below is fp32's alone
     probe_began = time.perf_counter()
     if plan.get("probe"):
         emit.emit("phase", phase="probe")
-    ratios = probe_ratios(gemms, plan.get("probe") or {}, device, max_s=PROBE_SHARE * config.budget_s)
+    probe = (plan.get("probe") or {}) if objs.parallel.is_main else {}  # rank 0's GEMMs stand for every rank's
+    ratios = probe_ratios(gemms, probe, device, max_s=PROBE_SHARE * config.budget_s)
     plan["probe_s"] = time.perf_counter() - probe_began
     return {
         "results": results,
@@ -236,7 +276,7 @@ def measure_steps(objs: RunObjects, config: BenchConfig, emit: ProgressEmitter, 
     measured = tokens = 0
     last_s = step_s
     emit.emit("phase", phase="measure")
-    while measured < hi and window.keep_going(measured, time.perf_counter() - start, last_s):
+    while measured < hi and agreed(objs, window.keep_going(measured, time.perf_counter() - start, last_s)):
         began = time.perf_counter()
         timer.start()
         results.append(trainer.train_step())
@@ -256,7 +296,7 @@ def _step_facts(
     warmup = len(warm["results"])
     measured_results = results[warmup:]
     losses = torch.stack([r.loss.float() for r in results]).cpu().tolist()  # one sync for the whole run
-    grad_norms = torch.stack([r.grad_norm.float() for r in results]).cpu().tolist()
+    grad_norms = torch.stack([_whole(r.grad_norm).float() for r in results]).cpu().tolist()
     return {
         "warmup_steps": warmup,
         "measured_steps": len(measured_results),
@@ -278,6 +318,12 @@ def _step_facts(
         "profiled_batch_size": warm["profiled_batch_size"],
         "estimated_step_s": warm["step_s"],
     }
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain tensor: FSDP2's gradient norm is a DTensor (replicated: its full tensor is the local one)."""
+    full = getattr(tensor, "full_tensor", None)
+    return full() if full is not None else tensor
 
 
 def memory_reading(device: torch.device, rss_before: int) -> dict[str, Any]:
@@ -322,6 +368,8 @@ def capture_all(objs: RunObjects, job: dict[str, Any], rows_list: list[int]) -> 
         batch = batch if batch is not None else cut
         capture = capture_fidelity(model=objs.model, policy=objs.policy, batch=cut, task=objs.task)
         capture["rows"] = rows
+        if not objs.parallel.is_main:  # every rank captures (forward and backward are collective); rank 0 writes
+            continue
         with atomic_write(fidelity_file(job["fidelity_path"], rows, rows_list[0])) as fh:  # WriteFailed on error
             torch.save(capture, fh)
     synchronize(objs.device)
@@ -339,18 +387,40 @@ def build_for(job: dict[str, Any], config: BenchConfig, plan: dict[str, Any]) ->
         train_config = replace_settings(train_config, switches, source="the sweep's switches")
     objs = build_run(train_config, task=load_pickled_task(job.get("task_pickle"), job.get("main_path")))
     if plan["batch_size"] != config.data.batch_size:
-        objs.trainer.sampler = objs.task.train_stream(batch_size=plan["batch_size"], seed=config.seed)
+        use_stream(objs, batch_size=plan["batch_size"], seed=config.seed)
     return objs
 
 
 def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
+    """Build, measure, and write the result (rank 0); under `--parallel` the ranks then part (a barrier
+    after a clean run, `ProcessGroupRun.close`), so a rank's result is on disk before any peer leaves."""
     config = resolve_config(BenchConfig, base=job["config"], base_source="the bench job")  # sections too ([lora])
-    precision = job["precision"]
     plan = {**default_plan(config), **(job.get("plan") or {})}
     plan["imports_s"] = time.time() - job.get("spawned_at", time.time())  # process start and imports
     rss_before = current_rss_bytes()
     emit.emit("phase", phase="build")
     objs = build_for(job, config, plan)
+    clean = False
+    try:
+        result = measure_built(objs, job, config, plan, emit, rss_before=rss_before)
+        if objs.parallel.is_main:
+            write_json_atomic(job["result_path"], result)
+        clean = True
+    finally:
+        objs.parallel.close(clean=clean)
+    return result
+
+
+def measure_built(
+    objs: RunObjects,
+    job: dict[str, Any],
+    config: BenchConfig,
+    plan: dict[str, Any],
+    emit: ProgressEmitter,
+    *,
+    rss_before: int,
+) -> dict[str, Any]:
+    """The fidelity capture, FLOPs per item (the reference), the steps and the memory reading of a built run."""
     reset_peak_memory(objs.device)
     facts: dict[str, Any] = {}
     with objs.policy.run_context():
@@ -365,7 +435,7 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
         if plan["mode"] != "not-timed":
             facts.update(measure_steps(objs, config, emit, plan))
     base = {
-        "precision": precision,
+        "precision": job["precision"],
         "status": "ok" if plan["mode"] != "not-timed" else "not-timed",
         "error": None,
         "threads": torch.get_num_threads(),
@@ -375,15 +445,13 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
         "unit": objs.task.unit,
         "parameters": sum(p.numel() for p in objs.model.parameters()),  # distinct elements (ties once)
         "task": optional.describe(objs.task),
+        "parallel": objs.parallel.describe(),  # mode, world size (and backend, reduce dtype under --parallel)
     }
     if plan["mode"] == "not-timed":
         return base
-    return {
-        **base,
-        **facts,
-        "memory": memory_reading(objs.device, rss_before),
-        "throughput": objs.features_summary(),
-    }
+    memory = memory_reading(objs.device, rss_before)
+    memory["rank_peak_bytes"] = objs.parallel.all_gather_object(memory["peak_bytes"])  # every rank's, rank order
+    return {**base, **facts, "memory": memory, "throughput": objs.features_summary()}
 
 
 def describe_failure(err: BaseException) -> tuple[str, str]:
@@ -422,21 +490,30 @@ def main(argv: list[str] | None = None) -> int:
     for signum in STOP_SIGNALS:  # a stop is one line in the log, not a traceback
         signal.signal(signum, _stop)
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    env = launch_env()  # torchrun's ranks (bench --parallel), else None: one process
     try:
-        result = run_job(job, ProgressEmitter())
+        result = run_job(job, ProgressEmitter.for_rank(env.rank if env else 0))
     except WorkerStopped as stop:  # partial files are already removed (`runs.atomic_write`)
         print(f"ampkit bench worker: interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
         return 128 + stop.signum
     except Exception as err:
         traceback.print_exc(file=sys.stderr)  # the full story goes to the worker's log file
-        kind, message = describe_failure(err)
-        result = {"precision": job["precision"], "status": "failed", "error": message, "error_kind": kind}
+        return write_failure(job, rank_error(err, rank=env.rank) if env else err, first_only=env is not None)
+    return 0 if result["status"] == "ok" else 1
+
+
+def write_failure(job: dict[str, Any], err: BaseException, *, first_only: bool) -> int:
+    """The failed result, in one line; `first_only` (ranks): unless a rank already wrote one, as the
+    rank that failed first did before its peers lost contact with it. Returns the exit code (1)."""
+    kind, message = describe_failure(err)
+    result = {"precision": job["precision"], "status": "failed", "error": message, "error_kind": kind}
+    if first_only and Path(job["result_path"]).exists():
+        return 1
     try:
         write_json_atomic(job["result_path"], result)
-    except WriteFailed as err:  # the parent finds no result and reports this line from the log
-        print(f"ampkit bench worker: {err}", file=sys.stderr)
-        return 1
-    return 0 if result["status"] == "ok" else 1
+    except WriteFailed as failed:  # the parent finds no result and reports this line from the log
+        print(f"ampkit bench worker: {failed}", file=sys.stderr)
+    return 1
 
 
 def exit_now(code: int) -> NoReturn:

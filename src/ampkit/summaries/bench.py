@@ -29,8 +29,12 @@ MEMORY = {
     "predicted_source": Absent(Opt(str)),
     "predicted_note": Absent(Opt(str)),
     "predicted_ratio": Absent(OPT_NUM),
+    "rank_peak_bytes": Absent(ListOf(int)),  # every rank's peak, rank order (one item in one process)
 }
-SHARES = {key: NUM for key in ("matmul", "norm", "elementwise", "casts", "optimizer", "data", "other")}
+SHARES: dict[str, object] = {
+    key: NUM for key in ("matmul", "norm", "elementwise", "casts", "optimizer", "data", "other")
+}
+SHARES["communication"] = Absent(NUM)  # collectives (bench --parallel); summaries before it have none
 PROFILE = {
     "step_ms": NUM,
     "ms": SHARES,
@@ -110,6 +114,8 @@ PRECISION = {
     "profile": Absent(Opt(PROFILE)),
     # the low-bit formats: {precision, format, emulated, converted: [names], kept: {name: why}}
     "conversion": Absent(Opt(dict)),
+    # the worker's ranks: mode, world_size (with backend and reduce_dtype under bench --parallel)
+    "parallel": Absent(Opt({"mode": str, "world_size": int, "backend": Absent(str), "reduce_dtype": Absent(str)})),
 }
 PEAK = {"peak_flops": OPT_NUM, "source": str, "dtype": str}
 TRAIN = {
@@ -153,6 +159,7 @@ FIELDS = {
     },
     "data": {"corpus": Opt(str), "seq_len": Opt(int), "batch_size": int},
     "reference": str,
+    "parallel": Absent(Opt({"mode": str, "nproc_per_node": int, "reduce_dtypes": ListOf(str)})),
     "warnings": ListOf(str),
     "loss_common_step": Absent(Opt(int)),
     "profile": Absent(
