@@ -18,10 +18,12 @@ from ampkit.bench.budget import amdahl_speedup
 from ampkit.bench.candidates import candidate_overrides, candidate_spec, split_candidate
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.fidelity import FIDELITY_ROWS, compare_fidelity, fidelity_file, loss_curve_gap
+from ampkit.bench.gate import add_gate, gate_block
 from ampkit.bench.peaks import matmul_ratio, mfu_denominator, mfu_value
 from ampkit.bench.profile import CATEGORIES
 from ampkit.bench.ratios import matched_speedup, profile_ratios
 from ampkit.bench.recommend import Candidate, conv_tf32_advice, native_support, recommend
+from ampkit.bench.rules import seed_rules
 from ampkit.bench.timing import StepStats, summarize_steps
 from ampkit.precision import REFERENCE
 from ampkit.provenance import summary_header
@@ -496,11 +498,14 @@ def build_summary(
     entries = [precision_entry(r, info=info, peaks=peaks, flops_per_item=flops["flops_per_item"]) for r in results]
     add_comparisons(entries, results, run_dir, threshold=config.fidelity_threshold)
     common_step = add_common_step_loss(entries)
+    add_gate(entries, config.gate)  # --gate: each candidate's loss gap to fp32's at the matched steps
     add_predictions(entries, results, predict)
     if interrupted is None:
         rec = _recommendation(config, info, task, entries, fit_batch)
     else:
         rec = _no_recommendation(interrupted)
+    gate = gate_block(entries, rec["precision"], config.gate)
+    rec["advice"] += [gate["line"]] if gate and gate["line"] else []
     summary = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -522,6 +527,7 @@ def build_summary(
         "budget": budget,
         "precisions": entries,
         "recommendation": rec,
+        "gate": gate,
     }
     return json_safe(summary)
 
@@ -554,6 +560,8 @@ def _recommendation(
         unit=task["unit"],
     ).to_dict()
     rec["advice"] += conv_tf32_advice(int(task.get("convolutions") or 0))
+    rec["rules"] = seed_rules(entries, rec, capacity_bytes=info.total_memory_bytes, parameters=task.get("parameters"))
+    rec["advice"] += [rule["text"] for rule in rec["rules"]]  # the seeds' rules, with their evidence in `rules`
     chosen = next((e for e in entries if e["name"] == rec["precision"]), None)
     rec["train"] = None
     if chosen is not None and chosen["status"] == "ok":
