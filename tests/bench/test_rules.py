@@ -15,6 +15,7 @@ def entry(name: str, speedup: float, *, spread: float = 0.02, peak_gib: float = 
     return {
         "name": name,
         "status": "ok",
+        "native": True,
         "timing": {"step_ms_median": 100.0, "step_ms_p10": 100 * (1 - spread), "step_ms_p90": 100 * (1 + spread)},
         "vs_fp32": {"speedup": speedup, "same_batches": True},
         "memory": {"peak_bytes": int(peak_gib * GIB)},
@@ -41,8 +42,11 @@ def test_gain_inside_the_noise_says_fp32_is_fast_enough():
     assert "fp32 is fast enough" in rule["text"] and "0.9M parameters" in rule["text"]
 
 
-def test_a_gain_beyond_the_noise_does_not():
+def test_a_gain_or_a_loss_beyond_the_noise_or_an_emulated_dtype_does_not():
     assert "fp32-fast-enough" not in fired([entry("fp32", 1.0), entry("bf16-mixed", 2.5)], "bf16-mixed")
+    assert "fp32-fast-enough" not in fired([entry("fp32", 1.0), entry("bf16-mixed", 0.5)], "fp32")
+    emulated = {**entry("bf16-mixed", 1.0), "native": False}  # an AVX2 CPU's bf16: slow for want of hardware
+    assert "fp32-fast-enough" not in fired([entry("fp32", 1.0), emulated], "fp32")
 
 
 def test_noise_is_the_larger_step_time_spread():

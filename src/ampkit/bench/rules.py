@@ -1,7 +1,7 @@
 """The seeds' decision rules, fired on what bench measured: each a line of advice with its evidence.
 
-- **fp32 is fast enough** (a small model): every low-precision candidate's measured gain over fp32 lies
-  inside the measurement's noise (half the p10-p90 spread of step times, relative to the median, the
+- **fp32 is fast enough** (a small model): the best natively run low-precision candidate's measured gain
+  over fp32 lies inside the measurement's noise (half the p10-p90 spread of step times, relative to the median, the
   larger of fp32's and the candidate's). The seed: "small models (tens of millions of parameters):
   fp32 is already fast; mixed precision's gain is not obvious and may add tuning cost".
 - **TF32 first**: tf32 qualified and the recommendation is a 16-bit regime, while memory is not the
@@ -45,12 +45,12 @@ def step_noise(entry: dict[str, Any]) -> float:
 
 def fp32_fast_enough(entries: list[dict[str, Any]], parameters: int | None) -> dict[str, Any] | None:
     ref = _reference(entries)
-    others = [e for e in _ok(entries) if e is not ref]
+    others = [e for e in _ok(entries) if e is not ref and e.get("native", True)]  # emulated: the hardware's cause
     if ref is None or not others:
         return None
     best = max(others, key=lambda e: e["vs_fp32"]["speedup"])
     gain, noise = best["vs_fp32"]["speedup"] - 1.0, max(step_noise(ref), step_noise(best))
-    if gain > noise:
+    if abs(gain) > noise:  # a real gain, or a real loss (said by the recommendation's reason)
         return None
     size = f"{parameters / 1e6:.3g}M parameters: " if parameters else ""
     text = (
