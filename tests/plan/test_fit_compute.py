@@ -159,3 +159,16 @@ def test_an_explicit_mfu_wins_and_a_gpu_without_a_row_says_datasheet():
     assert (given["mfu"], given["mfu_source"], given["mfu_note"]) == (0.5, "--mfu", None)
     h200 = _plan_compute("H200", "bf16-mixed")
     assert h200["mfu_source"] == "datasheet" and "no achievable-MFU row for H200 bf16" in h200["mfu_note"]
+
+
+def test_plans_output_says_datasheet_for_a_gpu_without_a_row(tmp_path, capsys, monkeypatch):
+    from ampkit.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    argv = ["plan", "--model", "tiny", "--gpu", "H200", "--precisions", "bf16-mixed", "--activation-checkpointing"]
+    assert main([*argv, "none", "--out", str(tmp_path / "h200")]) == 0
+    out = capsys.readouterr().out
+    assert "MFU per GPU and precision" in out and "datasheet ratio: no achievable-MFU row for H200 bf16" in out
+    assert main([*argv, "none", "--mfu", "0.5", "--out", str(tmp_path / "given")]) == 0
+    out = capsys.readouterr().out
+    assert "MFU 0.5" in out and "datasheet" not in out

@@ -295,7 +295,7 @@ def compute_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
 
 
 def _mfu_words(cfg: dict[str, Any]) -> str:
-    """ "MFU 0.4" for a given --mfu; the per-precision table's words otherwise (0, or a plan before it)."""
+    """ "MFU 0.4" for a given --mfu (and a plan written before the table); the table's words for 0, the default."""
     mfu = cfg.get("mfu") or 0
     return f"MFU {mfu:g}" if mfu else "MFU per GPU and precision"
 
