@@ -107,3 +107,15 @@ def test_a_real_tiny_bench_records_each_candidates_gap(real_runs):
     expected = max(abs(a - b) for a, b in zip(fp32_curve[2:], bf16_curve[2:]))
     assert bf16["steps_compared"] == 3 and bf16["max_gap"] == pytest.approx(expected) and bf16["passed"]
     assert summary["gate"]["passed"] and summary["gate"]["exit_status"] == 0
+
+
+def test_the_gate_is_a_key_of_benchs_config_file(tmp_path):
+    from ampkit.config import resolve_config
+
+    path = tmp_path / "bench.toml"
+    path.write_text("gate = 0.01\nsteps = 20\n")
+    config = resolve_config(BenchConfig, toml_path=path)
+    assert (config.gate, config.steps) == (0.01, 20)
+    path.write_text("gate = 0.01\n")
+    with pytest.raises(UsageError, match="--steps"):
+        resolve_config(BenchConfig, toml_path=path)
