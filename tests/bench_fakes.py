@@ -72,8 +72,9 @@ class _Stream:
 
 
 class _Trainer:
-    def __init__(self, clock: Clock, step_s: float, batch_size: int, cold_factor: float = 1.0):
+    def __init__(self, clock: Clock, step_s: float, batch_size: int, cold_factor: float = 1.0, drift: float = 0.0):
         self.clock, self.step_s, self.base = clock, step_s, batch_size
+        self.drift = drift  # added to the loss each step: a loss curve that leaves fp32's (the gate's tests)
         self.cold = cold_factor  # the first step pays one-time costs (allocation, kernel set-up)
         self.sampler = _Stream(batch_size)
         self.model, self.optimizer, self.phases = None, None, None
@@ -83,7 +84,7 @@ class _Trainer:
         batch = self.sampler.batch_size
         self.clock.now += self.step_s * batch / self.base * self.cold
         self.cold = 1.0
-        self.loss -= 0.01
+        self.loss -= 0.01 - self.drift
         items = 100 * batch
         return StepResult(
             loss=torch.tensor(self.loss),
@@ -113,8 +114,10 @@ class SimWorker:
         cold_factor=1.6,
         probe: dict[str, float] | None = None,
         probe_s: float = 0.2,
+        loss_drift: dict[str, float] | None = None,
     ):
         self.step_s, self.startup_s, self.cos_noise = step_s, startup_s, cos_noise or {}
+        self.loss_drift = loss_drift or {}
         self.cold_factor = cold_factor
         self.failures = failures or {}
         self.clock = Clock()
@@ -193,7 +196,8 @@ class SimWorker:
             base.update(flops_per_item=self.flops_per_item, flops_source="analytic")
         if plan["mode"] == "not-timed":
             return base
-        trainer = _Trainer(self.clock, self.step_s[name], config.data.batch_size, self.cold_factor)
+        drift = self.loss_drift.get(name, 0.0)
+        trainer = _Trainer(self.clock, self.step_s[name], config.data.batch_size, self.cold_factor, drift)
         trainer.name = name
         if plan["batch_size"] != config.data.batch_size:
             trainer.sampler = _Stream(plan["batch_size"])

@@ -20,7 +20,8 @@ def train_losses(run_dir) -> dict[int, float]:
 
 
 REAL_RUNS: dict[str, list[str]] = {
-    # a real two-precision bench on the tiny model: 1 warmup (2 untimed steps) and 3 measured steps each
+    # a real two-precision bench on the tiny model: 1 warmup (2 untimed steps) and 3 measured steps each,
+    # with a convergence gate every candidate passes (tests/bench/test_gate.py reads its gaps)
     "bench": [
         "bench",
         "--precisions",
@@ -33,6 +34,8 @@ REAL_RUNS: dict[str, list[str]] = {
         "3",
         "--warmup-steps",
         "1",
+        "--gate",
+        "10",
     ],
     # bench with LoRA adapters, fp32 and bf16-mixed (tests/bench/test_bench_lora.py compares them on the
     # adapters' gradients; bf16's 1 warmup + 2 steps are emulated, hence slow, on an AVX2-only CPU)

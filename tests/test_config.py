@@ -443,6 +443,7 @@ def test_a_config_json_and_a_toml_of_todays_flat_keys_still_load(tmp_path):
         8,
     )
     flat = 'micro_batch = 4\noptimizers = "adamw,sgd"\ncheckpointing = "full"\nworld_size = 8\nparallel = "fsdp"\n'
+    flat += "mfu = 0.4\n"  # the old JSON's recorded --mfu (today's default, 0, is the achievable-MFU table)
     assert resolve_config(PlanConfig, toml_path=_toml(tmp_path, flat, name="plan.toml")) == plan
     old_train = 'nproc = 2\nparallel = "ddp"\noptimizer = "sgd"\nactivation_checkpointing = "full"\nsteps = 3\n'
     assert resolve_config(TrainConfig, toml_path=_toml(tmp_path, old_train, name="train.toml")) == train

@@ -176,7 +176,7 @@ def test_recommendation_text():
 
 def test_the_train_command_for_a_task_and_a_python_task_object():
     from ampkit.bench.config import BenchConfig
-    from ampkit.bench.summary import train_command
+    from ampkit.bench.train_command import train_command
 
     entry = {"name": "bf16-mixed", "timing": {"items_per_s": 9000.0}, "budget": {"batch_size": 8}}
     fit = {"batch_size": 6_683_610, "source": "traced", "capacity_bytes": 2**34, "capacity_label": "available"}
@@ -191,7 +191,7 @@ def test_the_train_command_for_a_task_and_a_python_task_object():
 
 def test_the_train_command_of_a_lora_bench_is_a_lora_run():
     from ampkit.bench.config import BenchConfig
-    from ampkit.bench.summary import train_command
+    from ampkit.bench.train_command import train_command
     from ampkit.lora import LoraSettings
 
     entry = {"name": "bf16-mixed", "timing": {"items_per_s": 900.0}, "budget": {"batch_size": 8}}

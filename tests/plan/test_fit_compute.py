@@ -124,3 +124,51 @@ def test_base_precision_per_gpu():
     assert base_precision(lookup_gpu("V100-32GB"))[0] == "fp16-mixed"
     assert base_precision(lookup_gpu("A100-80GB"))[0] == "bf16-mixed"
     assert base_precision(None)[0] == "bf16-mixed"
+
+
+def _plan_compute(gpu: str, precision: str, **config) -> dict:
+    from ampkit.plan.config import PlanConfig
+    from ampkit.plan.planner import build_plan
+
+    summary = build_plan(
+        PlanConfig(model="gpt2-124m", gpu=gpu, precisions=precision, activation_checkpointing="none", **config)
+    )
+    return summary["rows"][0]["compute"]
+
+
+def test_plan_step_time_per_precision_from_the_achievable_mfu_table():
+    """No --mfu: bf16 on an H100 at torchtitan's measured MFU, fp32 (no row) at the default: the bf16/fp32
+    step-time ratio is not the datasheet's 14.8x, and the fp32 figure says it is a datasheet ratio."""
+    from ampkit.hardware.mfu import achievable_mfu
+    from ampkit.plan.analytic.compute import DEFAULT_MFU
+
+    h100 = lookup_gpu("H100-80GB")
+    bf16, fp32 = _plan_compute("H100-80GB", "bf16-mixed"), _plan_compute("H100-80GB", "fp32")
+    row = achievable_mfu("H100-80GB", "bf16")
+    assert bf16["mfu_source"] == "table" and bf16["mfu"] == pytest.approx(row.mfu)
+    assert row.source in bf16["mfu_note"]
+    assert fp32["mfu_source"] == "datasheet" and "datasheet" in fp32["mfu_note"]
+    ratio = fp32["step_s_at_mfu"] / bf16["step_s_at_mfu"]
+    datasheet = h100.peak_flops("bf16") / h100.peak_flops("fp32")
+    assert ratio == pytest.approx(datasheet * row.mfu / DEFAULT_MFU)
+    assert ratio < 0.9 * datasheet
+
+
+def test_an_explicit_mfu_wins_and_a_gpu_without_a_row_says_datasheet():
+    given = _plan_compute("H100-80GB", "bf16-mixed", mfu=0.5)
+    assert (given["mfu"], given["mfu_source"], given["mfu_note"]) == (0.5, "--mfu", None)
+    h200 = _plan_compute("H200", "bf16-mixed")
+    assert h200["mfu_source"] == "datasheet" and "no achievable-MFU row for H200 bf16" in h200["mfu_note"]
+
+
+def test_plans_output_says_datasheet_for_a_gpu_without_a_row(tmp_path, capsys, monkeypatch):
+    from ampkit.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    argv = ["plan", "--model", "tiny", "--gpu", "H200", "--precisions", "bf16-mixed", "--activation-checkpointing"]
+    assert main([*argv, "none", "--out", str(tmp_path / "h200")]) == 0
+    out = capsys.readouterr().out
+    assert "MFU per GPU and precision" in out and "datasheet ratio: no achievable-MFU row for H200 bf16" in out
+    assert main([*argv, "none", "--mfu", "0.5", "--out", str(tmp_path / "given")]) == 0
+    out = capsys.readouterr().out
+    assert "MFU 0.5" in out and "datasheet" not in out

@@ -85,6 +85,13 @@ class BenchConfig:
         default=0.05,
         metadata={"help": "tokens/s within this fraction of the fastest count as a tie; ties go to the simpler regime"},
     )
+    gate: float = field(
+        default=0.0,
+        metadata={
+            "help": "convergence gate: the largest |loss - fp32's loss| a candidate may show at any matched step "
+            "after warm-up (e.g. 0.01; needs --steps); exit status 3 when the recommended one fails; 0 = off"
+        },
+    )
     fit_check: bool = options.fit_check_field()
     keep_tensors: bool = field(
         default=False,
@@ -134,6 +141,7 @@ class BenchConfig:
             raise UsageError(f"--fidelity-threshold must be in (0, 1], got {self.fidelity_threshold}")
         if not 0 <= self.tie_tolerance < 1:
             raise UsageError(f"--tie-tolerance must be in [0, 1), got {self.tie_tolerance}")
+        _check_gate(self.gate, self.steps)
         names = parse_precisions(self.precisions)  # unknown names are refused now, before any device work
         if self.lora.enabled and (self.keep_fp32 or any(candidate_overrides(n) for n in names)):
             raise UsageError("module overrides (--keep-fp32, @PATTERN=REGIME) do not combine with --lora yet")
@@ -166,6 +174,14 @@ class BenchConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _check_gate(gate: float, steps: int) -> None:
+    """The gate compares losses step for step, so every precision must run the same steps: --steps."""
+    if not (gate >= 0 and math.isfinite(gate)):
+        raise UsageError(f"--gate must be a loss gap >= 0 (0 = off), got {gate}; e.g. --gate 0.01")
+    if gate and not steps:
+        raise UsageError(f"--gate {gate:g} compares losses at matched steps: give a fixed --steps too, e.g. --steps 50")
 
 
 def parse_precisions(text: str) -> list[str]:

@@ -126,7 +126,13 @@ class PlanConfig:
             "'' = the GPU's own NVLink or PCIe within a node, InfiniBand NDR across nodes (--nnodes > 1)"
         },
     )
-    mfu: float = field(default=0.4, metadata={"help": "assumed model-FLOPs utilization for step time"})
+    mfu: float = field(
+        default=0.0,
+        metadata={
+            "help": "assumed model-FLOPs utilization for step time, every precision; 0 = per GPU and precision "
+            "from the achievable-MFU table (published runs), 0.4 where it has no row (the datasheet's ratio)"
+        },
+    )
     trace: bool = field(
         default=False, metadata={"help": "also run the traced engine (one step on fake tensors) for buildable models"}
     )
@@ -183,8 +189,8 @@ class PlanConfig:
                 raise UsageError(f"unknown --reduce-dtype {name!r}; choose from: {', '.join(REDUCE_DTYPES)}")
         if self.link and self.link.strip().lower() != "list":
             lookup_link(self.link)
-        if not 0 < self.mfu <= 1:
-            raise UsageError(f"--mfu must be in (0, 1], got {self.mfu}")
+        if not 0 <= self.mfu <= 1:
+            raise UsageError(f"--mfu must be in (0, 1] (0: the achievable-MFU table), got {self.mfu}")
         if self.context_gib < 0 or self.fragmentation < 0:
             raise UsageError("--context-gib and --fragmentation must be >= 0")
         if self.formats:

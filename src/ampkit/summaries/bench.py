@@ -76,6 +76,17 @@ FIDELITY = {
     "loss_curve": {"steps_compared": int, "max_gap": OPT_NUM, "mean_gap": OPT_NUM, "final_gap": OPT_NUM},
     "rows": Absent(int),
 }
+GATE = {
+    "gate": NUM,
+    "first_step": int,
+    "last_step": int,
+    "steps_compared": int,
+    "max_gap": OPT_NUM,  # null: a non-finite loss (an infinite gap) or no step compared
+    "worst_step": Opt(int),
+    "passed": bool,
+    "reason": Opt(str),
+}
+RULE = {"rule": str, "text": str, "evidence": dict}  # the seeds' decision rules that fired (`bench/rules.py`)
 PRECISION = {
     "name": str,
     "status": OneOf("ok", "failed", "not-timed", "interrupted"),
@@ -116,6 +127,8 @@ PRECISION = {
     "conversion": Absent(Opt(dict)),
     # the worker's ranks: mode, world_size (with backend and reduce_dtype under bench --parallel)
     "parallel": Absent(Opt({"mode": str, "world_size": int, "backend": Absent(str), "reduce_dtype": Absent(str)})),
+    # --gate: the loss gap to fp32's at the matched steps after warm-up (`bench/gate.py`)
+    "gate": Absent(Opt(GATE)),
 }
 PEAK = {"peak_flops": OPT_NUM, "source": str, "dtype": str}
 TRAIN = {
@@ -201,7 +214,20 @@ FIELDS = {
         "disqualified": dict,
         "advice": ListOf(str),
         "train": Absent(Opt(TRAIN)),
+        "rules": Absent(ListOf(RULE)),
     },
+    "gate": Absent(
+        Opt(
+            {
+                "gate": NUM,
+                "recommended": Opt(str),
+                "passed": Opt(bool),
+                "exit_status": OneOf(0, 3),
+                "candidates": MapOf(bool),
+                "line": Opt(str),
+            }
+        )
+    ),
 }
 
 

@@ -13,11 +13,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ampkit.hardware import GpuSpec
+from ampkit.hardware.mfu import achievable_mfu
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.numerics import get_numerics
 from ampkit.records import Record
 
 RECOMPUTE_FACTOR = 8 / 6  # forward recomputed once under full checkpointing
+DEFAULT_MFU = 0.4
+"""the MFU assumed where neither --mfu nor the achievable-MFU table (`hardware/mfu.py`) gives one"""
+
+
+def mfu_for(gpu: GpuSpec | None, peak_key: str, *, given: float) -> tuple[float, str, str | None]:
+    """(MFU, source, note) for one precision's peak on `gpu`: `given` (--mfu) when > 0; else the table's
+    published figure for that GPU and peak; else DEFAULT_MFU, which keeps the datasheet's ratio between
+    precisions (the note says so)."""
+    if given > 0:
+        return given, "--mfu", None
+    row = achievable_mfu(gpu.name, peak_key) if gpu is not None else None
+    if row is not None:
+        return row.mfu, "table", f"{row.tokens_per_s:,.0f} tokens/s/GPU: {row.setting}; {row.source}"
+    where = gpu.name if gpu is not None else "no GPU"
+    note = f"datasheet ratio: no achievable-MFU row for {where} {peak_key}, MFU {DEFAULT_MFU:g} assumed"
+    return DEFAULT_MFU, "datasheet", note
 
 
 def flops_per_token(n_matmul_params: float, *, attention_flops: float = 0.0) -> float:
@@ -62,6 +79,12 @@ class StepCompute(Record):
     tokens_per_s: float | None
     """at the assumed MFU"""
     hours_per_billion_tokens: float | None
+    mfu: float = DEFAULT_MFU
+    """the MFU the step time assumes (a fraction)"""
+    mfu_source: str = "--mfu"
+    """"--mfu" (given), "table" (`hardware/mfu.py`, per GPU and precision) or "datasheet" (no row: DEFAULT_MFU)"""
+    mfu_note: str | None = None
+    """the table row's throughput, setting and URL, or why the figure is a datasheet ratio"""
 
 
 def step_compute(
@@ -74,11 +97,13 @@ def step_compute(
     mfu: float,
     checkpointing: bool = False,
 ) -> StepCompute:
-    """FLOPs and (with a GPU) time of a step of `tokens_per_step` tokens at context `seq_len`."""
+    """FLOPs and (with a GPU) time of a step of `tokens_per_step` tokens at context `seq_len`; `mfu` 0:
+    per GPU and precision (`mfu_for`)."""
     num = get_numerics(precision)
     per_token = model_flops_per_token(desc, seq_len)
     flops = per_token * tokens_per_step
     peak = gpu.peak_flops(num.peak_key) if gpu is not None else None
+    mfu, source, note = mfu_for(gpu, num.peak_key, given=mfu)
     work = flops * (RECOMPUTE_FACTOR if checkpointing else 1.0)
     at_peak = seconds_at(work, peak) if peak else None
     at_mfu = seconds_at(work, peak, mfu=mfu) if peak else None
@@ -94,4 +119,7 @@ def step_compute(
         step_s_at_mfu=at_mfu,
         tokens_per_s=tokens_per_s,
         hours_per_billion_tokens=(1e9 / tokens_per_s / 3600) if tokens_per_s else None,
+        mfu=mfu,
+        mfu_source=source,
+        mfu_note=note if peak else None,
     )

@@ -282,7 +282,7 @@ def compute_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
     batch = cfg.get("batch_size", cfg.get("micro_batch"))  # micro_batch: a plan written before the rename
     title = (
         f"Compute per GPU step ({batch * cfg['seq_len'] * cfg['grad_accum']:,} tokens, "
-        f"MFU {cfg['mfu']:g}{'' if wide else ': step time, tokens/s, hours'}; checkpointing recomputes the forward)"
+        f"{_mfu_words(cfg)}{'' if wide else ': step time, tokens/s, hours'}; checkpointing recomputes the forward)"
     )
     headers = compute_headers(rows)
     cells = compute_rows(rows, no_peak="no fast path" if summary["target"] else "-")
@@ -290,8 +290,25 @@ def compute_table(summary: dict[str, Any], *, wide: bool = False) -> Group:
         unit = _step_unit(rows, "step_s_at_mfu")
         headers = ["configuration", "GFLOP/token", "peak TFLOP/s", f"step {unit}", "tokens/s", "h/1B tokens"]
         cells = [[row[i] for i in COMPACT_COMPUTE] for row in cells]
-    notes = [] if summary["target"] else ["no GPU named (--gpu): no peak, no step time"]
+    notes = mfu_notes(rows) if summary["target"] else ["no GPU named (--gpu): no peak, no step time"]
     return compact_table(title, columns(headers), cells, notes=notes)
+
+
+def _mfu_words(cfg: dict[str, Any]) -> str:
+    """ "MFU 0.4" for a given --mfu (and a plan written before the table); the table's words for 0, the default."""
+    mfu = cfg.get("mfu") or 0
+    return f"MFU {mfu:g}" if mfu else "MFU per GPU and precision"
+
+
+def mfu_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per peak key whose MFU came from the achievable-MFU table or is a datasheet ratio."""
+    seen: dict[str, str] = {}
+    for row in rows:
+        comp = row.get("compute") or {}
+        if comp.get("mfu_source") in ("table", "datasheet") and comp.get("mfu_note"):
+            key = comp["peak_key"]
+            seen.setdefault(key, f"{key} at MFU {comp['mfu']:.2f}: {comp['mfu_note']}")
+    return list(seen.values())
 
 
 def agreement_rows(rows: list[dict[str, Any]]) -> list[list[str]]:

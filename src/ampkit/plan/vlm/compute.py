@@ -23,6 +23,7 @@ from typing import Any
 
 from ampkit.hardware import GpuSpec
 from ampkit.models.hf_vlm import PARTS
+from ampkit.plan.analytic.compute import mfu_for
 from ampkit.plan.describe.vlm import Stack, VLMDescription
 from ampkit.plan.numerics import get_numerics
 from ampkit.plan.vlm.workload import Workload
@@ -85,6 +86,7 @@ def vlm_compute(
     num = get_numerics(precision)
     peak = gpu.peak_flops(num.peak_key) if gpu is not None else None
     at_peak = (flops + recompute) / peak if peak else None
+    mfu, mfu_source, mfu_note = mfu_for(gpu, num.peak_key, given=mfu)  # mfu 0: the achievable-MFU table
     at_mfu = flops / (peak * mfu) if peak else None
     return {
         "precision": num.name,
@@ -103,4 +105,7 @@ def vlm_compute(
         "tokens_per_s": tokens / at_mfu if at_mfu else None,
         "text_tokens_per_s": (tokens - image_tokens) / at_mfu if at_mfu else None,
         "hours_per_billion_tokens": 1e9 / (tokens / at_mfu) / 3600 if at_mfu else None,
+        "mfu": mfu,
+        "mfu_source": mfu_source,
+        "mfu_note": mfu_note if peak else None,
     }
