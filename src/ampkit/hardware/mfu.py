@@ -110,3 +110,10 @@ def achievable_mfu(gpu: str, peak_key: str) -> MfuRow | None:
     if key in SAME_RATE and spec is not None and spec.peak_flops(key) == spec.peak_flops(SAME_RATE[key]):
         key = SAME_RATE[key]
     return next((r for r in MFU_ROWS if r.gpu == gpu and r.peak_key == key and not r.compiled), None)
+
+
+def sibling_mfu(gpu: str) -> MfuRow | None:
+    """The GPU's eager row of its 16-bit tensor-core rate (bf16, else any), for a precision without a row
+    of its own: its MFU assumed keeps the datasheet's ratio to that row's precision (no figure is made up)."""
+    rows = [r for r in MFU_ROWS if r.gpu == gpu and not r.compiled]
+    return next((r for r in rows if r.peak_key == "bf16"), rows[0] if rows else None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ampkit.hardware import GpuSpec
-from ampkit.hardware.mfu import achievable_mfu
+from ampkit.hardware.mfu import achievable_mfu, sibling_mfu
 from ampkit.plan.describe import ModelDescription
 from ampkit.plan.numerics import get_numerics
 from ampkit.records import Record
@@ -25,14 +25,23 @@ DEFAULT_MFU = 0.4
 
 def mfu_for(gpu: GpuSpec | None, peak_key: str, *, given: float) -> tuple[float, str, str | None]:
     """(MFU, source, note) for one precision's peak on `gpu`: `given` (--mfu) when > 0; else the table's
-    published figure for that GPU and peak; else DEFAULT_MFU, which keeps the datasheet's ratio between
-    precisions (the note says so)."""
+    published figure for that GPU and peak; else the MFU of the GPU's own row for another precision
+    (`sibling_mfu`: bf16's), else DEFAULT_MFU. Either fallback keeps the datasheet's ratio to the
+    precision it borrows from (the note says so): a ratio no run measured is not invented (an fp32 at
+    DEFAULT_MFU beside bf16 at a higher published MFU would put A100's bf16 22x over fp32)."""
     if given > 0:
         return given, "--mfu", None
     row = achievable_mfu(gpu.name, peak_key) if gpu is not None else None
     if row is not None:
         return row.mfu, "table", f"{row.tokens_per_s:,.0f} tokens/s/GPU: {row.setting}; {row.source}"
     where = gpu.name if gpu is not None else "no GPU"
+    sibling = sibling_mfu(gpu.name) if gpu is not None else None
+    if sibling is not None:
+        note = (
+            f"datasheet ratio: no achievable-MFU row for {where} {peak_key}; its {sibling.peak_key} row's MFU "
+            f"{sibling.mfu:.2f} assumed (the datasheet's {peak_key}/{sibling.peak_key} ratio)"
+        )
+        return sibling.mfu, "datasheet", note
     note = f"datasheet ratio: no achievable-MFU row for {where} {peak_key}, MFU {DEFAULT_MFU:g} assumed"
     return DEFAULT_MFU, "datasheet", note
 
