@@ -114,3 +114,29 @@ def test_a_checkpoint_that_is_not_the_models_is_loaded_whole(folders, tmp_path, 
     reason = plan_sharded(renamed, meta)
     assert isinstance(reason, str) and "model.embed_tokens.weight" in reason
     assert set(safetensors_files(renamed)) == set(state)
+
+
+def test_reads_match_safetensors_own_loading(tmp_path):
+    """Whole tensors (fp32, bf16 into fp32, 0-d) by the header's byte ranges, and a slice by `get_slice`."""
+    from safetensors.torch import save_file
+
+    from ampkit.models.hf_load import _read_slice, read_header, read_tensor
+
+    gen = torch.Generator().manual_seed(0)
+    state = {
+        "w": torch.randn(7, 5, generator=gen),
+        "half": torch.randn(3, 4, generator=gen).to(torch.bfloat16),
+        "scalar": torch.tensor(2.5),
+    }
+    file = tmp_path / "model.safetensors"
+    save_file(state, str(file), metadata={"format": "pt"})
+    entries = read_header(file)
+    assert {name: e.shape for name, e in entries.items()} == {k: tuple(v.shape) for k, v in state.items()}
+    with open(file, "rb", buffering=0) as fh:
+        for name, value in state.items():
+            out = torch.full(value.shape, float("nan"))
+            read_tensor(fh, file, name, entries[name], out)
+            assert torch.equal(out, value.float()), name
+    part = torch.empty(2, 3)
+    _read_slice(file, "w", [(1, 2), (2, 3)], part)
+    assert torch.equal(part, state["w"][1:3, 2:5])

@@ -3,22 +3,27 @@
 The run builds the `hf:` model on the meta device on every rank, `fully_shard`s it, then materialises
 it (`to_empty`, then `HFCausalLM.init_weights`): transformers' seeded init (`models/hf_init.py`) for
 what the checkpoint lacks (non-persistent buffers such as RoPE's frequencies), and for every tensor the
-checkpoint holds, this rank's shard read from the file with safetensors' `get_slice`: the rows (and
-columns) of its shard, in blocks of at most `READ_BLOCK_BYTES`, cast into the parameter's dtype (what
-`from_pretrained(dtype=...)` does: the values are bit for bit the whole load's). safetensors maps the
-file; the pages a rank touches are its shard's, so no rank reads, or holds, a full parameter.
+checkpoint holds, this rank's shard read from the file: the byte range of its rows (FSDP2 shards dim
+0, so a shard is one contiguous run of the row-major tensor; its place from the DTensor's placement),
+read with plain file reads in blocks of at most `READ_BLOCK_BYTES`, each cast into the parameter's
+dtype (what `from_pretrained(dtype=...)` does: the values are bit for bit the whole load's). A shard of
+another layout is read with safetensors' `get_slice`.
+Hazard: safetensors' `safe_open` maps the file, and every page of the mapping a rank touches counts
+in its resident memory until the file is closed (a slice is a view of the mapping); plain reads leave
+the file in the page cache, outside the process, so a rank's peak is its shards plus one block.
 
 Used only where the folder's weights are safetensors (`model.safetensors`, or the shards an
 `model.safetensors.index.json` names) whose tensor names and shapes are the model's own (what
 `save_pretrained` writes; a tied head saved once). Anything else (`pytorch_model.bin`, a checkpoint
 whose names transformers renames on load, a missing tensor) is loaded whole on every rank by
-`from_pretrained`, as before, with a warning saying why (`sharded_weights` returns the reason).
+`from_pretrained`, as before, with a warning saying why (`plan_sharded` returns the reason).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,31 +40,62 @@ READ_BLOCK_BYTES = 64 * 2**20
 """the most bytes of a tensor read from the file at a time (64 MiB), then cast and copied in"""
 
 
+_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+"""safetensors' dtype names (little-endian, as the format stores them); others are read by `get_slice`"""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One tensor of a safetensors file, from its header."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    """the first byte of its data in the file"""
+
+
+def read_header(file: Path) -> dict[str, Entry]:
+    """The tensors of a safetensors file (an 8-byte little-endian header length, then the JSON header;
+    data offsets count from the header's end). Only the header is read."""
+    with open(file, "rb") as fh:
+        length = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(length))
+    header.pop("__metadata__", None)
+    return {
+        name: Entry(dtype=e["dtype"], shape=tuple(e["shape"]), begin=8 + length + e["data_offsets"][0])
+        for name, e in header.items()
+    }
+
+
 def safetensors_files(folder: Path) -> dict[str, Path] | None:
     """tensor name -> the safetensors file holding it (the index's weight map, or the single file's
-    keys); None when the folder's weights are not safetensors."""
-    from safetensors import safe_open
-
+    tensors); None when the folder's weights are not safetensors."""
     index = folder / SAFETENSORS_INDEX
     if index.is_file():
         weight_map = json.loads(index.read_text()).get("weight_map", {})
         return {name: folder / file for name, file in weight_map.items()}
     single = folder / SAFETENSORS
     if single.is_file():
-        with safe_open(str(single), framework="pt", device="cpu") as f:
-            return dict.fromkeys(f.keys(), single)
+        return dict.fromkeys(read_header(single), single)
     return None
 
 
 def _file_shapes(files: dict[str, Path]) -> dict[str, tuple[int, ...]]:
     """Each tensor's shape, from the files' headers (no tensor data read)."""
-    from safetensors import safe_open
-
     shapes: dict[str, tuple[int, ...]] = {}
     for file in sorted(set(files.values())):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            names = f.keys()  # safe_open's handle is no mapping: it cannot be iterated
-            shapes.update((name, tuple(f.get_slice(name).get_shape())) for name in names)
+        shapes.update((name, entry.shape) for name, entry in read_header(file).items())
     return shapes
 
 
@@ -75,18 +111,17 @@ class ShardedWeights:
 
     def read_into(self, model: nn.Module) -> None:
         """Write each named tensor of `model` (a transformers model): a DTensor's local shard from its
-        slice of the file, any other tensor whole. One file open at a time."""
-        from safetensors import safe_open
-
+        part of the file, any other tensor whole. One file open at a time."""
         tensors = dict([*model.named_parameters(), *model.named_buffers()])
         by_file: dict[Path, list[str]] = {}
         for name in sorted(self.names):
             by_file.setdefault(self.files[name], []).append(name)
         with torch.no_grad():
             for file, names in by_file.items():
-                with safe_open(str(file), framework="pt", device="cpu") as f:
+                entries = read_header(file)
+                with open(file, "rb", buffering=0) as fh:
                     for name in names:
-                        read_tensor(f, name, tensors[name])
+                        read_tensor(fh, file, name, entries[name], tensors[name])
 
 
 def shard_box(tensor: Any) -> list[tuple[int, int]]:
@@ -102,24 +137,49 @@ def shard_box(tensor: Any) -> list[tuple[int, int]]:
     return box
 
 
-def read_tensor(f: Any, name: str, tensor: torch.Tensor) -> None:
-    """This rank's part of file tensor `name` (safetensors' `safe_open` handle `f`) into `tensor`'s
-    local storage, in row blocks of at most READ_BLOCK_BYTES, cast to its dtype."""
-    local = _local(tensor)
-    if tensor.dim() == 0:
-        local.copy_(f.get_tensor(name))
-        return
-    box = shard_box(tensor)
+def read_tensor(fh: Any, file: Path, name: str, entry: Entry, tensor: torch.Tensor) -> None:
+    """This rank's part of file tensor `name` into `tensor`'s local storage, cast to its dtype: its rows'
+    bytes read from `fh` (the file, unbuffered) in blocks of at most READ_BLOCK_BYTES when the shard
+    splits dim 0 alone (FSDP2's); else safetensors' `get_slice`."""
+    local, box = _local(tensor), shard_box(tensor)
     if any(length == 0 for _, length in box):
         return  # this rank's shard is empty (more ranks than rows)
-    file_slice = f.get_slice(name)
-    inner = [slice(start, start + length) for start, length in box[1:]]
-    row_bytes = max(1, local[0].numel() * local.element_size())
-    rows = max(1, READ_BLOCK_BYTES // row_bytes)
-    (first, count) = box[0]
+    dtype = _DTYPES.get(entry.dtype)
+    whole_rows = all(box[d] == (0, entry.shape[d]) for d in range(1, len(box)))
+    if dtype is None or not whole_rows:
+        _read_slice(file, name, box, local)
+        return
+    inner = entry.shape[1:]
+    row_bytes = math.prod(inner) * dtype.itemsize
+    first, count = box[0] if box else (0, 1)  # a 0-d tensor: one "row" of one element
+    rows = max(1, READ_BLOCK_BYTES // max(1, row_bytes))
     for r in range(0, count, rows):
         n = min(rows, count - r)
-        local[r : r + n].copy_(file_slice[(slice(first + r, first + r + n), *inner)])
+        raw = torch.empty(n * row_bytes, dtype=torch.uint8)
+        _read_exact(fh, entry.begin + (first + r) * row_bytes, raw, what=f"{file}: {name}")
+        values = raw.view(dtype).view(n, *inner) if box else raw.view(dtype).view(())
+        (local[r : r + n] if box else local).copy_(values)
+
+
+def _read_exact(fh: Any, offset: int, out: torch.Tensor, *, what: str) -> None:
+    """Fill `out` (uint8) with the file's bytes from `offset` (a read may return fewer bytes than asked)."""
+    view, got = memoryview(out.numpy()), 0
+    fh.seek(offset)
+    while got < len(view):
+        n = fh.readinto(view[got:])
+        if not n:
+            raise RuntimeError(f"{what} ends before its header says (a truncated file?)")
+        got += n
+
+
+def _read_slice(file: Path, name: str, box: list[tuple[int, int]], local: torch.Tensor) -> None:
+    from safetensors import safe_open
+
+    with safe_open(str(file), framework="pt", device="cpu") as f:
+        if not box:
+            local.copy_(f.get_tensor(name))
+            return
+        local.copy_(f.get_slice(name)[tuple(slice(start, start + length) for start, length in box)])
 
 
 def plan_sharded(folder: Path, model: nn.Module) -> ShardedWeights | str:
