@@ -163,7 +163,8 @@ def read_tensor(fh: Any, file: Path, name: str, entry: Entry, tensor: torch.Tens
 
 def _read_exact(fh: Any, offset: int, out: torch.Tensor, *, what: str) -> None:
     """Fill `out` (uint8) with the file's bytes from `offset` (a read may return fewer bytes than asked)."""
-    view, got = memoryview(out.numpy()), 0
+    array: Any = out.numpy()  # a writable buffer over the tensor's bytes
+    view, got = memoryview(array), 0
     fh.seek(offset)
     while got < len(view):
         n = fh.readinto(view[got:])
