@@ -25,6 +25,12 @@ BENCHMARKS = [
         "peak memory of building a run: 1b under bf16-true (no fp32 copy), small under FSDP2 with 2 ranks",
     ),
     (
+        "sharded_load",
+        ["benchmarks/sharded_load.py"],
+        "an hf: 1B-shaped Llama (random init) built on the meta device, sharded, then materialised on 2 FSDP2 "
+        "ranks: peak RSS per rank vs one whole-model build in one process (target <= 0.6x)",
+    ),
+    (
         "train_acceptance",
         ["benchmarks/train_acceptance.py"],
         "ampkit train: 300 fp32 steps under 3 min, loss drop >= 40%; fp16-mixed 20 steps",

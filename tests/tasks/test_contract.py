@@ -69,6 +69,7 @@ def test_optional_parts_have_defaults_for_a_minimal_task():
     assert optional.repeated_blocks(task, model) == [] and optional.flops_per_item(task, batch_size=4) is None
     assert optional.fidelity_outputs(task, torch.ones(4, 2, 2), batch).shape == (4, 4)
     assert optional.accuracy(task, torch.ones(4, 2), batch) is None and not optional.meta_init(task)
+    assert not optional.meta_load(task)  # a task without weights to read per shard
     assert optional.describe(task) == {"name": "minimal", "unit": "samples"}
     assert optional.head(batch, 2).size == 2 and optional.head("opaque", 2) == "opaque"
 

@@ -7,7 +7,9 @@ PATH is a local directory holding a transformers `config.json` (any `AutoModelFo
   every random draw seeded per tensor name: `models/hf_init.py`), so the same seed gives the same
   weights in any dtype, on any device, and under FSDP2 each rank allocates only its shards;
 - config + weights (`model.safetensors`, `pytorch_model.bin`, sharded or not): `from_pretrained(PATH,
-  local_files_only=True)`. Nothing is ever downloaded; remote code is never run.
+  local_files_only=True)`. Nothing is ever downloaded; remote code is never run. Under FSDP2, a folder
+  of safetensors weights is built on the meta device too, sharded, then each rank reads only its
+  shards from the files (`models/hf_load.py`; `sharded_weights` says whether a folder can).
 Weights are created in torch's default dtype, whatever `dtype` the config names: fp32 master weights,
 with the precision policy deciding what runs in low precision (transformers 5 would otherwise load a
 bf16 checkpoint as bf16, silently turning every precision into bf16-true); inside a bf16-true or
@@ -41,6 +43,7 @@ from torch import nn
 
 from ampkit.errors import UsageError
 from ampkit.models.hf_init import init_hf_weights
+from ampkit.models.hf_load import ShardedWeights, plan_sharded, warn_whole_load
 from ampkit.models.init import _is_dtensor, draw_seed, materialize
 
 HF_PREFIX = "hf:"
@@ -373,10 +376,11 @@ class HFCausalLM(nn.Module):
       `--batching bucket`. `supports_attn_mask` is True for the first two.
     """
 
-    def __init__(self, model: nn.Module, info: HFModelInfo):
+    def __init__(self, model: nn.Module, info: HFModelInfo, *, weights: ShardedWeights | None = None):
         super().__init__()
         self.hf = model
         self.config = info  # ampkit's description (name, counts); transformers' own is self.hf.config
+        self.weights = weights  # read per shard by init_weights (a meta-device build of a folder with weights)
         hf_config: Any = model.config  # transformers' PretrainedConfig
         hf_config.use_cache = False  # training: no cache objects built per forward
         self._packing: str | bool | None = False  # False: not checked yet
@@ -409,9 +413,10 @@ class HFCausalLM(nn.Module):
 
     def init_weights(self, *, seed: int) -> None:
         """The initial values after `to_empty` (`ampkit.models.hf_init`: transformers' init, every random
-        draw seeded by (seed, tensor name)); then, in one process, the causality check (`check_causal`:
-        a forward on the real weights; a sharded model was checked by the one-process build)."""
-        init_hf_weights(self.hf, seed=seed)
+        draw seeded by (seed, tensor name); the folder's weights read over it, per shard, when `weights`
+        is set); then, in one process, the causality check (`check_causal`: a forward on the real
+        weights; a sharded model was checked by the one-process build)."""
+        init_hf_weights(self.hf, seed=seed, weights=self.weights)
         if not any(_is_dtensor(p) for p in self.parameters()):
             check_causal(self.config.spec, self)
 
@@ -540,12 +545,21 @@ def build_hf_model(spec: str, *, device: str | torch.device = "cpu", seed: int |
     config alone is built on the meta device and materialised (`ampkit.models.init.materialize`:
     `to_empty`, then `HFCausalLM.init_weights(seed)`: transformers' init, seeded per tensor), so the
     initial weights depend on `seed` alone (a seed is drawn from torch's global RNG when None);
-    `device="meta"` returns the model unmaterialised (a run materialises it after parallelising)."""
+    `device="meta"` returns the model unmaterialised (a run materialises it after parallelising); for a
+    folder with weights that `sharded_weights` accepts, `init_weights` then reads them per shard."""
     config = load_hf_config(spec)
     folder = hf_model_dir(spec)
     if check_kind(config, folder / "config.json") != CAUSAL_LM:
         raise UsageError(f"--model {spec}: an image-text model (a VLM) is not a causal LM; build it with build_hf_vlm")
     weights = has_weights(folder)
+    meta = torch.device(device).type == "meta"
+    if weights and meta:  # under FSDP2: read per shard after sharding (the caller asked `sharded_weights`)
+        with torch.device("meta"):
+            model = _instantiate(spec, config, weights=False)
+        plan = plan_sharded(folder, model)
+        if isinstance(plan, str):
+            raise RuntimeError(f"--model {spec}: cannot be read per shard: {plan}")
+        return HFCausalLM(model, info_from_model(spec, model, pretrained=True), weights=plan)
     if weights:
         with torch.random.fork_rng(devices=[]):  # a newly added head transformers draws for
             torch.manual_seed(draw_seed() if seed is None else seed)
@@ -556,7 +570,23 @@ def build_hf_model(spec: str, *, device: str | torch.device = "cpu", seed: int |
     with torch.device("meta"):
         model = _instantiate(spec, config, weights=False)
     adapter = HFCausalLM(model, info_from_model(spec, model, pretrained=False))
-    if torch.device(device).type == "meta":
+    if meta:
         return adapter
     materialize(adapter, device=device, seed=draw_seed() if seed is None else seed)  # in place
     return adapter
+
+
+def sharded_weights(spec: str) -> ShardedWeights | None:
+    """How `hf:PATH`'s weights are read per shard (`ampkit.models.hf_load`), or None, with a warning
+    saying why, where they cannot be (not safetensors, names or shapes not the model's): then every rank
+    loads the whole model. None for a folder without weights (nothing to read)."""
+    folder = hf_model_dir(spec)
+    if not has_weights(folder):
+        return None
+    with torch.device("meta"):
+        model = _instantiate(spec, load_hf_config(spec), weights=False)
+    plan = plan_sharded(folder, model)
+    if isinstance(plan, str):
+        warn_whole_load(spec, plan)
+        return None
+    return plan

@@ -16,8 +16,16 @@ parameter transformers' init leaves alone (a custom parameter of an unusual arch
 N(0, initializer_range) seeded the same way, with a warning naming it; a buffer left alone is an
 error (its value cannot be guessed; `to_empty` left it garbage).
 
-Cost: one fp32 copy of the tensor being drawn, on the CPU, one at a time (the largest is the token
-embedding: 128k x 4096 is 2 GiB); every rank draws the full tensor to keep its slice.
+Cost: in one process, one fp32 copy of the tensor being drawn, on the CPU, one at a time (the largest
+is the token embedding: 128k x 4096 is 2 GiB). Under FSDP2 a rank never holds a full tensor for the
+draws torch makes element by element in order (`normal_`, `uniform_`: every weight of the Llama-like
+families): the draw is made in blocks of `DRAW_BLOCK` elements from the same generator, the rank
+keeps the blocks' part inside its shard and drops the rest, stopping after its shard (the values are
+bit for bit the whole draw's; `_blockwise_ok` checks that once per process, else the whole tensor is
+drawn). Every rank still generates the numbers before its shard: init time does not shrink with the
+world size. Other draws (`trunc_normal_`, `xavier_*`, ...) draw the full tensor on every rank.
+A checkpoint's tensors (`WeightSource`: `ampkit.models.hf_load`) are read after the init, over it;
+transformers' init skips them (marked initialised), so they cost no draw.
 Hazard: `to_empty` gives each module new tensors, so tied weights (a head sharing the embedding)
 come apart; they are tied again (`tie_weights`) before anything is drawn.
 """
@@ -27,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -46,7 +54,25 @@ RANDOM_INITS = (
     "sparse_",
 )
 """the entries of `transformers.initialization.TORCH_INIT_FUNCTIONS` that draw random numbers"""
+BLOCKWISE = ("normal_", "uniform_")
+"""draws torch's CPU kernels make one element at a time, in order, from the generator (normal_ in pairs
+within groups of 16): drawn block by block (blocks a multiple of 16 elements, the last one >= 16),
+they give the whole draw's values bit for bit"""
+DRAW_BLOCK = 1 << 22
+"""elements per block of a blockwise draw (16 MiB of fp32); a multiple of 16"""
 _INT_SENTINEL = -(2**31) + 7  # an integer buffer still holding this was not written
+_BLOCKWISE_CHECKED: dict[str, bool] = {}
+
+
+class WeightSource(Protocol):
+    """Tensors read from a checkpoint instead of initialised (`ampkit.models.hf_load.ShardedWeights`)."""
+
+    @property
+    def names(self) -> frozenset[str]:
+        """the model's parameter and buffer names it writes (transformers' names)"""
+
+    def read_into(self, model: nn.Module) -> None:
+        """Write those tensors (for a DTensor, only this rank's shard)."""
 
 
 class TensorNames:
@@ -79,14 +105,69 @@ def _storage_key(tensor: torch.Tensor) -> tuple[str, int]:
     return (str(tensor.device), tensor.untyped_storage().data_ptr())
 
 
-def _seeded(draw: Callable[..., Any], *, seed: int, names: TensorNames) -> Callable[..., torch.Tensor]:
-    """`draw` (a torch.nn.init function) made on an fp32 CPU copy by a generator of its own, then copied in."""
+def shard_view(tensor: Any) -> torch.Tensor:
+    """This rank's part of a DTensor as a view of a meta tensor of the full shape (`_local_part`'s
+    split: FSDP2's): its `storage_offset`, strides and shape place the shard in the full tensor."""
+    return _local_part(torch.empty(tuple(tensor.shape), device="meta"), tensor)
+
+
+def flat_span(tensor: Any) -> tuple[int, int] | None:
+    """[start, stop) of this rank's shard in the full tensor's flat (row-major) order, or None when the
+    shard is not one contiguous run (sharded along a later dim) or its local tensor is not contiguous."""
+    part = shard_view(tensor)
+    if not part.is_contiguous() or not _local(tensor).is_contiguous():
+        return None
+    start = int(part.storage_offset())
+    return start, start + int(part.numel())
+
+
+def draw_span(
+    out: torch.Tensor, span: tuple[int, int], numel: int, draw_block: Callable[[torch.Tensor], Any], *, block: int
+) -> None:
+    """Elements [start, stop) of a blockwise draw of `numel` elements into `out` (flat, stop - start
+    elements): blocks of `block` elements (the last one takes the rest: >= 16 when numel is), each an
+    fp32 CPU tensor `draw_block` fills from the one generator; stops after `stop`."""
+    start, stop = span
+    pos = 0
+    while pos < stop:
+        size = block if numel - pos >= block + 16 else numel - pos
+        values = torch.empty(size, dtype=torch.float32)
+        draw_block(values)
+        lo, hi = max(start, pos), min(stop, pos + size)
+        if lo < hi:
+            out[lo - start : hi - start].copy_(values[lo - pos : hi - pos])
+        pos += size
+
+
+def _blockwise_ok(key: str, draw: Callable[..., Any]) -> bool:
+    """Whether `draw` drawn in blocks gives its whole draw's values on this torch build (once per key)."""
+    if key not in _BLOCKWISE_CHECKED:
+        numel, block = 3 * 64 + 21, 64
+        whole = torch.empty(numel)
+        draw(whole, generator=torch.Generator().manual_seed(1))
+        blocks = torch.empty(numel)
+        generator = torch.Generator().manual_seed(1)
+        draw_span(blocks, (0, numel), numel, lambda b: draw(b, generator=generator), block=block)
+        _BLOCKWISE_CHECKED[key] = torch.equal(whole, blocks)
+    return _BLOCKWISE_CHECKED[key]
+
+
+def _seeded(draw: Callable[..., Any], *, seed: int, names: TensorNames, key: str = "") -> Callable[..., torch.Tensor]:
+    """`draw` (a torch.nn.init function, `key` its table name) made in fp32 on the CPU by a generator of
+    its own, then copied in: the whole tensor drawn, or a DTensor's shard drawn blockwise (module docstring)."""
 
     def seeded_draw(tensor: torch.Tensor, *args: Any, generator: torch.Generator | None = None, **kwargs: Any):
-        name = names.of(tensor)
-        full = torch.empty(tuple(tensor.shape), dtype=torch.float32)
-        draw(full, *args, generator=torch.Generator().manual_seed(parameter_seed(seed, name)), **kwargs)
+        own = torch.Generator().manual_seed(parameter_seed(seed, names.of(tensor)))
         with torch.no_grad():
+            span = flat_span(tensor) if _is_dtensor(tensor) and key in BLOCKWISE else None
+            if span is not None and _blockwise_ok(key, draw):
+                local = _local(tensor).view(-1)
+                draw_span(
+                    local, span, tensor.numel(), lambda b: draw(b, *args, generator=own, **kwargs), block=DRAW_BLOCK
+                )
+                return tensor
+            full = torch.empty(tuple(tensor.shape), dtype=torch.float32)
+            draw(full, *args, generator=own, **kwargs)
             if _is_dtensor(tensor):
                 _local(tensor).copy_(_local_part(full, tensor))
             else:
@@ -105,7 +186,7 @@ def seeded_draws(model: nn.Module, *, seed: int) -> Iterator[None]:
     names = TensorNames(model)
     saved: dict[str, Any] = {key: table[key] for key in RANDOM_INITS if key in table}
     for key, draw in saved.items():
-        table[key] = _seeded(draw, seed=seed, names=names)
+        table[key] = _seeded(draw, seed=seed, names=names, key=key)
     try:
         with torch.random.fork_rng(devices=[]):  # a draw that bypasses the table uses a seeded global RNG
             torch.manual_seed(parameter_seed(seed, "<global>"))
@@ -150,15 +231,23 @@ def _std(model: nn.Module) -> float:
     return 0.02
 
 
-def init_hf_weights(model: nn.Module, *, seed: int) -> None:
-    """Initial values for a transformers model after `to_empty` (module docstring). Precondition: every
-    parameter and buffer is real (not meta); their values on entry are ignored."""
+def init_hf_weights(model: nn.Module, *, seed: int, weights: WeightSource | None = None) -> None:
+    """Initial values for a transformers model after `to_empty` (module docstring); `weights`: tensors
+    read from a checkpoint (marked initialised, so transformers' init skips them, then read over
+    whatever it wrote). Precondition: every parameter and buffer is real (not meta); their values on
+    entry are ignored."""
     hf: Any = model  # transformers' PreTrainedModel
     hf.tie_weights()  # to_empty untied them; tie before drawing so a tied pair is drawn once
     _fill_sentinels(model)
     _clear_flags(model)
+    if weights is not None:
+        tensors = dict([*model.named_parameters(), *model.named_buffers()])
+        for name in weights.names:
+            tensors[name]._is_hf_initialized = True  # type: ignore[attr-defined]  # transformers' flag
     with seeded_draws(model, seed=seed):
         hf.initialize_weights()
+    if weights is not None:
+        weights.read_into(model)
     names = TensorNames(model)
     left = [name for name, p in model.named_parameters() if _unwritten(p)]
     if left:
@@ -169,7 +258,7 @@ def init_hf_weights(model: nn.Module, *, seed: int) -> None:
             _std(model),
         )
         params = dict(model.named_parameters())
-        draw = _seeded(torch.nn.init.normal_, seed=seed, names=names)
+        draw = _seeded(torch.nn.init.normal_, seed=seed, names=names, key="normal_")
         for name in left:
             draw(params[name], std=_std(model))
     buffers = [name for name, b in model.named_buffers() if _unwritten(b)]

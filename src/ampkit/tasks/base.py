@@ -18,6 +18,8 @@ Optional (a task may leave them out; `ampkit.tasks.optional` reads them with def
     task.smoke_batch(samples=..., seed=...) -> batch      a batch the smoke test must memorize
     task.example_batch(batch_size=...) -> batch           shaped like training's (compile warm-up)
     task.meta_init                                        True: build_model(device="meta") + init_weights
+    task.meta_load() -> bool                              True: under FSDP2, the same for a model with weights
+                                                          (init_weights reads each rank's shards)
     task.accuracy(outputs, batch) -> Tensor               0-d share of items predicted right
     task.describe() -> dict                               what the summary says about the task
 Batches are any object with `.to(device)` that `loss` and `count` understand; `TensorBatch` (a

@@ -40,7 +40,7 @@ from ampkit.data.shards import ShardSet
 from ampkit.errors import UsageError
 from ampkit.models import LlamaLM, ModelConfig, get_preset
 from ampkit.models.flops import training_flops_per_token
-from ampkit.models.hf import HFModelInfo, build_hf_model, describe_hf_model, is_hf_model
+from ampkit.models.hf import HFModelInfo, build_hf_model, describe_hf_model, is_hf_model, sharded_weights
 from ampkit.models.init import materialize
 
 MIN_HELD_OUT_BATCHES = 16  # held-out batches collated per split at least; runs take the first --eval-batches
@@ -117,6 +117,14 @@ class LanguageModelTask(LMObjective):
         self._streams_given: set[tuple[int, int]] = set()
         self._corpus: Corpus | InstructionSet | ShardSet | None = None
         self._template: ChatTemplate | None = None
+
+    def meta_load(self) -> bool:
+        """True for an `hf:` folder of safetensors weights that FSDP2 can build on the meta device and
+        read per shard (`ampkit.models.hf.sharded_weights`; False, with a warning, for one that every
+        rank must load whole). Asked by the run's builder under `--parallel fsdp` only."""
+        if not (isinstance(self.model_config, HFModelInfo) and self.model_config.pretrained):
+            return False
+        return sharded_weights(self.model_config.spec) is not None
 
     # -- the contract ------------------------------------------------------------------------
     def build_model(self, *, device: torch.device, seed: int) -> nn.Module:

@@ -19,6 +19,13 @@ def meta_init(task: Task) -> bool:
     return bool(getattr(task, "meta_init", False))
 
 
+def meta_load(task: Task) -> bool:
+    """Whether the task's model, though loaded from weights, can be built on the meta device, sharded,
+    then read per shard by its `init_weights` (`task.meta_load()`; an `hf:` folder of safetensors)."""
+    method = getattr(task, "meta_load", None)
+    return bool(method()) if method is not None else False
+
+
 def repeated_blocks(task: Task, model: nn.Module) -> list[nn.Module]:
     """The model's repeated blocks (activation checkpointing, FSDP2 units); [] when it names none."""
     method = getattr(task, "repeated_blocks", None)

@@ -96,12 +96,14 @@ def check_device(config: TrainConfig) -> tuple[torch.device, DeviceInfo, list[st
     return device, info, check_supported(config.precision, info)
 
 
-def new_model(task: Task, *, device: torch.device, seed: int, policy: Precision) -> nn.Module:
+def new_model(task: Task, *, device: torch.device, seed: int, policy: Precision, sharded: bool = False) -> nn.Module:
     """The task's model, constructed inside `policy.init_context()` (weights in their storage dtype:
     bf16 for bf16-true): on the meta device where the task allows (no memory; `materialize` allocates
-    and initialises it later), else for real on `device` (the task's seeded init or its weights)."""
+    and initialises it later; `sharded` (FSDP2): also a model whose weights are read per shard), else
+    for real on `device` (the task's seeded init or its weights)."""
+    meta = optional.meta_init(task) or (sharded and optional.meta_load(task))
     with policy.init_context():
-        return task.build_model(device=torch.device("meta") if optional.meta_init(task) else device, seed=seed)
+        return task.build_model(device=torch.device("meta") if meta else device, seed=seed)
 
 
 def build_run_model(
@@ -118,14 +120,16 @@ def build_run_model(
     Preconditions: the precision was checked against the device (`check_device`); `policy` is the run's;
     `parallel` has joined the job and `device` is this rank's. Each step assumes the previous ones:
     1. `new_model` inside `policy.init_context()`: on the meta device where the task allows (the
-       built-in presets), weights in their storage dtype; otherwise for real (`hf:PATH`, a user's
-       model: materialised on every rank, then sharded).
+       built-in presets, an `hf:` config; under FSDP2 an `hf:` folder of safetensors weights too, read
+       per shard in step 5), weights in their storage dtype; otherwise for real (a user's model, other
+       weights: materialised on every rank, then sharded).
     2. `policy.convert_module`: a no-op for *-true (already in dtype); the low-bit formats swap Linear layers
        (on meta too; `policy.conversion()` reports which).
     3. activation checkpointing, then `torch.compile` (lazy: nothing is traced yet).
     4. FSDP2: `fully_shard` each of the task's repeated blocks, then the root (on meta: metadata only).
     5. `materialize`: `to_empty(device)` + `init_weights(seed)`; under FSDP2 each rank writes its slice of
-       the same full init, one parameter at a time (so 2 ranks start where one process does).
+       the same full init, one parameter at a time (so 2 ranks start where one process does), or reads
+       its slice of the checkpoint (`ampkit.models.hf_load`).
     6. the compile warm-up, timed (needs real weights; under FSDP2 it runs the sharded model).
     7. DDP (needs real weights: it checks them across ranks).
     The optimizer comes next, over the final parameters.
@@ -135,15 +139,14 @@ def build_run_model(
     fp32, seeded); checkpointing and compile then see the adapted model. It runs in one process (no
     FSDP2 or DDP: `check_lora_run`), so nothing is sharded before the adapters exist.
     """
-    lora = None
+    lora, fsdp = None, parallel.mode == "fsdp"
     if config.lora.enabled:
         model, lora = build_lora_model(task, config.lora, precision=config.precision, device=device, seed=config.seed)
     else:
-        model = policy.convert_module(new_model(task, device=device, seed=config.seed, policy=policy))
+        model = policy.convert_module(new_model(task, device=device, seed=config.seed, policy=policy, sharded=fsdp))
     blocks = optional.repeated_blocks(task, model)
     model, report = apply_model_features(model, config, blocks=blocks)
     report.lora = lora
-    fsdp = parallel.mode == "fsdp"
 
     def wrap(model: nn.Module) -> nn.Module:
         return wrap_model(
