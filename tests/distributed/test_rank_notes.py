@@ -1,0 +1,65 @@
+"""The launcher's rank notes (`distributed.context.leave_rank_note`): a rank whose peers timed out
+waiting for it is named as the one that hung; a timed-out wait becomes one line naming the rank."""
+
+from __future__ import annotations
+
+import signal
+from types import SimpleNamespace
+
+import pytest
+
+from ampkit.distributed.context import RANK_DIR_ENV, leave_rank_note, rank_error, read_rank_notes
+from ampkit.distributed.launch import describe_failures
+from ampkit.errors import TrainingError, UsageError
+from ampkit.train import TrainConfig
+
+GLOO_TIMEOUT = (
+    "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 5000ms for recv operation"
+)
+
+
+def test_notes_add_to_each_other_and_carry_the_pid(tmp_path, monkeypatch):
+    monkeypatch.setenv(RANK_DIR_ENV, str(tmp_path))
+    leave_rank_note(0, timeout_s=5.0)
+    named = rank_error(RuntimeError(GLOO_TIMEOUT), rank=0)
+    assert isinstance(named, TrainingError) and "rank 0: timed out waiting for another rank" in str(named)
+    assert "\n" not in str(named)
+    leave_rank_note(1, timeout_s=5.0)
+    notes = read_rank_notes(tmp_path)
+    assert notes[0]["timed_out"] is True and notes[0]["timeout_s"] == 5.0 and notes[0]["pid"] > 0
+    assert "timed_out" not in notes[1]
+    (tmp_path / "rank-2.json").write_text('{"rank": 2, "pi')  # torn: left out
+    assert sorted(read_rank_notes(tmp_path)) == [0, 1]
+
+
+def test_without_a_rank_folder_no_note_is_left(tmp_path, monkeypatch):
+    monkeypatch.delenv(RANK_DIR_ENV, raising=False)
+    leave_rank_note(0, timeout_s=5.0)
+    assert read_rank_notes(tmp_path) == {}
+
+
+def test_the_rank_its_peers_waited_for_is_named_first_as_hung(tmp_path, monkeypatch):
+    monkeypatch.setenv(RANK_DIR_ENV, str(tmp_path))
+    for rank in (0, 2):
+        leave_rank_note(rank, timeout_s=30.0)
+        rank_error(RuntimeError(GLOO_TIMEOUT), rank=rank)
+    leave_rank_note(1, timeout_s=30.0)
+    failures = {
+        0: SimpleNamespace(exitcode=1, timestamp=130),
+        1: SimpleNamespace(exitcode=-signal.SIGTERM, timestamp=131),
+        2: SimpleNamespace(exitcode=1, timestamp=130),
+    }
+    message = describe_failures(failures, nproc=3, notes=read_rank_notes(tmp_path))
+    assert message.startswith(
+        "distributed job failed: rank 1 hung (rank 0, rank 2 timed out after 30 s waiting for it at a collective"
+    )
+    assert "and was killed by SIGTERM; rank 0 exited with code 1; rank 2 exited with code 1" in message
+    # without a timed-out note nobody is called hung: the ranks in the order they failed
+    plain = describe_failures(failures, nproc=3, notes={})
+    assert "hung" not in plain and plain.index("rank 0 exited") < plain.index("rank 1 was killed by SIGTERM")
+
+
+@pytest.mark.parametrize("bad", [0, -1.0])
+def test_dist_timeout_must_be_positive(bad):
+    with pytest.raises(UsageError, match="--dist-timeout-s must be > 0"):
+        TrainConfig.of(parallel="ddp", dist_timeout_s=bad)
