@@ -8,7 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from ampkit.distributed.context import RANK_DIR_ENV, leave_rank_note, rank_error, read_rank_notes
+from ampkit.distributed.context import (
+    RANK_DIR_ENV,
+    leave_rank_note,
+    rank_error,
+    read_rank_notes,
+    set_flight_recorder_env,
+)
 from ampkit.distributed.launch import describe_failures
 from ampkit.errors import TrainingError, UsageError
 from ampkit.train import TrainConfig
@@ -59,7 +65,33 @@ def test_the_rank_its_peers_waited_for_is_named_first_as_hung(tmp_path, monkeypa
     assert "hung" not in plain and plain.index("rank 0 exited") < plain.index("rank 1 was killed by SIGTERM")
 
 
+def test_a_rank_that_lost_contact_comes_after_the_rank_it_lost(tmp_path, monkeypatch):
+    """Rank 1 SIGKILLed; rank 0's next collective fails and it exits 1 in the same second: rank 0's
+    note (lost contact) puts rank 1 first although rank 0 has the lower number."""
+    monkeypatch.setenv(RANK_DIR_ENV, str(tmp_path))
+    named = rank_error(RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer"), rank=0)
+    assert "rank 0: lost contact with another rank" in str(named)
+    failures = {
+        0: SimpleNamespace(exitcode=1, timestamp=50),
+        1: SimpleNamespace(exitcode=-signal.SIGKILL, timestamp=50),
+    }
+    message = describe_failures(failures, nproc=2, notes=read_rank_notes(tmp_path))
+    assert message.startswith("distributed job failed: rank 1 was killed by SIGKILL; rank 0 exited with code 1")
+
+
 @pytest.mark.parametrize("bad", [0, -1.0])
 def test_dist_timeout_must_be_positive(bad):
     with pytest.raises(UsageError, match="--dist-timeout-s must be > 0"):
         TrainConfig.of(parallel="ddp", dist_timeout_s=bad)
+
+
+def test_nccls_flight_recorder_is_turned_on_unless_the_user_chose():
+    environ: dict[str, str] = {}
+    set_flight_recorder_env(environ)
+    assert environ == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+    mine = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "50"}
+    set_flight_recorder_env(mine)
+    assert mine == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "50", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+    newer = {"TORCH_FR_BUFFER_SIZE": "0"}  # torch's newer name, read first: left alone
+    set_flight_recorder_env(newer)
+    assert newer == {"TORCH_FR_BUFFER_SIZE": "0"}

@@ -43,7 +43,8 @@ CLOSE_TIMEOUT_S = 300
 RANK_DIR_ENV = "AMPKIT_RANK_DIR"
 """The folder where each rank of an `ampkit train --nproc N` job writes rank-R.json (pid; a peer timeout)."""
 NCCL_FLIGHT_RECORDER = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
-"""nccl's flight recorder: the last 2000 collectives per rank, dumped when the watchdog times one out."""
+"""nccl's flight recorder: the last 2000 collectives per rank, dumped when the watchdog times one out.
+Newer torch reads TORCH_FR_BUFFER_SIZE first and these names after it."""
 
 # How a collective fails when a peer process died (gloo) or the network dropped (nccl, c10d store).
 _PEER_LOST = ("closed by peer", "reset by peer", "remote worker", "broken pipe", "nccl", "timed out")
@@ -198,8 +199,7 @@ def init_run(
     import torch.distributed as dist
 
     if backend == "nccl":  # read when the nccl group is made: set before it
-        for name, value in NCCL_FLIGHT_RECORDER.items():
-            os.environ.setdefault(name, value)
+        set_flight_recorder_env(os.environ)
     if not dist.is_initialized():
         dist.init_process_group(
             backend=backend,
@@ -211,6 +211,15 @@ def init_run(
     leave_rank_note(env.rank, timeout_s=timeout_s)
     run = ProcessGroupRun(mode=parallel, env=env, device=device, backend=backend, reduce_dtype=reduce_dtype)
     return run, device
+
+
+def set_flight_recorder_env(environ: dict[str, str] | os._Environ[str]) -> None:
+    """Turn nccl's flight recorder on in `environ`, unless the user set its buffer (either name) or
+    its dump switch: their values win."""
+    if "TORCH_FR_BUFFER_SIZE" in environ:
+        return
+    for name, value in NCCL_FLIGHT_RECORDER.items():
+        environ.setdefault(name, value)
 
 
 def _collective_backend(device: torch.device) -> str:
@@ -289,8 +298,8 @@ def read_rank_notes(folder: str | os.PathLike[str]) -> dict[int, dict[str, Any]]
 
 def rank_error(err: Exception, *, rank: int) -> Exception:
     """`err` with this rank named, for the one-line message each rank prints; a collective that
-    failed because a peer died becomes a TrainingError saying so (a timed-out wait also leaves a
-    note for the launcher, `leave_rank_note`). Other errors come back unchanged."""
+    failed because a peer died or never came becomes a TrainingError saying so, and a note for the
+    launcher (`leave_rank_note`: lost_contact or timed_out). Other errors come back unchanged."""
     if isinstance(err, RunInterrupted):
         return RunInterrupted(f"rank {rank}: {err}", signum=err.signum)
     if isinstance(err, (UsageError, TrainingError)):
@@ -303,6 +312,7 @@ def rank_error(err: Exception, *, rank: int) -> Exception:
             "stops: the launcher names the rank that did not come (--dist-timeout-s sets the wait)"
         )
     if type(err).__name__.startswith("Dist") or any(s in first.lower() for s in _PEER_LOST):
+        leave_rank_note(rank, lost_contact=True)  # not a root cause: the launcher names the others first
         return TrainingError(
             f"rank {rank}: lost contact with another rank ({first[:160]}); the job stops: the rank "
             "that failed first printed its own error"

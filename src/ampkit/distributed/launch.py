@@ -102,16 +102,19 @@ def _rank_folder() -> Iterator[str]:
 
 
 def describe_failures(failures: dict[int, Any], *, nproc: int, notes: dict[int, dict[str, Any]] | None = None) -> str:
-    """One line naming each failed rank and how it ended. A rank its peers timed out waiting for
-    (`notes`: the ranks that left `timed_out`) and that the launcher then stopped comes first, named
-    as hung; then the ranks in the order they failed (timestamps are whole seconds, so ties go by
-    rank); ranks the launcher itself stopped (SIGTERM, after another rank failed) last."""
+    """One line naming each failed rank and how it ended, the root cause first. A rank its peers timed
+    out waiting for (`notes`: the ranks that left `timed_out`) comes first, named as hung; then the
+    ranks that failed on their own, before those that failed because of a peer (their notes say
+    `timed_out` or `lost_contact`); ranks the launcher itself stopped (SIGTERM, after another rank
+    failed) after those; within each, the order they failed (timestamps are whole seconds, so ties
+    go by rank)."""
     waited = {rank for rank, note in (notes or {}).items() if note.get("timed_out")}
+    lost = {rank for rank, note in (notes or {}).items() if note.get("lost_contact")}
     hung = {rank for rank in failures if waited and rank not in waited}
 
     def order(item):
         rank, failure = item
-        return (rank not in hung, failure.exitcode == -signal.SIGTERM, failure.timestamp, rank)
+        return (rank not in hung, rank in waited | lost, failure.exitcode == -signal.SIGTERM, failure.timestamp, rank)
 
     ordered = sorted(failures.items(), key=order)
     parts = [f"rank {rank} {_how(failure.exitcode, hung=rank in hung, notes=notes)}" for rank, failure in ordered]
