@@ -57,7 +57,7 @@ TRAIN_SECTIONS = {
     "scaler": (*SCALER_KEYS, "min_scale_policy", "hysteresis"),
     "features": FEATURE_KEYS,
     "lora": ("lora", "lora_alpha", "lora_dropout", "lora_targets", "base_dtype"),
-    "parallel": ("parallel", "reduce_dtype", "nproc_per_node", "nnodes"),
+    "parallel": ("parallel", "reduce_dtype", "nproc_per_node", "nnodes", "dist_timeout_s"),
     "guard": (
         "guard",
         "guard_max_skips",

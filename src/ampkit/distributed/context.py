@@ -26,7 +26,7 @@ import contextlib
 import datetime
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,7 +213,7 @@ def init_run(
     return run, device
 
 
-def set_flight_recorder_env(environ: dict[str, str] | os._Environ[str]) -> None:
+def set_flight_recorder_env(environ: MutableMapping[str, str]) -> None:
     """Turn nccl's flight recorder on in `environ`, unless the user set its buffer (either name) or
     its dump switch: their values win."""
     if "TORCH_FR_BUFFER_SIZE" in environ:

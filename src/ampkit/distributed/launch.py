@@ -106,15 +106,16 @@ def describe_failures(failures: dict[int, Any], *, nproc: int, notes: dict[int, 
     out waiting for (`notes`: the ranks that left `timed_out`) comes first, named as hung; then the
     ranks that failed on their own, before those that failed because of a peer (their notes say
     `timed_out` or `lost_contact`); ranks the launcher itself stopped (SIGTERM, after another rank
-    failed) after those; within each, the order they failed (timestamps are whole seconds, so ties
-    go by rank)."""
+    failed) after those; within each, the order they failed (timestamps are whole seconds: within
+    one, a rank killed by a signal before one that exited, then by rank)."""
     waited = {rank for rank, note in (notes or {}).items() if note.get("timed_out")}
     lost = {rank for rank, note in (notes or {}).items() if note.get("lost_contact")}
     hung = {rank for rank in failures if waited and rank not in waited}
 
     def order(item):
         rank, failure = item
-        return (rank not in hung, rank in waited | lost, failure.exitcode == -signal.SIGTERM, failure.timestamp, rank)
+        by_itself = (rank not in hung, rank in waited | lost, failure.exitcode == -signal.SIGTERM)
+        return (*by_itself, failure.timestamp, failure.exitcode >= 0, rank)  # same second: a signal's death first
 
     ordered = sorted(failures.items(), key=order)
     parts = [f"rank {rank} {_how(failure.exitcode, hung=rank in hung, notes=notes)}" for rank, failure in ordered]
