@@ -75,13 +75,14 @@ def test_a_sigkilled_rank_is_named_and_the_resume_is_bitwise_the_uninterrupted_r
     killed_at = int(list_sharded(out)[-1].name[5:13])
     assert job.returncode == 1, err[-3000:]
     failed = [line for line in err.splitlines() if "distributed job failed" in line]
-    assert len(failed) == 1 and failed[0].split(": ", 1)[1].startswith("rank 1 was killed by SIGKILL"), err[-3000:]
+    named = failed[0].split("distributed job failed: ", 1)[1] if len(failed) == 1 else ""
+    assert named.startswith("rank 1 was killed by SIGKILL;"), err[-3000:]  # the root cause first
     assert "Traceback" not in err
     assert killed_at < STEPS
 
     resumed = launch.ampkit("train", "--resume", str(out), "--nproc", "2", "--json")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"at step {killed_at}" in resumed.stderr
+    assert f"at step {killed_at}" in " ".join(resumed.stderr.split())  # the console may wrap the line
     assert launch.train_losses(out) == launch.train_losses(reference)  # every step's loss, bitwise
     (mine, step), (theirs, ref_step) = _final_weights(out), _final_weights(reference)
     assert step == ref_step == STEPS and mine.keys() == theirs.keys()
@@ -111,6 +112,7 @@ def test_a_hung_rank_is_named_after_the_timeout(tmp_path, launch):
     assert time.monotonic() - started < 100  # the timeout, not the 3600 s sleep, ended it
 
 
+@pytest.mark.slow
 def test_a_resume_at_another_world_size_is_refused_once_before_any_rank_starts(launch, reference):
     proc = launch.ampkit("train", "--resume", str(reference), "--nproc", "3")
     assert proc.returncode == 2

@@ -1,13 +1,16 @@
 """The launcher's rank notes (`distributed.context.leave_rank_note`): a rank whose peers timed out
-waiting for it is named as the one that hung; a timed-out wait becomes one line naming the rank."""
+waiting for it is named as the one that hung; a timed-out wait becomes one line naming the rank; the
+launcher's world-size check of a resume; nccl's flight recorder env."""
 
 from __future__ import annotations
 
+import json
 import signal
 from types import SimpleNamespace
 
 import pytest
 
+from ampkit.distributed.checkpoint import FORMAT, MANIFEST, check_resume_world_size, sharded_path
 from ampkit.distributed.context import (
     RANK_DIR_ENV,
     leave_rank_note,
@@ -95,3 +98,15 @@ def test_nccls_flight_recorder_is_turned_on_unless_the_user_chose():
     newer = {"TORCH_FR_BUFFER_SIZE": "0"}  # torch's newer name, read first: left alone
     set_flight_recorder_env(newer)
     assert newer == {"TORCH_FR_BUFFER_SIZE": "0"}
+
+
+def test_the_launcher_checks_the_newest_complete_checkpoints_world_size(tmp_path):
+    check_resume_world_size(tmp_path, world_size=3)  # no sharded checkpoint: the ranks say what is missing
+    for step, world_size in ((2, 3), (4, 2)):
+        path = sharded_path(tmp_path, step)
+        path.mkdir(parents=True)
+        (path / MANIFEST).write_text(json.dumps({"format": FORMAT, "world_size": world_size}))
+    sharded_path(tmp_path, 6).with_suffix(".dcp.tmp").mkdir()  # half-written: not read
+    with pytest.raises(UsageError, match="step-00000004.dcp was written by 2 ranks and this job has 3"):
+        check_resume_world_size(tmp_path, world_size=3)
+    check_resume_world_size(tmp_path, world_size=2)
