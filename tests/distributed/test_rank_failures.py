@@ -10,6 +10,7 @@ Also: a resume at another world size is refused once, by the launcher, before an
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -119,3 +120,18 @@ def test_a_resume_at_another_world_size_is_refused_once_before_any_rank_starts(l
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "was written by 2 ranks and this job has 3" in lines[0], proc.stderr
     assert "resume with --nproc-per-node 2" in lines[0]
+
+
+@pytest.mark.slow
+def test_the_uninterrupted_runs_summary_and_report_have_each_ranks_step_time(reference):
+    from ampkit.summaries import kind_of_summary
+
+    summary = json.loads((reference / "summary.json").read_text())
+    kind = kind_of_summary(summary)
+    assert kind is not None and kind.name == "train" and not kind.validate(summary)
+    ranks = summary["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["windows"] == STEPS - 2 and 0 < r["step_ms_median"] <= r["step_ms_p90"] for r in ranks)
+    assert min(r["straggler"] for r in ranks) == 1.0 and all(r["straggler"] >= 1.0 for r in ranks)
+    md = (reference / "report.md").read_text()
+    assert "## Ranks" in md and f"| 1 | {ranks[1]['step_ms_median']:.1f} |" in md
