@@ -57,7 +57,7 @@ TRAIN_SECTIONS = {
     "scaler": (*SCALER_KEYS, "min_scale_policy", "hysteresis"),
     "features": FEATURE_KEYS,
     "lora": ("lora", "lora_alpha", "lora_dropout", "lora_targets", "base_dtype"),
-    "parallel": ("parallel", "reduce_dtype", "nproc_per_node", "nnodes"),
+    "parallel": ("parallel", "reduce_dtype", "nproc_per_node", "nnodes", "dist_timeout_s"),
     "guard": (
         "guard",
         "guard_max_skips",
@@ -570,10 +570,11 @@ DATA_SETTINGS_SINCE = {
     "keep_fp32": "",
     "module_precision": "",
     "inject_rank": -1,
+    "dist_timeout_s": 600.0,
 }
 """settings added after these config.json files were written ([data]'s of issue 29, [model]'s images and
-frozen parts of issue 31, the per-module precision overrides of issue 31, [guard]'s fault rank of issue
-32): their defaults fill in."""
+frozen parts of issue 31, the per-module precision overrides of issue 31, [guard]'s fault rank and
+[parallel]'s collective timeout of issue 32): their defaults fill in."""
 
 
 def test_a_config_json_written_before_the_run_spec_loads_into_its_sections():

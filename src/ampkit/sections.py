@@ -17,7 +17,7 @@ defaults and its own words for a setting through the section's field (`section(.
                                     clip_grad_norm
     Features [features]             batching, activation_checkpointing, compile, dedup        train (bench --sweep)
     ParallelSection [parallel]      parallel, reduce_dtype, nproc_per_node (alias nproc),     train
-                                    nnodes
+                                    nnodes, dist_timeout_s
     GuardSection [guard]            guard, guard_max_skips, guard_lr_factor,                  train
                                     guard_max_rollbacks, detect_nonfinite, grad_stats_every,
                                     inject
@@ -218,6 +218,13 @@ class ParallelSection:
         0, note="started here through torchrun's launcher; 0 = this process only", aliases=("nproc",)
     )
     nnodes: int = nnodes_field(note="more than 1: launch each node with torchrun itself, docs/distributed.md")
+    dist_timeout_s: float = field(
+        default=600.0,
+        metadata={
+            "help": "seconds a rank waits at a collective for its peers before the job ends naming the rank "
+            "that did not come (the process group's timeout; raise it for long model loads)"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_parallel_settings(
@@ -225,6 +232,7 @@ class ParallelSection:
             reduce_dtype=self.reduce_dtype,
             nproc_per_node=self.nproc_per_node,
             nnodes=self.nnodes,
+            dist_timeout_s=self.dist_timeout_s,
         )
 
 

@@ -99,3 +99,14 @@ def test_trained_and_processed_rates_stand_side_by_side(tmp_path):
             r["processed_tokens_per_s"] = 2.5 * r["tokens_per_s"]  # masked prompts read
     left = throughput_figure(records, "tokens").axes[0]
     assert [line.get_label() for line in left.get_lines()] == ["processed tokens/s (masked too)", "trained tokens/s"]
+
+
+def test_a_data_parallel_run_lists_each_ranks_step_time_and_straggler_score(tmp_path):
+    ranks = [
+        {"rank": 0, "windows": 14, "step_ms_median": 12.5, "step_ms_p90": 14.0, "straggler": 1.0},
+        {"rank": 1, "windows": 14, "step_ms_median": 15.0, "step_ms_p90": 19.25, "straggler": 1.2},
+    ]
+    md = write_train_report(_summary(ranks=ranks), tmp_path)[1].read_text()
+    assert "## Ranks" in md and "gathered once at the end of the run" in md
+    assert "| 1 | 15.0 | 19.2 | 1.20 | 14 |" in md
+    assert "## Ranks" not in write_train_report(_summary(), tmp_path)[1].read_text()  # one process: no table

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from ampkit.cli import add_run_command
 from ampkit.config import config_to_toml, given_flags, resolve_config
+from ampkit.distributed.checkpoint import check_resume_world_size
 from ampkit.distributed.context import launch_env, rank_error, shared_run_dir
 from ampkit.distributed.launch import relaunch, worker_argv
 from ampkit.errors import TrainingError, UsageError
@@ -103,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
                 f"torchrun --nnodes {parallel.nnodes} --nproc-per-node {parallel.nproc_per_node} "
                 "--rdzv-endpoint HOST:PORT -m ampkit train ... (docs/distributed.md)"
             )
+        if run_dir is not None:  # --resume: a sharded checkpoint of another world size, refused once here
+            check_resume_world_size(run_dir, world_size=parallel.nproc_per_node)
         options = {
             "config": args.config,
             "out": args.out,
@@ -189,10 +192,22 @@ def _print_summary(console: Console, summary: dict, run_dir: Path) -> None:
     found = summary.get("diagnostics", {}).get("first_nonfinite")
     if found:
         rows.append(("first non-finite", f"{found['module']} ({found['phase']}, step {found['step']})"))
+    rows += _slowest_rank_row(summary.get("ranks"))
     console.print(
         key_value_table(f"ampkit train · {summary['config']['precision']} · {summary['model']['preset']}", rows)
     )
     console.print(f"run directory: {run_dir}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _slowest_rank_row(ranks: list[dict] | None) -> list[tuple[str, str]]:
+    """The slowest rank of a data-parallel run: its median step time and straggler score (report: every rank)."""
+    scored = [r for r in ranks or [] if r["straggler"] is not None]
+    if not scored:
+        return []
+    slowest = max(scored, key=lambda r: (r["straggler"], -r["rank"]))
+    return [
+        ("slowest rank", f"rank {slowest['rank']}: {slowest['step_ms_median']:.1f} ms, x{slowest['straggler']:.2f}")
+    ]
 
 
 def _fmt_pair(first, last) -> str:

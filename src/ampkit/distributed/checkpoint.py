@@ -224,12 +224,25 @@ def read_sharded_manifest(path: Path) -> dict[str, Any]:
 
 
 def _check_manifest(manifest: dict[str, Any], path: Path, *, world_size: int, identity: dict[str, Any]) -> None:
+    _check_world_size(manifest, path, world_size=world_size)
+    _check_identity(manifest, path, identity=identity)
+
+
+def _check_world_size(manifest: dict[str, Any], path: Path, *, world_size: int) -> None:
     if manifest["world_size"] != world_size:
         raise UsageError(
             f"checkpoint {path.name} was written by {manifest['world_size']} ranks and this job has "
             f"{world_size}: resume with --nproc-per-node {manifest['world_size']} (see docs/distributed.md)"
         )
-    _check_identity(manifest, path, identity=identity)
+
+
+def check_resume_world_size(run_dir: Path, *, world_size: int) -> None:
+    """Refuse a resume at another world size than the newest complete sharded checkpoint's, before
+    any rank starts (`ampkit train --resume RUN_DIR --nproc N`: one line, not one per rank). A run
+    with no sharded checkpoint passes: the ranks say what is missing."""
+    paths = list_sharded(run_dir)
+    if paths:
+        _check_world_size(read_sharded_manifest(paths[-1]), paths[-1], world_size=world_size)
 
 
 def _check_identity(manifest: dict[str, Any], path: Path, *, identity: dict[str, Any]) -> None:

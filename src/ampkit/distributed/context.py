@@ -10,13 +10,23 @@ Backend: torch's default for the run's device: nccl on CUDA (RCCL under the same
 XPU, each rank on `<type>:LOCAL_RANK`; gloo on CPU. MPS has no collective backend: refused.
 Rank 0 alone writes metrics, summaries and progress (`is_main`); every rank takes part in the
 collectives below, at the same steps, or the job hangs -- callers must keep them unconditional.
+
+A rank that never reaches a collective (hung, or dead without its connections closing) makes its
+peers wait `--dist-timeout-s` (the process group's timeout, `init_process_group(timeout=...)`); each
+waiting rank then fails saying so and, under `ampkit train --nproc N`, leaves a note in the
+launcher's rank folder ($AMPKIT_RANK_DIR, `rank-R.json`) so the launcher names the rank that did
+not come (`distributed.launch.describe_failures`). Under nccl the flight recorder is on
+(TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT; a user's own values win): on a timeout
+each rank dumps its last collectives to TORCH_NCCL_DEBUG_INFO_TEMP_FILE (default /tmp/nccl_trace_rank_R).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +40,11 @@ from ampkit.hardware.backend import AcceleratorBackend
 
 CLOSE_TIMEOUT_S = 300
 """How long a rank that finished cleanly waits at close for its peers to finish too (seconds)."""
+RANK_DIR_ENV = "AMPKIT_RANK_DIR"
+"""The folder where each rank of an `ampkit train --nproc N` job writes rank-R.json (pid; a peer timeout)."""
+NCCL_FLIGHT_RECORDER = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+"""nccl's flight recorder: the last 2000 collectives per rank, dumped when the watchdog times one out.
+Newer torch reads TORCH_FR_BUFFER_SIZE first and these names after it."""
 
 # How a collective fails when a peer process died (gloo) or the network dropped (nccl, c10d store).
 _PEER_LOST = ("closed by peer", "reset by peer", "remote worker", "broken pipe", "nccl", "timed out")
@@ -158,8 +173,11 @@ class ProcessGroupRun(LocalRun):
         store.wait(keys, datetime.timedelta(seconds=CLOSE_TIMEOUT_S))
 
 
-def init_run(*, parallel: str, device: torch.device, reduce_dtype: str = "fp32") -> tuple[LocalRun, torch.device]:
-    """Join the torchrun job (or return the one-process object) and this rank's device.
+def init_run(
+    *, parallel: str, device: torch.device, reduce_dtype: str = "fp32", timeout_s: float = 600.0
+) -> tuple[LocalRun, torch.device]:
+    """Join the torchrun job (or return the one-process object) and this rank's device; a collective
+    waits at most `timeout_s` seconds for a peer.
 
     Precondition: called once, before any model is built (the device may change to cuda:LOCAL_RANK).
     """
@@ -180,15 +198,28 @@ def init_run(*, parallel: str, device: torch.device, reduce_dtype: str = "fp32")
     device = _rank_device(device, env)
     import torch.distributed as dist
 
+    if backend == "nccl":  # read when the nccl group is made: set before it
+        set_flight_recorder_env(os.environ)
     if not dist.is_initialized():
         dist.init_process_group(
             backend=backend,
             rank=env.rank,
             world_size=env.world_size,
             device_id=device if device.type != "cpu" else None,
+            timeout=datetime.timedelta(seconds=timeout_s),
         )
+    leave_rank_note(env.rank, timeout_s=timeout_s)
     run = ProcessGroupRun(mode=parallel, env=env, device=device, backend=backend, reduce_dtype=reduce_dtype)
     return run, device
+
+
+def set_flight_recorder_env(environ: MutableMapping[str, str]) -> None:
+    """Turn nccl's flight recorder on in `environ`, unless the user set its buffer (either name) or
+    its dump switch: their values win."""
+    if "TORCH_FR_BUFFER_SIZE" in environ:
+        return
+    for name, value in NCCL_FLIGHT_RECORDER.items():
+        environ.setdefault(name, value)
 
 
 def _collective_backend(device: torch.device) -> str:
@@ -235,15 +266,53 @@ def shared_run_dir(run: LocalRun, make: Callable[[], Any]) -> Any:
     return value
 
 
+def leave_rank_note(rank: int, **facts: Any) -> None:
+    """rank-R.json in the launcher's rank folder (none: no note): this rank's pid and `facts`, added
+    to its earlier note. Written whole and renamed, so the launcher never reads half a note."""
+    folder = os.environ.get(RANK_DIR_ENV)
+    if not folder:
+        return
+    path = os.path.join(folder, f"rank-{rank}.json")
+    note = {**read_rank_notes(folder).get(rank, {}), "rank": rank, "pid": os.getpid(), **facts}
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as out:
+            json.dump(note, out)
+        os.replace(path + ".tmp", path)
+    except OSError:  # the note only sharpens the launcher's message: never fail a rank over it
+        pass
+
+
+def read_rank_notes(folder: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """rank -> its note (`leave_rank_note`) in `folder`; a missing or torn note is left out."""
+    notes: dict[int, dict[str, Any]] = {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.startswith("rank-") and name.endswith(".json"):
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    note = json.load(f)
+                notes[int(note["rank"])] = note
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return notes
+
+
 def rank_error(err: Exception, *, rank: int) -> Exception:
     """`err` with this rank named, for the one-line message each rank prints; a collective that
-    failed because a peer died becomes a TrainingError saying so. Other errors come back unchanged."""
+    failed because a peer died or never came becomes a TrainingError saying so, and a note for the
+    launcher (`leave_rank_note`: lost_contact or timed_out). Other errors come back unchanged."""
     if isinstance(err, RunInterrupted):
         return RunInterrupted(f"rank {rank}: {err}", signum=err.signum)
     if isinstance(err, (UsageError, TrainingError)):
         return type(err)(f"rank {rank}: {err}")
     first = (str(err).strip().splitlines() or [""])[0]
+    if "timed out" in first.lower():
+        leave_rank_note(rank, timed_out=True)
+        return TrainingError(
+            f"rank {rank}: timed out waiting for another rank at a collective ({first[:120]}); the job "
+            "stops: the launcher names the rank that did not come (--dist-timeout-s sets the wait)"
+        )
     if type(err).__name__.startswith("Dist") or any(s in first.lower() for s in _PEER_LOST):
+        leave_rank_note(rank, lost_contact=True)  # not a root cause: the launcher names the others first
         return TrainingError(
             f"rank {rank}: lost contact with another rank ({first[:160]}); the job stops: the rank "
             "that failed first printed its own error"

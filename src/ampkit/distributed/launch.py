@@ -3,17 +3,24 @@
 This is `torchrun --standalone --nproc-per-node N -m ampkit train ...` called in-process
 (`torch.distributed.run`): a local rendezvous on a free loopback port, one worker per rank, and
 the whole job stopped when one worker fails. Several nodes need torchrun itself, with rendezvous
-flags (docs/distributed.md). When a worker fails, the error names every failed rank and its exit
-code; the failed rank's own message is printed above it by that rank.
+flags (docs/distributed.md). When a worker fails, the error is one line naming every failed rank
+and its exit code or signal; the failed rank's own message is printed above it by that rank. A rank
+that hung (its peers timed out waiting for it at a collective, `--dist-timeout-s`, and left a note
+in the rank folder, `distributed.context.leave_rank_note`) is named as the one that hung.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from ampkit.config import given_flags
+from ampkit.distributed.context import RANK_DIR_ENV, read_rank_notes
 from ampkit.errors import RunInterrupted, TrainingError
 from ampkit.provenance import handed_to_ranks
 
@@ -58,42 +65,73 @@ def relaunch(*, nproc: int, module_argv: list[str]) -> int:
     launcher_args = get_args_parser().parse_args(
         ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", "0", "--module", "ampkit", *module_argv]
     )
-    try:
-        with handed_to_ranks():  # the ranks' summaries record the command line typed here
-            torchrun(launcher_args)
-    except ChildFailedError as err:
-        codes = {failure.exitcode for failure in err.failures.values()}
-        if EXIT_USAGE in codes and codes <= {EXIT_USAGE, -signal.SIGTERM}:  # the rest stopped by the launcher
-            return EXIT_USAGE
-        raise TrainingError(describe_failures(err.failures, nproc=nproc)) from None
-    except SignalException as err:  # the launcher was signalled: torchrun forwarded it to every worker
-        raise RunInterrupted(
-            f"stopped by {signal.Signals(err.sigval).name}: torchrun passed it on to every rank, "
-            f"which stop together at a log step and checkpoint; continue with --resume RUN_DIR "
-            f"--nproc-per-node {nproc}",
-            signum=int(err.sigval),
-        ) from None
+    with _rank_folder() as folder:
+        try:
+            with handed_to_ranks():  # the ranks' summaries record the command line typed here
+                torchrun(launcher_args)
+        except ChildFailedError as err:
+            codes = {failure.exitcode for failure in err.failures.values()}
+            if EXIT_USAGE in codes and codes <= {EXIT_USAGE, -signal.SIGTERM}:  # the rest stopped by the launcher
+                return EXIT_USAGE
+            notes = read_rank_notes(folder)
+            raise TrainingError(describe_failures(err.failures, nproc=nproc, notes=notes)) from None
+        except SignalException as err:  # the launcher was signalled: torchrun forwarded it to every worker
+            raise RunInterrupted(
+                f"stopped by {signal.Signals(err.sigval).name}: torchrun passed it on to every rank, "
+                f"which stop together at a log step and checkpoint; continue with --resume RUN_DIR "
+                f"--nproc-per-node {nproc}",
+                signum=int(err.sigval),
+            ) from None
     return 0
 
 
-def describe_failures(failures: dict[int, Any], *, nproc: int) -> str:
-    """One line naming each failed rank and how it ended. Ranks the launcher itself stopped
-    (SIGTERM, after another rank failed) come last; the rest in the order they failed (timestamps
-    are whole seconds, so ties go by rank)."""
+@contextlib.contextmanager
+def _rank_folder() -> Iterator[str]:
+    """The folder the ranks leave their notes in ($AMPKIT_RANK_DIR, handed to every worker through
+    the environment torchrun copies): the caller's when set, else a temporary one, removed after."""
+    given = os.environ.get(RANK_DIR_ENV)
+    if given:
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix="ampkit-ranks-") as folder:
+        os.environ[RANK_DIR_ENV] = folder
+        try:
+            yield folder
+        finally:
+            os.environ.pop(RANK_DIR_ENV, None)
+
+
+def describe_failures(failures: dict[int, Any], *, nproc: int, notes: dict[int, dict[str, Any]] | None = None) -> str:
+    """One line naming each failed rank and how it ended, the root cause first. A rank its peers timed
+    out waiting for (`notes`: the ranks that left `timed_out`) comes first, named as hung; then the
+    ranks that failed on their own, before those that failed because of a peer (their notes say
+    `timed_out` or `lost_contact`); ranks the launcher itself stopped (SIGTERM, after another rank
+    failed) after those; within each, the order they failed (timestamps are whole seconds: within
+    one, a rank killed by a signal before one that exited, then by rank)."""
+    waited = {rank for rank, note in (notes or {}).items() if note.get("timed_out")}
+    lost = {rank for rank, note in (notes or {}).items() if note.get("lost_contact")}
+    hung = {rank for rank in failures if waited and rank not in waited}
 
     def order(item):
         rank, failure = item
-        return (failure.exitcode == -signal.SIGTERM, failure.timestamp, rank)
+        by_itself = (rank not in hung, rank in waited | lost, failure.exitcode == -signal.SIGTERM)
+        return (*by_itself, failure.timestamp, failure.exitcode >= 0, rank)  # same second: a signal's death first
 
     ordered = sorted(failures.items(), key=order)
-    parts = [f"rank {rank} {_how(failure.exitcode)}" for rank, failure in ordered]
+    parts = [f"rank {rank} {_how(failure.exitcode, hung=rank in hung, notes=notes)}" for rank, failure in ordered]
     return (
         "distributed job failed: " + "; ".join(parts) + " (each rank's own error is printed above; "
         f"complete checkpoints are intact: continue with --resume RUN_DIR --nproc-per-node {nproc})"
     )
 
 
-def _how(exitcode: int) -> str:
+def _how(exitcode: int, *, hung: bool = False, notes: dict[int, dict[str, Any]] | None = None) -> str:
+    if hung:
+        waited = sorted(rank for rank, note in (notes or {}).items() if note.get("timed_out"))
+        timeout = max(float(notes[rank].get("timeout_s", 0)) for rank in waited) if notes else 0
+        who = ", ".join(f"rank {rank}" for rank in waited)
+        waits = f"{who} timed out after {timeout:g} s waiting for it at a collective, --dist-timeout-s"
+        return f"hung ({waits}) and {_how(exitcode)}"
     if exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name

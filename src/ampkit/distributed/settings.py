@@ -11,7 +11,9 @@ from ampkit.options import PARALLEL_MODES
 REDUCE_DTYPES = ("fp32", "bf16")
 
 
-def check_parallel_settings(*, parallel: str, reduce_dtype: str, nproc_per_node: int, nnodes: int) -> None:
+def check_parallel_settings(
+    *, parallel: str, reduce_dtype: str, nproc_per_node: int, nnodes: int, dist_timeout_s: float = 600.0
+) -> None:
     """Refuse a parallel mode, reduce dtype or process count that cannot run, with the fix in the message."""
     if parallel not in PARALLEL_MODES:
         raise UsageError(f"unknown --parallel {parallel!r}; choose one of: {', '.join(PARALLEL_MODES)}")
@@ -21,6 +23,8 @@ def check_parallel_settings(*, parallel: str, reduce_dtype: str, nproc_per_node:
         raise UsageError(f"--nproc-per-node must be >= 0 (0 = no re-launch), got {nproc_per_node}")
     if nnodes < 1:
         raise UsageError(f"--nnodes must be >= 1, got {nnodes}")
+    if not dist_timeout_s > 0:
+        raise UsageError(f"--dist-timeout-s must be > 0 seconds, got {dist_timeout_s}")
     if nproc_per_node > 0 and parallel == "none":
         raise UsageError(
             f"--nproc-per-node {nproc_per_node} starts {nproc_per_node} processes: "

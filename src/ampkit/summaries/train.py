@@ -9,6 +9,9 @@ from ampkit.summaries.spec import NUM, OPT_NUM, Absent, ListOf, MapOf, OneOf, Op
 TASK = {"name": str, "unit": str}
 """`tasks.optional.describe(task)`: its name and unit, then whatever the task reports (preset, corpus, ...)."""
 
+RANK_TIMES = {"rank": int, "windows": int, "step_ms_median": OPT_NUM, "step_ms_p90": OPT_NUM, "straggler": OPT_NUM}
+"""One rank's step times over its measured log windows and its median over the fastest rank's (`train.rank_times`)."""
+
 TRAIN = SummaryKind(
     name="train",
     schema="ampkit.train/1",
@@ -48,6 +51,7 @@ TRAIN = SummaryKind(
         "guard": Absent({"enabled": bool}),
         "diagnostics": Absent(dict),
         "parallel": Absent({"mode": str, "world_size": int}),
+        "ranks": Absent(ListOf(RANK_TIMES)),  # a data-parallel run that completed or stopped
     },
     older=(Older(schema=None, command="train"),),
 )

@@ -170,6 +170,7 @@ def check_train_fits(config: TrainConfig, *, device: torch.device) -> FitEstimat
 RESUMABLE_OVERRIDES = frozenset(
     {
         "allow_no_checkpoint",
+        "dist_timeout_s",
         "nproc_per_node",
         "nnodes",
         "steps",

@@ -46,6 +46,7 @@ from ampkit.train.build import RunObjects
 from ampkit.train.checkpointer import CheckpointWriteFailed, RunProgress, run_identity  # noqa: F401 (re-exported)
 from ampkit.train.guard import build_guard
 from ampkit.train.loggers import LoggedMetrics, build_logger
+from ampkit.train.rank_times import gather_rank_times
 
 if TYPE_CHECKING:
     from ampkit.core.step import StepResult
@@ -240,6 +241,11 @@ class _Run:
             if self.status is not RunStatus.DIVERGED:  # a diverged model's held-out loss says nothing
                 self.eval_losses.append((self.progress.step, self._evaluate(metrics, self.progress.step)))
         self._final_checkpoint()
+        ranks = gather_rank_times(  # every rank, or none: completed and stopped are agreed by all ranks
+            self.objs.parallel,
+            [s for s, _, _ in window.timings[WARMUP_STEPS_EXCLUDED:] or window.timings],
+            agreed=self.status in (RunStatus.COMPLETED, RunStatus.STOPPED),
+        )
         summary = build_summary(
             self.objs,
             self.progress,
@@ -253,6 +259,8 @@ class _Run:
         summary.update(
             guard=self.guard.summary(), diagnostics=diagnostics.summary(), parallel=self.objs.parallel.describe()
         )
+        if ranks is not None:
+            summary["ranks"] = ranks
         written = False
         if self.main and self.error:  # a failing run's summary when there is room, else a line saying so
             written = write_summary_or_say(self.run_dir / SUMMARY_FILE, summary, self.console)

@@ -1,6 +1,7 @@
 """`ampkit train`'s report.html and report.md: loss and throughput curves, loss scale, gradient norm,
-held-out loss and the config, from metrics.jsonl and summary.json alone (written by rank 0 at the end
-of a run, and again by `ampkit report RUN_DIR`)."""
+each rank's step time and straggler score (a data-parallel run), held-out loss and the config, from
+metrics.jsonl and summary.json alone (written by rank 0 at the end of a run, and again by
+`ampkit report RUN_DIR`)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,28 @@ def summary_rows(summary: dict[str, Any]) -> list[list[str]]:
         rank = f", rank {found['rank']}" if "rank" in found else ""  # a data-parallel run's
         rows.append(["first non-finite", f"{found['module']} ({found['phase']}, step {found['step']}{rank})"])
     return rows
+
+
+def rank_rows(ranks: list[dict[str, Any]]) -> list[list[str]]:
+    """One row per rank: its step time median and p90 (ms) and its straggler score (1.00 = fastest)."""
+    return [
+        [
+            str(r["rank"]),
+            _fmt(r["step_ms_median"], ".1f"),
+            _fmt(r["step_ms_p90"], ".1f"),
+            _fmt(r["straggler"], ".2f"),
+            str(r["windows"]),
+        ]
+        for r in ranks
+    ]
+
+
+RANKS_NOTE = (
+    "Each rank's own step time over its measured log windows (the warm-up windows left out), gathered "
+    "once at the end of the run; straggler = the rank's median over the fastest rank's (1.00 = fastest). "
+    "A rank's time includes its waits at the gradient syncs, where every rank waits for the slowest: "
+    "scores part for a rank slow outside the syncs (data, optimizer step, host work)."
+)
 
 
 def _processed(summary: dict[str, Any]) -> Any:
@@ -169,6 +192,10 @@ def build_train_report(summary: dict[str, Any], records: list[dict[str, Any]]) -
     if fig is not None:
         report.heading("Loss scale and gradient norm")
         report.figure(fig, "loss scale (fp16's GradScaler) and the gradient norm before clipping")
+    if summary.get("ranks"):
+        report.heading("Ranks")
+        report.text(RANKS_NOTE)
+        report.table(["rank", "step ms median", "step ms p90", "straggler", "windows"], rank_rows(summary["ranks"]))
     if summary.get("eval_history"):
         report.heading("Held-out loss")
         report.table(["step", "eval loss"], [[e["step"], _fmt(e["eval_loss"])] for e in summary["eval_history"]])

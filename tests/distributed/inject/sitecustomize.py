@@ -21,3 +21,25 @@ if "AMPKIT_TEST_DIE_RANK" in os.environ and os.environ.get("RANK") == os.environ
         return result
 
     _dcp.save = _save_then_die
+
+# In the worker whose RANK equals AMPKIT_TEST_HANG_RANK, the AMPKIT_TEST_HANG_STEP-th optimizer step
+# never returns: the rank hangs outside any collective, as a rank stuck in its data or host code does,
+# and its peers wait for it at their next collective. SIGTERM is put back to its default first, so
+# the launcher's stop ends the sleeper at once (a rank stuck in C code waits for torchrun's SIGKILL).
+if "AMPKIT_TEST_HANG_RANK" in os.environ and os.environ.get("RANK") == os.environ["AMPKIT_TEST_HANG_RANK"]:
+    import signal as _signal
+    import time as _time
+
+    import torch as _torch
+
+    _real_step = _torch.optim.AdamW.step
+    _calls = [0]
+
+    def _step_or_hang(self, *args, **kwargs):
+        _calls[0] += 1
+        if _calls[0] == int(os.environ["AMPKIT_TEST_HANG_STEP"]):
+            _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)
+            _time.sleep(3600)
+        return _real_step(self, *args, **kwargs)
+
+    _torch.optim.AdamW.step = _step_or_hang
