@@ -223,11 +223,9 @@ def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
         check_train_fits(config, device=pick_device(config.device))  # before anything is built
     device, info, warnings = check_device(config)
     # Joins the torchrun job before any data or model work; a rank's device is cuda:LOCAL_RANK.
+    section = config.parallel
     parallel, device = init_run(
-        parallel=config.parallel.parallel,
-        device=device,
-        reduce_dtype=config.parallel.reduce_dtype,
-        timeout_s=config.parallel.dist_timeout_s,
+        parallel=section.parallel, device=device, reduce_dtype=section.reduce_dtype, timeout_s=section.dist_timeout_s
     )
     task = task if task is not None else build_task(config.task_spec())
     check_run_settings(config, device=device)
