@@ -51,7 +51,7 @@ TRAIN = SummaryKind(
         "guard": Absent({"enabled": bool}),
         "diagnostics": Absent(dict),
         "parallel": Absent({"mode": str, "world_size": int}),
-        "ranks": Absent(ListOf(RANK_TIMES)),  # a data-parallel run that completed or stopped
+        "ranks": Absent(Opt(ListOf(RANK_TIMES))),  # a data-parallel run that completed or stopped
     },
     older=(Older(schema=None, command="train"),),
 )

@@ -259,8 +259,7 @@ class _Run:
         summary.update(
             guard=self.guard.summary(), diagnostics=diagnostics.summary(), parallel=self.objs.parallel.describe()
         )
-        if ranks is not None:
-            summary["ranks"] = ranks
+        summary["ranks"] = ranks  # None in one process, or where the ranks did not all finish
         written = False
         if self.main and self.error:  # a failing run's summary when there is room, else a line saying so
             written = write_summary_or_say(self.run_dir / SUMMARY_FILE, summary, self.console)
