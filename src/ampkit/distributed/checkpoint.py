@@ -315,8 +315,9 @@ def read_sharded_model(path: Path, *, identity: dict[str, Any]) -> tuple[dict[st
     return state["model"], int(manifest["step"])
 
 
-def latest_sharded(run_dir: Path) -> Path:
-    paths = list_sharded(run_dir)
+def latest_sharded(run_dir: Path, *, at_or_before: int | None = None) -> Path:
+    """The newest complete sharded checkpoint, or the newest at or before step `at_or_before`."""
+    paths = [p for p in list_sharded(run_dir) if at_or_before is None or int(p.name[5:13]) <= at_or_before]
     if not paths:
         raise UsageError(f"{run_dir} has no complete sharded checkpoint to resume from; start a new run instead")
     return paths[-1]

@@ -167,9 +167,10 @@ class _Checkpointer:
         self._write(objs, Path(run_dir), progress)  # a failed write: CheckpointWriteFailed, the previous stays
         return True
 
-    def resume(self, objs: CheckpointedRun, run_dir: Path) -> RunProgress:
-        """Load the newest complete checkpoint into every part of the run; returns its counters."""
-        ckpt = self._load_latest(objs, Path(run_dir))
+    def resume(self, objs: CheckpointedRun, run_dir: Path, *, at_or_before: int | None = None) -> RunProgress:
+        """Load the newest complete checkpoint (at or before step `at_or_before`: `doctor --from RUN@STEP`)
+        into every part of the run; returns its counters."""
+        ckpt = self._load_latest(objs, Path(run_dir), at_or_before)
         self._restore_training_state(objs, ckpt)
         objs.sampler.load_state_dict(ckpt["sampler"])
         single.restore_rng_state(ckpt["rng"])
@@ -194,7 +195,7 @@ class _Checkpointer:
     def _write(self, objs: CheckpointedRun, run_dir: Path, progress: RunProgress) -> None:
         raise NotImplementedError
 
-    def _load_latest(self, objs: CheckpointedRun, run_dir: Path) -> dict[str, Any]:
+    def _load_latest(self, objs: CheckpointedRun, run_dir: Path, at_or_before: int | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
 
@@ -215,8 +216,8 @@ class FileCheckpointer(_Checkpointer):
         }
         single.save_checkpoint(run_dir, progress.step, payload, keep=self.keep, identity=self.identity)
 
-    def _load_latest(self, objs: CheckpointedRun, run_dir: Path) -> dict[str, Any]:
-        return single.load_latest(run_dir, identity=self.identity)
+    def _load_latest(self, objs: CheckpointedRun, run_dir: Path, at_or_before: int | None = None) -> dict[str, Any]:
+        return single.load_latest(run_dir, identity=self.identity, at_or_before=at_or_before)
 
     def _restore_training_state(self, objs: CheckpointedRun, ckpt: dict[str, Any]) -> None:
         try:
@@ -259,9 +260,9 @@ class ShardedCheckpointer(_Checkpointer):
             identity=self.identity,
         )
 
-    def _load_latest(self, objs: CheckpointedRun, run_dir: Path) -> dict[str, Any]:
+    def _load_latest(self, objs: CheckpointedRun, run_dir: Path, at_or_before: int | None = None) -> dict[str, Any]:
         """Verifies, loads the model and optimizer shards in place (DCP), returns this rank's state."""
-        path = sharded.latest_sharded(run_dir)
+        path = sharded.latest_sharded(run_dir, at_or_before=at_or_before)
         return sharded.load_sharded(
             self.parallel, model=objs.model, optimizer=objs.optimizer, path=path, identity=self.identity
         )
