@@ -128,3 +128,18 @@ def test_attribute_says_inconclusive_when_replays_disagree():
     assert attribute([failed, failed], recorded_step=8).verdict == "numerics"
     assert attribute([finite, finite], recorded_step=8).verdict == "transient"
     assert attribute([failed, finite], recorded_step=8).verdict == "inconclusive"
+
+
+def test_the_loss_scale_trajectory_continues_from_the_checkpoints_scaler(tmp_path, capsys):
+    run = tmp_path / "fp16"
+    fault = "blocks.1.mlp:forward:nan@4"
+    assert _train(run, "--precision", "fp16-mixed", "--steps", "5", "--checkpoint-every", "2", "--inject", fault) == 1
+    code, summary, err = _doctor(capsys, str(run), "--replays", "1")
+    assert code == 0, err
+    assert summary["replay"]["window"] == {"first": 3, "last": 4}
+    recorded = {m["step"]: m for m in read_metrics(run / "metrics.jsonl") if m["event"] == "train"}
+    points = summary["scale"]["points"]
+    assert summary["scale"]["active"] and [p["step"] for p in points] == [3, 4]
+    assert points[0]["scale"] == recorded[3]["loss_scale"] and points[0]["skipped"] == recorded[3]["skipped"]
+    assert summary["scale"]["initial"] == recorded[2]["loss_scale"]  # the scaler restored from step 2's checkpoint
+    assert summary["replay"]["attribution"]["site"]["step"] == 4
