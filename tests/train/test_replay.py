@@ -10,7 +10,7 @@ import pytest
 from ampkit.errors import UsageError
 from ampkit.train import TrainConfig
 from ampkit.train.checkpoint import checkpoint_path, manifest_path
-from ampkit.train.replay import RecordedRun, Window, choose_window, parse_from
+from ampkit.train.replay import RecordedRun, Window, checkpoint_steps, choose_window, parse_from, sharded_run
 
 
 def _run(tmp_path: Path, *, checkpoints: list[int], failures: list[int], last: int) -> RecordedRun:
@@ -60,10 +60,12 @@ def test_bad_windows_are_one_line(tmp_path, checkpoints, failures, at, words):
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_sharded_run_is_refused_for_now(tmp_path):
-    folder = tmp_path / "checkpoints" / "step-00000010.dcp"
-    folder.mkdir(parents=True)
-    (folder / "manifest.json").write_text("{}")
-    run = _run(tmp_path, checkpoints=[], failures=[12], last=12)
-    with pytest.raises(UsageError, match="sharded"):
-        choose_window(run, None)
+def test_a_sharded_runs_checkpoints_are_its_dcp_directories(tmp_path):
+    for step in (10, 20):
+        folder = tmp_path / "checkpoints" / f"step-{step:08d}.dcp"
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text("{}")
+    (tmp_path / "checkpoints" / "step-00000030.dcp").mkdir()  # no manifest: incomplete, never read
+    assert sharded_run(tmp_path) and checkpoint_steps(tmp_path) == [10, 20]
+    run = _run(tmp_path, checkpoints=[], failures=[25], last=25)
+    assert choose_window(run, None) == Window(checkpoint=20, first=21, last=25, failure=25)

@@ -268,6 +268,26 @@ class ShardedCheckpointer(_Checkpointer):
         )
 
 
+class WholeShardedReader(ShardedCheckpointer):
+    """A data-parallel run's sharded checkpoints read in one process (`doctor --from`: its replay runs the
+    job's global batch as `grad_accum x world_size` micro-batches of the one stream the ranks were dealt).
+    It resumes only (a replay writes no checkpoint); the data position is the ranks' shared stream's
+    (rank 0's `inner`; every rank's is the same)."""
+
+    def __init__(self, *, identity: dict[str, Any]) -> None:
+        from ampkit.core.parallel import LocalRun
+
+        super().__init__(keep=1, identity=identity, parallel=LocalRun())
+
+    def _write(self, objs: CheckpointedRun, run_dir: Path, progress: RunProgress) -> None:
+        raise TypeError("a one-process reader of a sharded run writes no checkpoint")
+
+    def _load_latest(self, objs: CheckpointedRun, run_dir: Path, at_or_before: int | None = None) -> dict[str, Any]:
+        path = sharded.latest_sharded(run_dir, at_or_before=at_or_before)
+        state = sharded.read_sharded_whole(path, model=objs.model, optimizer=objs.optimizer, identity=self.identity)
+        return state | {"sampler": state["sampler"]["inner"]}  # the one stream the ranks were dealt from
+
+
 def build_checkpointer(
     config: CheckpointConfig, parallel: LocalRun, *, model: nn.Module | None = None
 ) -> FileCheckpointer | ShardedCheckpointer:

@@ -8,8 +8,8 @@ run read after step C. Which window: the run's first non-finite step F as its re
 (metrics.jsonl: a train record with a non-finite loss, a guard "rollback" event; summary.json: a
 "diverged" run whose loss scale collapsed at the step after its last), and the newest checkpoint before
 F (or at or before STEP). Each replay pass restores the checkpoint again (`ampkit.diagnostics.replay`
-runs the window and gives the verdict). A data-parallel run's DCP checkpoints are refused for now: a
-one-process replay would need the ranks' batches as one global batch (docs/doctor.md).
+runs the window and gives the verdict). A data-parallel run (DCP checkpoints) is replayed as its
+one-process equivalent (`open_run`).
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from ampkit.diagnostics.advice import Advice, Evidence, advise
 from ampkit.diagnostics.doctor import SCHEMA as DOCTOR_SCHEMA
 from ampkit.diagnostics.inject import parse_fault_spec
 from ampkit.diagnostics.replay import Attribution, ReplayPass, ReplaySource, attribute, replay_blocks, replay_window
-from ampkit.distributed.checkpoint import list_sharded
+from ampkit.distributed.checkpoint import list_sharded, sharded_path, sharded_world_size
 from ampkit.errors import UsageError
 from ampkit.provenance import device_text, provenance
 from ampkit.runs import METRICS_FILE, SUMMARY_FILE, read_metrics
 from ampkit.tasks import optional
 from ampkit.train.build import RunObjects, build_run
 from ampkit.train.checkpoint import checkpoint_step, list_checkpoints
+from ampkit.train.checkpointer import WholeShardedReader
 from ampkit.train.config import TrainConfig, resume_config
 
 REPLAY_HORIZON = 20
@@ -125,11 +126,6 @@ class Window:
 def choose_window(run: RecordedRun, at: int | None) -> Window:
     """The checkpoint (newest at or before STEP, default: before the first failure) and the window after it."""
     name = run.run_dir
-    if list_sharded(run.run_dir) and not list_checkpoints(run.run_dir):
-        raise UsageError(
-            f"--from {name}: its checkpoints are sharded (DCP, --parallel); a one-process replay of a "
-            "data-parallel run is not supported yet: replay a one-process run"
-        )
     if at is not None and at > run.last_step:
         raise UsageError(f"--from {name}@{at}: the run ended at step {run.last_step}; give a step <= {run.last_step}")
     if at is None and not run.failures:
@@ -138,7 +134,7 @@ def choose_window(run: RecordedRun, at: int | None) -> Window:
             f"give RUN_DIR@STEP to replay from a checkpoint anyway"
         )
     limit = at if at is not None else run.failures[0] - 1
-    steps = [checkpoint_step(p) for p in list_checkpoints(run.run_dir)]
+    steps = checkpoint_steps(run.run_dir)
     before = [s for s in steps if s <= limit]
     if not before:
         have = ", ".join(map(str, steps)) or "none"
@@ -154,9 +150,29 @@ def choose_window(run: RecordedRun, at: int | None) -> Window:
     return Window(checkpoint=start, first=start + 1, last=last, failure=later[0] if later else None)
 
 
-def open_run(run: RecordedRun) -> RunObjects:
-    """The run's objects, built as `train --resume` builds them (in this one process)."""
-    return build_run(run.config)
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    """The steps of a run's complete checkpoints, single-file or sharded (DCP), oldest first."""
+    if sharded_run(run_dir):
+        return [int(p.name[5:13]) for p in list_sharded(run_dir)]  # step-00000010.dcp
+    return [checkpoint_step(p) for p in list_checkpoints(run_dir)]
+
+
+def sharded_run(run_dir: Path) -> bool:
+    return bool(list_sharded(run_dir)) and not list_checkpoints(run_dir)
+
+
+def open_run(run: RecordedRun, window: Window) -> RunObjects:
+    """The run's objects, built as `train --resume` builds them, in this one process. A data-parallel run
+    (DCP checkpoints) becomes its one-process equivalent: `grad_accum x world_size` micro-batches read from
+    the one stream the ranks were dealt (`distributed.sampler`), its checkpoints read whole."""
+    if not sharded_run(run.run_dir):
+        return build_run(run.config)
+    config = run.config
+    world = sharded_world_size(sharded_path(run.run_dir, window.checkpoint))
+    one = dataclasses.replace(config.parallel, parallel="none", nproc_per_node=0, nnodes=1)
+    objs = build_run(dataclasses.replace(config, parallel=one, grad_accum=config.grad_accum * world))
+    objs.checkpointer = WholeShardedReader(identity=objs.checkpointer.identity)
+    return objs
 
 
 def replay_passes(
@@ -191,7 +207,7 @@ def replay_run(text: str, *, passes: int = 2, ring_size: int = 32, started: floa
     run_dir, at = parse_from(text)
     run = read_run(run_dir)
     window = choose_window(run, at)
-    objs = open_run(run)
+    objs = open_run(run, window)
     replays = replay_passes(objs, run, window, passes=passes, ring_size=ring_size)
     attribution = attribute(replays, recorded_step=window.failure)
     source = ReplaySource(
