@@ -54,6 +54,7 @@ def test_a_deterministic_fault_replays_as_numerics(faulted_run, capsys, tmp_path
     assert verdict["verdict"] == "numerics" and summary["status"] == "problems"
     assert verdict["site"] == {"step": spec.first_step, "module": spec.module, "phase": spec.phase}
     assert "another device of the same kind" in verdict["note"]
+    assert replay["source"]["replay_device"] == replay["source"]["recorded_device"] == summary["device"]["name"]
     assert len(replay["passes"]) == 2 and all(p["fired_steps"] == [8] for p in replay["passes"])
     recorded = replay["source"]["recorded_finding"]  # the train run's own locator agrees
     assert (recorded["module"], recorded["phase"], recorded["step"]) == (spec.module, spec.phase, 8)
@@ -107,12 +108,17 @@ def test_bad_from_is_one_line_exit_2(faulted_run, tmp_path, capsys):
     assert _train(early, "--inject", "blocks.1.mlp:forward:nan@2") == 1  # fails before the first checkpoint
     healthy = tmp_path / "healthy"
     assert main(["train", *TRAIN, "--steps", "3", "--out", str(healthy)]) == 0
-    not_train = tmp_path / "not-train"
+    not_train, bench_like = tmp_path / "not-train", tmp_path / "bench-like"
     not_train.mkdir()
+    bench_like.mkdir()
+    for name, text in {"summary.json": '{"command": "bench"}', "config.json": "{}", "metrics.jsonl": ""}.items():
+        (bench_like / name).write_text(text)
     cases = {
         str(early): "no checkpoint before its failure at step 2",
         f"{faulted_run}@99": "the run ended at step 8",
         str(not_train): "is not an ampkit train run",
+        str(bench_like): "is not an ampkit train run",
+        str(tmp_path / "missing"): "no such directory",
         str(healthy): "recorded no non-finite step",
         f"{faulted_run}@x": "must be a number",
     }

@@ -201,6 +201,9 @@ def replay_rows(replay: dict[str, Any] | None) -> list[tuple[str, str]]:
         rows.append(("the run's record", source["recorded"]))
     attribution = replay["attribution"]
     rows.append(("verdict", f"{attribution['verdict']}: {attribution['reason']}"))
+    run_on, here = source.get("recorded_device"), source.get("replay_device")
+    if run_on and here and run_on != here:  # another device kind rounds differently
+        rows.append(("devices", f"the run ran on {run_on}, the replay on {here}: replay on the run's kind to compare"))
     rows.append(("note", attribution["note"]))
     return rows
 
@@ -237,6 +240,8 @@ class ReplaySource:
     failure: int | None
     recorded_finding: dict[str, Any] | None = None
     recorded_device: str | None = None
+    replay_device: str | None = None
+    """the device this replay ran on (a different one from the run's rounds differently)"""
     fired: list[int] = field(default_factory=list)
 
     def recorded(self) -> str | None:
@@ -289,6 +294,7 @@ def replay_blocks(
                 "recorded_failure_step": source.failure,
                 "recorded_finding": source.recorded_finding,
                 "recorded_device": source.recorded_device,
+                "replay_device": source.replay_device,
             },
             "window": {"first": source.first, "last": source.last},
             "passes_run": len(passes),

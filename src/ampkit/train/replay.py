@@ -219,6 +219,7 @@ def replay_run(text: str, *, passes: int = 2, ring_size: int = 32, started: floa
         failure=window.failure,
         recorded_finding=run.finding,
         recorded_device=run.device,
+        replay_device=objs.device_info.name,
         fired=run.fired,
     )
     blocks = replay_blocks(source, replays, attribution, fault=run.config.guard.inject or None)
