@@ -143,3 +143,22 @@ def test_scale_trajectory_events_and_collapse():
     rebuilt = from_metrics(records).summary()
     assert (rebuilt["initial"], rebuilt["backoffs"], rebuilt["skipped"]) == (65536.0, 1, 1)
     assert not from_metrics([{"event": "train", "step": 1, "loss_scale": None}]).active
+
+
+def test_a_once_fault_fires_on_a_steps_first_pass_only():
+    spec = parse_fault_spec("once:1:forward:nan@2")
+    assert spec.once and str(spec) == "once:1:forward:nan@2" and not parse_fault_spec("1:forward:nan@2").once
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    x = torch.ones(2, 3)
+
+    def passes(injector: FaultInjector, steps: list[int]) -> list[bool]:
+        out = []
+        with injector:
+            for step in steps:
+                injector.begin_step(step)
+                out.append(bool(torch.isnan(model(x)).any()))
+        return out
+
+    assert passes(FaultInjector(model, spec), [1, 2, 2, 3]) == [False, True, False, False]  # here: once per step
+    assert passes(FaultInjector(model, spec, passed_through=5), [1, 2, 3]) == [False, False, False]  # a replay
+    assert passes(FaultInjector(model, "1:forward:nan@2", passed_through=5), [2, 2]) == [True, True]

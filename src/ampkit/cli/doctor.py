@@ -73,6 +73,8 @@ def _check_fits(config: DoctorConfig, *, device) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(DoctorConfig, args, toml_path=args.config)
+    if config.from_run:  # a train run's failing window, replayed with the run's own settings
+        return _run_from(config, args)
     device = pick_device(config.device)
     resolved, _ = doctor_defaults(config, describe_device(device))  # "0 = auto" filled in (run_doctor does too)
     if is_language_model(config.model.task):  # the planner's ledger plans language models
@@ -101,6 +103,26 @@ def run(args: argparse.Namespace) -> int:
             f"{', '.join(stopped['finished']) or 'none'}); what was measured is in {run_dir / SUMMARY_FILE}",
             signum=result.signum,
         )
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_console(make_console(wide=args.wide), summary, run_dir)
+    return 0
+
+
+def _run_from(config: DoctorConfig, args: argparse.Namespace) -> int:
+    """`doctor --from RUN_DIR[@STEP]` (`ampkit.train.replay`): train's resume machinery, then the replays;
+    a bad RUN_DIR or STEP is refused before any run directory is made."""
+    from ampkit.train.replay import replay_run
+
+    console = Console(stderr=True)
+    console.print(f"[dim]doctor:[/] replaying {config.from_run} ({config.replays} replays)", highlight=False)
+    summary = replay_run(config.from_run, passes=config.replays, ring_size=config.ring_size)
+    run_dir = create_run_dir(args.out, "doctor")
+    write_json_atomic(run_dir / "config.json", summary["config"])
+    with summary_marks_write_failure(run_dir, "doctor", console):
+        write_json_atomic(run_dir / SUMMARY_FILE, summary)
+        write_report(summary, run_dir)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

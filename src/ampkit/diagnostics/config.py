@@ -103,6 +103,18 @@ class DoctorConfig:
     )
     range_batches: int = field(default=2, metadata={"help": "fp32 batches the range audit runs"})
     ring_size: int = field(default=32, metadata={"help": "locator: frames kept before the first non-finite"})
+    from_run: str = field(
+        default="",
+        metadata={
+            "aliases": ("from",),
+            "help": "RUN_DIR[@STEP]: replay a train run from its checkpoint (the newest at or before STEP, default: "
+            "before its first non-finite step) up to that step, with the run's own settings and data position; "
+            "the verdict: numerics or transient (docs/doctor.md)",
+        },
+    )
+    replays: int = field(
+        default=2, metadata={"help": "--from: replays of the failing window (the verdict compares them)"}
+    )
     fit_check: bool = fit_check_field()
     model: ModelSection = section(ModelSection, "what to diagnose: the task or the language model")
     lora: LoraSettings = lora_field()
@@ -116,7 +128,15 @@ class DoctorConfig:
     def __post_init__(self):
         object.__setattr__(self, "precision", canonical_name(self.precision))
         check_lora_run(self.lora, precision=self.precision)
-        for name in ("seq_len", "smoke_steps", "ring_size", "what_if_batches", "range_batches", *AUTO_FIELDS):
+        for name in (
+            "seq_len",
+            "smoke_steps",
+            "ring_size",
+            "what_if_batches",
+            "range_batches",
+            "replays",
+            *AUTO_FIELDS,
+        ):
             least = 0 if name in AUTO_FIELDS else 1  # 0: chosen for the device (`doctor_defaults`)
             if getattr(self, name) < least:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(self, name)}")

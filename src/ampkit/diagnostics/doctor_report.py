@@ -12,6 +12,7 @@ import numpy as np
 from rich.console import Console
 
 from ampkit.diagnostics.range_report import range_notes, range_rows, range_section
+from ampkit.diagnostics.replay import replay_rows, replay_section
 from ampkit.diagnostics.whatif_report import what_if_rows, what_if_section
 from ampkit.report import Report, as_stored, plt
 from ampkit.report.console import key_value_table, labelled_lines
@@ -35,6 +36,7 @@ def key_findings(summary: dict[str, Any]) -> list[Row]:
     rng = summary["gradients"]["scale_range"]
     return [
         *_subject_rows(summary),
+        *replay_rows(summary.get("replay")),  # doctor --from RUN: the run, its window and the verdict
         *_interrupted_rows(summary.get("interrupted")),
         *_locator_rows(summary["locator"], near_max=summary["status"] == "problems"),
         *range_rows(summary.get("range_audit")),
@@ -191,6 +193,7 @@ def build_report(summary: dict[str, Any]) -> Report:
         report.text(f"{item['title']}. Fix: {item['fix']}", kind="warn" if item["severity"] != "info" else "note")
         for line in item["evidence"]:
             report.text(f"Evidence: {line}")
+    replay_section(report, summary.get("replay"))
     _locator_section(report, summary["locator"])
     range_section(report, summary.get("range_audit"))
     _scale_section(report, summary["scale"])
@@ -264,17 +267,17 @@ def _scale_section(report: Report, scale: dict[str, Any]) -> None:
 
 def _gradient_section(report: Report, grads: dict[str, Any]) -> None:
     report.heading("Gradients")
-    rng = grads["scale_range"]
-    if rng is None:  # an interrupted diagnosis, before the gradient snapshot
+    rng, steps = grads["scale_range"], grads["steps"]
+    if rng is None and not steps:  # an interrupted diagnosis, before the gradient snapshot
         report.text("Not measured: the diagnosis was interrupted first.")
         return
-    report.text(
-        f"Loss scales keeping fp32 gradients representable in fp16 (<= {100 * rng['flush_tolerance']:g}% "
-        f"flushed to zero, max |g·scale| <= 65504): {rng['low_pow2']:g} .. {rng['high_pow2']:g}"
-        + ("" if rng["representable"] else " (empty: no scale fits)")
-        + f"; max |g| = {rng['max_abs']:.3g}."
-    )
-    steps = grads["steps"]
+    if rng is not None:  # a replay (doctor --from RUN) takes no snapshot: its steps' statistics only
+        report.text(
+            f"Loss scales keeping fp32 gradients representable in fp16 (<= {100 * rng['flush_tolerance']:g}% "
+            f"flushed to zero, max |g·scale| <= 65504): {rng['low_pow2']:g} .. {rng['high_pow2']:g}"
+            + ("" if rng["representable"] else " (empty: no scale fits)")
+            + f"; max |g| = {rng['max_abs']:.3g}."
+        )
     if not steps:
         return
     names = [t["name"] for t in steps[0]["tensors"]]

@@ -1,7 +1,12 @@
 """Fault injection: put an inf, a nan or an fp16 overflow at a chosen module's forward output or
 backward gradient, at a chosen step. The way to test the locator, the guard and doctor, and a demo.
 
-Spec syntax (CLI `--inject`): ``module_path:phase:kind[@step]``
+Spec syntax (CLI `--inject`): ``[once:]module_path:phase:kind[@step]``
+    once         optional: a one-off fault (a transient, e.g. a bit flip): it fires on the first pass of
+                 a step only, never on a replay of it (`doctor --from RUN`). How the first pass is known
+                 across processes: a replay's injector is told how far the recorded run got
+                 (`passed_through`: the run that is replayed made the first pass of every step up to
+                 it), and within one injector a step that fired once never fires again
     module_path  dotted path from `model.named_modules()`, e.g. ``blocks.0.attn.q_proj``
     phase        ``forward`` (the module's output) or ``backward`` (the gradient it sends upstream,
                  i.e. with respect to its inputs; for a module whose inputs need no gradient, such
@@ -45,6 +50,8 @@ class FaultSpec:
     kind: str
     first_step: int | None = None
     last_step: int | None = None
+    once: bool = False
+    """a one-off fault: the first pass of a step only, not a replay of it"""
 
     def __post_init__(self):
         if self.phase not in PHASES:
@@ -70,7 +77,7 @@ class FaultSpec:
         return self.first_step <= step <= self.last_step
 
     def __str__(self) -> str:
-        text = f"{self.module}:{self.phase}:{self.kind}"
+        text = f"{'once:' if self.once else ''}{self.module}:{self.phase}:{self.kind}"
         if self.first_step is None:
             return text
         if self.first_step == self.last_step:
@@ -79,18 +86,20 @@ class FaultSpec:
 
 
 def parse_fault_spec(text: str) -> FaultSpec:
-    """`module_path:phase:kind[@step]` -> FaultSpec; a malformed spec is a UsageError (one line)."""
+    """`[once:]module_path:phase:kind[@step]` -> FaultSpec; a malformed spec is a UsageError (one line)."""
     body, _, steps = text.strip().partition("@")
     parts = body.split(":")
+    once = len(parts) == 4 and parts[0].strip().lower() == "once"
+    parts = parts[1:] if once else parts
     if len(parts) != 3 or not all(parts):
         raise UsageError(
-            f"--inject '{text}' is not module_path:phase:kind[@step]; e.g. blocks.0.attn.q_proj:forward:nan@3"
+            f"--inject '{text}' is not [once:]module_path:phase:kind[@step]; e.g. blocks.0.attn.q_proj:forward:nan@3"
         )
     module, phase, kind = (p.strip() for p in parts)
     first = last = None
     if steps:
         first, last = _parse_steps(steps, text)
-    return FaultSpec(module=module, phase=phase.lower(), kind=kind.lower(), first_step=first, last_step=last)
+    return FaultSpec(module=module, phase=phase.lower(), kind=kind.lower(), first_step=first, last_step=last, once=once)
 
 
 def _parse_steps(steps: str, text: str) -> tuple[int, int]:
@@ -148,8 +157,11 @@ class FaultInjector:
     corrupted values. Use as a context manager or `attach()` / `detach()`.
     """
 
-    def __init__(self, model: nn.Module, spec: FaultSpec | str):
+    def __init__(self, model: nn.Module, spec: FaultSpec | str, *, passed_through: int = 0):
+        """`passed_through`: a replay's steps 1..N already had their first pass (in the recorded run), so a
+        `once` fault does not fire on them."""
         self.model = model
+        self.passed_through = passed_through
         self.spec = parse_fault_spec(spec) if isinstance(spec, str) else spec
         self.target = resolve_module(model, self.spec.module)  # fail before any hook is placed
         self.step = 0
@@ -194,7 +206,11 @@ class FaultInjector:
         training = module.training and torch.is_grad_enabled()  # evaluation passes are never faulted
         if training and not self._explicit_steps:
             self.step += 1
-        self._armed = training and self.spec.active(self.step)
+        self._armed = training and self.spec.active(self.step) and not self._passed(self.step)
+
+    def _passed(self, step: int) -> bool:
+        """A `once` fault's step that already had its first pass: in the recorded run, or here."""
+        return self.spec.once and (step <= self.passed_through or step in self.fired)
 
     def _fire(self) -> None:
         if not self.fired or self.fired[-1] != self.step:

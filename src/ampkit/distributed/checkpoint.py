@@ -328,8 +328,43 @@ def read_sharded_model(path: Path, *, identity: dict[str, Any]) -> tuple[dict[st
     return state["model"], int(manifest["step"])
 
 
-def latest_sharded(run_dir: Path) -> Path:
-    paths = list_sharded(run_dir)
+def read_sharded_whole(
+    path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, identity: dict[str, Any]
+) -> dict[str, Any]:
+    """A sharded checkpoint read whole into a one-process model and optimizer (no process group: `doctor
+    --from` of a data-parallel run): the manifest checked (identity, every file's checksum), the model and
+    optimizer state read from all ranks' shards at their full shapes, and rank 0's state returned (the
+    data position, RNG, schedule and scaler are the same on every rank) with the step and world size."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    manifest = read_sharded_manifest(path)
+    _check_identity(manifest, path, identity=identity)
+    bad = _corrupt_files(path, manifest, rank=0, world_size=1)
+    if bad:
+        raise UsageError(f"checkpoint {path} is corrupt or truncated ({', '.join(bad)} fail their checksum)")
+    model_state, optim_state = get_state_dict(model, optimizer)  # creates the optimizer's state to load into
+    state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
+    with warnings.catch_warnings():  # "torch.distributed is not initialized": one process reads it all, as meant
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=path)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    rank_state = torch.load(path / _rank_file(0), map_location="cpu", weights_only=True)
+    if rank_state.get("optimizer_fresh"):
+        optimizer.state.clear()
+    return rank_state | {"step": manifest["step"], "world_size": manifest["world_size"]}
+
+
+def sharded_world_size(path: Path) -> int:
+    """The ranks that wrote a sharded checkpoint (its manifest)."""
+    return int(read_sharded_manifest(path)["world_size"])
+
+
+def latest_sharded(run_dir: Path, *, at_or_before: int | None = None) -> Path:
+    """The newest complete sharded checkpoint, or the newest at or before step `at_or_before`."""
+    paths = [p for p in list_sharded(run_dir) if at_or_before is None or int(p.name[5:13]) <= at_or_before]
     if not paths:
         raise UsageError(f"{run_dir} has no complete sharded checkpoint to resume from; start a new run instead")
     return paths[-1]

@@ -137,6 +137,7 @@ DOCTOR = SummaryKind(
         "fidelity": Opt(dict),
         "what_if": Absent(Opt(WHAT_IF)),
         "range_audit": Absent(Opt(RANGE_AUDIT)),
+        "replay": Absent(Opt(dict)),  # doctor --from RUN: the replayed window and its verdict
         "advice": ListOf(ADVICE),
         "wall_s": NUM,
     },

@@ -161,8 +161,18 @@ def load_checkpoint(path: Path, *, identity: dict[str, Any] | None = None) -> di
     return state
 
 
-def load_latest(run_dir: Path, *, identity: dict[str, Any] | None = None) -> dict[str, Any]:
+def checkpoint_step(path: Path) -> int:
+    """The step a checkpoint file's name says (step-00000010.pt: 10)."""
+    return int(path.stem.split("-")[1])
+
+
+def load_latest(
+    run_dir: Path, *, identity: dict[str, Any] | None = None, at_or_before: int | None = None
+) -> dict[str, Any]:
+    """The newest complete checkpoint, or the newest at or before step `at_or_before`."""
     paths = list_checkpoints(run_dir)
+    if at_or_before is not None:
+        paths = [p for p in paths if checkpoint_step(p) <= at_or_before]
     if not paths:
         raise UsageError(f"{run_dir} has no complete checkpoint to resume from; start a new run with --out instead")
     return load_checkpoint(paths[-1], identity=identity)

@@ -167,9 +167,10 @@ class _Checkpointer:
         self._write(objs, Path(run_dir), progress)  # a failed write: CheckpointWriteFailed, the previous stays
         return True
 
-    def resume(self, objs: CheckpointedRun, run_dir: Path) -> RunProgress:
-        """Load the newest complete checkpoint into every part of the run; returns its counters."""
-        ckpt = self._load_latest(objs, Path(run_dir))
+    def resume(self, objs: CheckpointedRun, run_dir: Path, *, at_or_before: int | None = None) -> RunProgress:
+        """Load the newest complete checkpoint (at or before step `at_or_before`: `doctor --from RUN@STEP`)
+        into every part of the run; returns its counters."""
+        ckpt = self._load_latest(objs, Path(run_dir), at_or_before)
         self._restore_training_state(objs, ckpt)
         objs.sampler.load_state_dict(ckpt["sampler"])
         single.restore_rng_state(ckpt["rng"])
@@ -194,7 +195,7 @@ class _Checkpointer:
     def _write(self, objs: CheckpointedRun, run_dir: Path, progress: RunProgress) -> None:
         raise NotImplementedError
 
-    def _load_latest(self, objs: CheckpointedRun, run_dir: Path) -> dict[str, Any]:
+    def _load_latest(self, objs: CheckpointedRun, run_dir: Path, at_or_before: int | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
 
@@ -215,8 +216,8 @@ class FileCheckpointer(_Checkpointer):
         }
         single.save_checkpoint(run_dir, progress.step, payload, keep=self.keep, identity=self.identity)
 
-    def _load_latest(self, objs: CheckpointedRun, run_dir: Path) -> dict[str, Any]:
-        return single.load_latest(run_dir, identity=self.identity)
+    def _load_latest(self, objs: CheckpointedRun, run_dir: Path, at_or_before: int | None = None) -> dict[str, Any]:
+        return single.load_latest(run_dir, identity=self.identity, at_or_before=at_or_before)
 
     def _restore_training_state(self, objs: CheckpointedRun, ckpt: dict[str, Any]) -> None:
         try:
@@ -259,12 +260,32 @@ class ShardedCheckpointer(_Checkpointer):
             identity=self.identity,
         )
 
-    def _load_latest(self, objs: CheckpointedRun, run_dir: Path) -> dict[str, Any]:
+    def _load_latest(self, objs: CheckpointedRun, run_dir: Path, at_or_before: int | None = None) -> dict[str, Any]:
         """Verifies, loads the model and optimizer shards in place (DCP), returns this rank's state."""
-        path = sharded.latest_sharded(run_dir)
+        path = sharded.latest_sharded(run_dir, at_or_before=at_or_before)
         return sharded.load_sharded(
             self.parallel, model=objs.model, optimizer=objs.optimizer, path=path, identity=self.identity
         )
+
+
+class WholeShardedReader(ShardedCheckpointer):
+    """A data-parallel run's sharded checkpoints read in one process (`doctor --from`: its replay runs the
+    job's global batch as `grad_accum x world_size` micro-batches of the one stream the ranks were dealt).
+    It resumes only (a replay writes no checkpoint); the data position is the ranks' shared stream's
+    (rank 0's `inner`; every rank's is the same)."""
+
+    def __init__(self, *, identity: dict[str, Any]) -> None:
+        from ampkit.core.parallel import LocalRun
+
+        super().__init__(keep=1, identity=identity, parallel=LocalRun())
+
+    def _write(self, objs: CheckpointedRun, run_dir: Path, progress: RunProgress) -> None:
+        raise TypeError("a one-process reader of a sharded run writes no checkpoint")
+
+    def _load_latest(self, objs: CheckpointedRun, run_dir: Path, at_or_before: int | None = None) -> dict[str, Any]:
+        path = sharded.latest_sharded(run_dir, at_or_before=at_or_before)
+        state = sharded.read_sharded_whole(path, model=objs.model, optimizer=objs.optimizer, identity=self.identity)
+        return state | {"sampler": state["sampler"]["inner"]}  # the one stream the ranks were dealt from
 
 
 def build_checkpointer(
