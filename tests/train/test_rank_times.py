@@ -42,5 +42,5 @@ def test_one_process_gathers_nothing():
 
 def test_the_train_summary_kind_takes_the_ranks_block():
     kind = next(k for k in KINDS if k.name == "train")
-    spec = kind.fields["ranks"].spec.spec
+    spec = kind.fields["ranks"].spec.spec.spec  # Absent(Opt(ListOf(RANK_TIMES)))
     assert set(spec) == set(straggler_scores([own_step_times([0.01])])[0])

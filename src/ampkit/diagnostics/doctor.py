@@ -565,6 +565,7 @@ def build_summary(
         "fidelity": fidelity.to_dict() if fidelity else None,
         "what_if": what_if,
         "range_audit": range_audit.to_dict() if range_audit else None,
+        "replay": None,  # doctor --from RUN: the replayed window and its verdict (diagnostics/replay.py)
         "advice": [a.to_dict() for a in advice],
         "wall_s": wall_s,
     }
