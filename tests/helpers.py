@@ -122,3 +122,16 @@ def ampkit_process(*argv: str, file_size_limit: int | None = None, timeout: floa
         preexec_fn=preexec,
         **kwargs,
     )
+
+
+def cpu_runs_fp8_matmuls() -> bool:
+    """Whether this CPU's oneDNN multiplies float8 (`torch._scaled_mm`): AMX/AVX512-FP16 Xeons do; an
+    AVX2-only CPU (or `ONEDNN_MAX_CPU_ISA=AVX2`) cannot create the primitive."""
+    import torch
+
+    a = torch.ones(16, 16).to(torch.float8_e4m3fn)
+    try:
+        torch._scaled_mm(a, a.t(), scale_a=torch.tensor(1.0), scale_b=torch.tensor(1.0), out_dtype=torch.bfloat16)
+    except RuntimeError:
+        return False
+    return True

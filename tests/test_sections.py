@@ -71,7 +71,7 @@ def test_the_commands_own_rules_stay_with_the_command():
             guard=GuardSection(inject="blocks.0.mlp:forward:nan", inject_rank=2),
         )
     # the fault's syntax: the diagnostics' parser, called at train's level (below it, no section may import it)
-    with pytest.raises(UsageError, match="is not module_path:phase:kind"):
+    with pytest.raises(UsageError, match=r"is not \[once:\]module_path:phase:kind"):
         TrainConfig(guard=GuardSection(inject="nonsense"))
 
 

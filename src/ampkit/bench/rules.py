@@ -61,10 +61,17 @@ def fp32_fast_enough(entries: list[dict[str, Any]], parameters: int | None) -> d
     return {"rule": "fp32-fast-enough", "text": text, "evidence": evidence}
 
 
+def _plain_tf32(name: str) -> bool:
+    """The tf32 candidate itself (no optimizer or module overrides of its own), by its spec, not its name."""
+    spec = candidate_spec(name)
+    return spec.tf32 and name == spec.name
+
+
 def tf32_first(entries: list[dict[str, Any]], rec: dict[str, Any], capacity_bytes: int) -> dict[str, Any] | None:
     chosen, ref = rec.get("precision"), _reference(entries)
-    tf32 = next((e for e in _ok(entries) if e["name"] == "tf32"), None)
-    if ref is None or tf32 is None or chosen in (None, "tf32") or "tf32" in rec.get("disqualified", {}):
+    tf32 = next((e for e in _ok(entries) if _plain_tf32(e["name"])), None)
+    disqualified = any(_plain_tf32(name) for name in rec.get("disqualified", {}))
+    if ref is None or tf32 is None or chosen is None or disqualified:
         return None
     spec = candidate_spec(chosen)
     if spec.is_reference or spec.tf32:
