@@ -31,6 +31,7 @@ from ampkit.core import build_trainer
 from ampkit.core.signals import StopRequests
 from ampkit.diagnostics.advice import Advice, Evidence, advise
 from ampkit.diagnostics.config import DoctorConfig, doctor_defaults
+from ampkit.diagnostics.diagnosed_step import diagnosed_step
 from ampkit.diagnostics.gradstats import (
     GradientStatistics,
     StepGradStats,
@@ -52,7 +53,6 @@ from ampkit.hardware import describe_device, pick_device
 from ampkit.lora.build import build_lora_model, check_lora_available
 from ampkit.precision import (
     REFERENCE,
-    LossScaleCollapse,
     build_precision,
     check_supported,
     get_spec,
@@ -231,31 +231,10 @@ def _run_steps(trainer, policy, meters, record: RunRecord, steps: int, *, stop: 
         locator.begin_step(step)
         stats.begin_step(step)
         updates.begin_step(step)
-        try:
-            result = trainer.train_step()
-        except LossScaleCollapse as err:
-            record.trajectory.record_collapse(step, policy.loss_scale())
-            record.error = str(err)
-            if locator.first_nonfinite is None and record.scaler_overflows:
-                locator.first_nonfinite = record.scaler_overflows[-1]  # never absorbed: it kept overflowing
+        if diagnosed_step(trainer, policy, locator, stats, record, step) is None:  # the loss scale collapsed
             trainer.optimizer.zero_grad(set_to_none=True)
             break
-        loss, norm = torch.stack([result.loss.float(), result.grad_norm.float()]).tolist()  # sync: doctor only
-        record.losses.append(loss)
-        record.grad_norms.append(norm)
-        record.trajectory.record(step, policy.loss_scale(), stepped=result.stepped)
-        record.grad_stats.extend(stats.drain())
         record.updates.extend(updates.drain())
-        _absorb_scaler_overflow(locator, record, stepped=result.stepped, loss=loss)
-
-
-def _absorb_scaler_overflow(locator, record: RunRecord, *, stepped: bool, loss: float) -> None:
-    """A backward inf on a step the scaler skipped, with a finite loss, is the scaler doing its job
-    (the loss scale only touches backward): note where it overflowed and keep looking."""
-    finding = locator.first_nonfinite
-    if finding is not None and finding.phase == "backward" and not stepped and math.isfinite(loss):
-        record.scaler_overflows.append(finding)
-        locator.resume()
 
 
 def gradient_snapshot(setup: _Setup):

@@ -20,14 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import nn
 
+from ampkit.diagnostics.diagnosed_step import diagnosed_step
 from ampkit.diagnostics.gradstats import GradientStatistics, StepGradStats
 from ampkit.diagnostics.inject import FaultInjector, FaultSpec
 from ampkit.diagnostics.locator import Finding, NonFiniteLocator
 from ampkit.diagnostics.scale import ScaleTrajectory
-from ampkit.precision import LossScaleCollapse
 
 VERDICTS = ("numerics", "transient", "inconclusive")
 DEVICE_NOTE = (
@@ -130,26 +129,11 @@ def _replay_step(trainer, policy, meters, record: ReplayPass, step: int) -> bool
         injector.begin_step(step)  # the run's step numbers: a deterministic fault fires at the same step
     locator.begin_step(step)
     stats.begin_step(step)
-    try:
-        result = trainer.train_step()
-    except LossScaleCollapse as err:
-        record.trajectory.record_collapse(step, policy.loss_scale())
-        record.error = str(err)
-        if locator.first_nonfinite is None and record.scaler_overflows:
-            locator.first_nonfinite = record.scaler_overflows[-1]
+    stepped = diagnosed_step(trainer, policy, locator, stats, record, step)
+    if stepped is None:  # the loss scale collapsed
         return False
-    loss, norm = torch.stack([result.loss.float(), result.grad_norm.float()]).tolist()  # sync: a diagnosis
     record.steps.append(step)
-    record.losses.append(loss)
-    record.grad_norms.append(norm)
-    record.trajectory.record(step, policy.loss_scale(), stepped=result.stepped)
-    record.grad_stats.extend(stats.drain())
-    finding = locator.first_nonfinite
-    if finding is not None and finding.phase == "backward" and not result.stepped and math.isfinite(loss):
-        record.scaler_overflows.append(finding)  # the loss scaler's own overflow handling: keep looking
-        locator.resume()
-        return True
-    return math.isfinite(loss) and locator.first_nonfinite is None
+    return math.isfinite(stepped[1]) and locator.first_nonfinite is None  # an absorbed overflow: resumed
 
 
 @dataclass(frozen=True, kw_only=True)
