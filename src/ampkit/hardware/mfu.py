@@ -15,6 +15,15 @@ so the figure stays consistent with the peak table it divides by. Llama-3-8B (32
 ffn 14336, 8 KV heads of 128, vocabulary 128256) at T = 8192: N = 32 x 218.10M + 525.3M (head) = 7.504e9,
 6N = 45.03e9, attention 12 x 32 x 4096 x 8192 = 12.885e9: 57.91e9 FLOPs per token. (torchtitan's own MFU
 counts the same way; its quoted figures are given beside each row.)
+
+The fp32 and TF32 rows come from NVIDIA's BERT-Large pre-training tables (PyTorch, phase 1, sequence 128),
+the one published training run measured in TF32 or fp32 beside mixed precision on the same GPUs. BERT-Large
+(24 layers, d_model 1024, ffn 4096, vocabulary 30522) at T = 128: N = 24 x 12 x 1024^2 = 301.99M (encoder)
++ 32.30M (the MLM head: its d x d transform and the tied d x vocabulary decoder, counted at every position as
+ampkit counts a head) = 334.29M, 6N = 2.006e9, attention 12 x 24 x 1024 x 128 = 37.7e6: 2.044e9 FLOPs per
+token. (Were the head computed at the ~20 masked positions of 128 only, the count would be 10% lower and
+each BERT row's MFU with it; the fp32 : mixed ratio, which is what a plan's step times compare, would not
+move.) Tokens/s = sequences/s x 128.
 """
 
 from __future__ import annotations
@@ -27,6 +36,10 @@ LLAMA3_8B_FLOPS_PER_TOKEN = 57.91e9
 """FLOPs per trained token of Llama-3-8B at sequence 8192 (derivation in the module docstring)."""
 
 TORCHTITAN_H100 = "https://github.com/pytorch/torchtitan/blob/main/docs/performance.md"
+NVIDIA_BERT = "https://github.com/NVIDIA/DeepLearningExamples/blob/master/PyTorch/LanguageModeling/BERT/README.md"
+BERT_LARGE_FLOPS_PER_TOKEN = 2.044e9
+"""FLOPs per trained token of BERT-Large at sequence 128 (derivation in the module docstring)."""
+BERT_SEQ = 128
 TORCHTITAN_A100 = (
     "https://github.com/pytorch/torchtitan/blob/041336434916bdc0f88c1f89fda176fd3c2092e4/docs/performance.md"
 )
@@ -93,6 +106,33 @@ MFU_ROWS: tuple[MfuRow, ...] = (
         flops_per_token=LLAMA3_8B_FLOPS_PER_TOKEN,
         setting="torchtitan Llama-3-8B, 64 A100-80GB, FSDP, local batch 1, selective op AC (torchtitan quotes 58.2%)",
         source=TORCHTITAN_A100,
+    ),
+    # NVIDIA's BERT-Large, 1 GPU, PyTorch 21.11 NGC container: 317 sequences/s in TF32 on an A100-80GB (580
+    # in fp16 mixed precision, 1.83x; that fp16 row is not kept: fp16 reads bf16's torchtitan row above at an
+    # equal peak), 50 in fp32 and 224 in fp16 mixed precision on a V100-32GB (4.48x, datasheet 8x).
+    MfuRow(
+        gpu="A100-80GB",
+        peak_key="tf32",
+        tokens_per_s=317 * BERT_SEQ,
+        flops_per_token=BERT_LARGE_FLOPS_PER_TOKEN,
+        setting="NVIDIA BERT-Large pre-training phase 1 (sequence 128), 1 A100-80GB, TF32, batch 128, LAMB",
+        source=NVIDIA_BERT,
+    ),
+    MfuRow(
+        gpu="V100-32GB",
+        peak_key="fp32",
+        tokens_per_s=50 * BERT_SEQ,
+        flops_per_token=BERT_LARGE_FLOPS_PER_TOKEN,
+        setting="NVIDIA BERT-Large pre-training phase 1 (sequence 128), 1 V100-32GB (DGX-1), fp32, LAMB",
+        source=NVIDIA_BERT,
+    ),
+    MfuRow(
+        gpu="V100-32GB",
+        peak_key="fp16",
+        tokens_per_s=224 * BERT_SEQ,
+        flops_per_token=BERT_LARGE_FLOPS_PER_TOKEN,
+        setting="the same in fp16 mixed precision (4.48x the fp32 run)",
+        source=NVIDIA_BERT,
     ),
 )
 
