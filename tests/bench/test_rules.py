@@ -105,3 +105,38 @@ def test_a_bench_records_the_rules_evidence_in_summary_json(tmp_path, capsys, mo
     rule = next(r for r in rec["rules"] if r["rule"] == "fp32-fast-enough")
     assert rule["evidence"]["best"] == "bf16-mixed" and rule["evidence"]["speedup"] == pytest.approx(1.0, abs=0.01)
     assert rule["text"] in rec["advice"] and "fp32 is fast enough" in capsys.readouterr().out
+
+
+def _timed(name: str, median_ms: float, spread: float = 0.02) -> dict:
+    e = entry(name, 1.0, spread=spread)
+    e["timing"] = {
+        "step_ms_median": median_ms,
+        "step_ms_p10": median_ms * (1 - spread),
+        "step_ms_p90": median_ms * (1 + spread),
+    }
+    return e
+
+
+def test_an_island_beside_its_plain_candidate_gets_its_step_time_cost():
+    entries = [_timed("fp32", 200), _timed("bf16-mixed", 100), _timed("bf16-mixed@blocks.1.mlp=fp32", 115)]
+    rules = [r for r in seed_rules(entries, {"precision": "bf16-mixed"}, capacity_bytes=80 * GIB, parameters=None)]
+    (island,) = [r for r in rules if r["rule"] == "island-cost"]
+    assert island["evidence"]["base"] == "bf16-mixed" and island["evidence"]["verdict"] == "slower"
+    assert island["evidence"]["cost"] == pytest.approx(0.15)
+    assert "blocks.1.mlp=fp32 costs +15% step time over bf16-mixed" in island["text"]
+
+
+def test_an_island_cost_inside_the_noise_says_so_and_none_without_its_plain_candidate():
+    noisy = [_timed("fp32", 200), _timed("bf16-mixed", 100, 0.2), _timed("bf16-mixed@head=fp32", 105)]
+    (rule,) = [
+        r
+        for r in seed_rules(noisy, {"precision": "fp32"}, capacity_bytes=0, parameters=None)
+        if r["rule"] == "island-cost"
+    ]
+    assert rule["evidence"]["verdict"] == "inside the noise"
+    alone = [_timed("fp32", 200), _timed("bf16-mixed@head=fp32", 105)]
+    assert not [
+        r
+        for r in seed_rules(alone, {"precision": "fp32"}, capacity_bytes=0, parameters=None)
+        if r["rule"] == "island-cost"
+    ]

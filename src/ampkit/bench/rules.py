@@ -13,6 +13,9 @@
   halved batch runs the GPU below 50% utilisation; otherwise a smaller micro-batch with gradient
   accumulation keeps the effective batch without the recompute (~1/3 more compute). Utilisation is the
   chosen precision's measured MFU at the measured batch, an upper bound of the halved batch's.
+- **an fp32 island's cost**: a candidate with module overrides (`bf16-mixed@blocks.1.mlp`, the fix doctor
+  advises) measured beside the same candidate without them: the island's price in step time, against
+  the noise of the two runs, so a fix is taken knowing what it costs.
 
 Pure functions on summary entries (dicts of summary.json's `precisions`): testable on synthetic ones.
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ampkit.bench.candidates import candidate_spec
+from ampkit.bench.candidates import OVERRIDE, candidate_spec
 from ampkit.bench.recommend import MEMORY_BOUND_FRACTION, format_speedup
 
 UTILISATION_FLOOR = 0.5
@@ -129,6 +132,32 @@ def checkpointing_or_accumulation(
     return {"rule": "checkpointing-or-accumulation", "text": text, "evidence": evidence}
 
 
+def island_costs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One rule per candidate with module overrides whose plain form (its name before '@') was measured
+    too: the island's step-time cost (a fraction: +0.07 is 7% slower), from the medians of the same
+    batches and steps, beside the larger of the two runs' noise."""
+    ok = {e["name"]: e for e in _ok(entries)}
+    found = []
+    for name, island in ok.items():
+        base_name = name.split(OVERRIDE, 1)[0]
+        base = ok.get(base_name)
+        if base is None or base_name == name:
+            continue
+        base_ms, island_ms = base["timing"]["step_ms_median"], island["timing"]["step_ms_median"]
+        if not base_ms or not island_ms:
+            continue
+        cost, noise = island_ms / base_ms - 1.0, max(step_noise(base), step_noise(island))
+        kept = name[len(base_name) + 1 :].replace(OVERRIDE, ", ")
+        verdict = "inside the noise" if abs(cost) <= noise else ("slower" if cost > 0 else "faster")
+        text = (
+            f"the island {kept} costs {cost:+.0%} step time over {base_name} ({island_ms:.1f} vs {base_ms:.1f} ms "
+            f"a step; +/-{noise:.0%} noise: {verdict})"
+        )
+        evidence = {"candidate": name, "base": base_name, "cost": cost, "noise": noise, "verdict": verdict}
+        found.append({"rule": "island-cost", "text": text, "evidence": evidence})
+    return found
+
+
 def seed_rules(
     entries: list[dict[str, Any]], rec: dict[str, Any], *, capacity_bytes: int, parameters: int | None
 ) -> list[dict[str, Any]]:
@@ -138,4 +167,4 @@ def seed_rules(
         tf32_first(entries, rec, capacity_bytes),
         checkpointing_or_accumulation(entries, rec, capacity_bytes),
     ]
-    return [f for f in found if f is not None]
+    return [f for f in found if f is not None] + island_costs(entries)
