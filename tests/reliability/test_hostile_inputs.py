@@ -80,6 +80,11 @@ CASES = [
     ("train: images for a text model", ["train", "--images-per-sample", "3"], "takes no images"),
     ("train: negative images", ["train", "--images-per-sample", "-1"], "--images-per-sample must be >= 0"),
     ("train: freezing a part a preset lacks", ["train", "--freeze", "vision"], "no module of"),
+    (
+        "train: freezing a part of a task without parts",
+        ["train", "--task", "mlp", "--freeze", "vision"],
+        "only a vision-language model has parts",
+    ),
     ("plan: unknown gpu", ["plan", "--model", "7b", "--gpu", "Z100"], "Z100"),
     ("plan: config.json missing fields", ["plan", "--model", "{d}/cfg_missing.json"], "cfg_missing.json"),
     ("plan: config.json not json", ["plan", "--model", "{d}/cfg_broken.json"], "cfg_broken.json"),

@@ -110,13 +110,13 @@ def find_parts(model: nn.Module) -> Parts:
 
 def check_part_names(names: Iterable[str], available: Collection[str] | None, *, model: str) -> tuple[str, ...]:
     """`--freeze` values: each a part name with parameters in this model (`available`: its parts;
-    None: a model without parts, a causal LM), else one line."""
+    None: a model without parts -- a causal LM, an MLP, any model that is not vision-language), else one line."""
     out = []
     for name in names:
         if name not in PARTS:
             raise UsageError(f"--freeze {name!r}: not a part name; choose from {', '.join(PARTS)}")
         if available is None or name not in available:
-            having = "a causal LM has no parts" if available is None else "its parts: " + ", ".join(sorted(available))
+            having = "only a vision-language model has parts" if available is None else "its parts: " + ", ".join(sorted(available))
             raise UsageError(f"--freeze {name}: no module of {model} is in a {name} part ({having})")
         out.append(name)
     return tuple(out)
