@@ -1,8 +1,9 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   installs everything (torch, the core, every optional extra, the test tools: DEPS and LINT
-#               below; ~1.6 GB), then runs the main job (ampkit bench) on the embedded default
-#   make test   installs the same, then runs ruff (lint + format check), mypy, lint-imports (the layers of
-#               docs/architecture.md, contracts in pyproject.toml) and the test suite
+#   make demo   installs everything (torch, the core, every optional extra, the test tools: DEPS, LINT
+#               and BROWSER_PY below; ~1.8 GB), then runs the main job (ampkit bench) on the embedded default
+#   make test   installs the same (and, where it can, Debian's chromium: the browser step), then runs ruff (lint
+#               + format check), mypy, lint-imports (the layers of docs/architecture.md, contracts in
+#               pyproject.toml) and the test suite
 # The virtual environment lives in .venv; a stamp file makes re-runs fast (no pip call at all
 # when pyproject.toml has not changed).
 PYTHON ?= python3
@@ -32,7 +33,7 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# Debian's chromium (~115 MB download, ~10 s) for the browser test, with apt-get where it is missing and make
+# Debian's chromium (a 115 MB download) for the browser test, with apt-get where it is missing and make
 # runs as root (an empty package list is refreshed once). It never fails `make test`: where chromium cannot
 # be had (no apt-get, not root, no network) it says so and the browser test skips in one line.
 browser:
