@@ -2,10 +2,11 @@
 and at a phone's (390 CSS px, mobile emulation: the page's viewport meta tag decides its layout width).
 
 Each page must load with no console error and no script error, every figure (an inline PNG) must decode, as many
-as the run wrote PNGs, and the page itself must never scroll sideways: a wide table scrolls inside its own box
-(`ampkit.report.document`'s `.scroll`). A page that breaks any of this is shown to be caught (a broken image, a
-script error, a console error, a table wider than the phone). Full-page screenshots go to `$AMPKIT_SCREENSHOTS`
-or a pytest temporary folder, named at the end of pytest's output (tests/conftest.py's terminal summary).
+as the run wrote PNGs, no text may be smaller than 12 CSS px, and the page itself must never scroll sideways: a
+wide table scrolls inside its own box (`ampkit.report.document`'s `.scroll`). A page that breaks any of this is
+shown to be caught (a broken image, a script error, a console error, a table wider than the phone, fine print, no
+viewport meta tag). Full-page screenshots go to `$AMPKIT_SCREENSHOTS` or a pytest temporary folder, named at the
+end of pytest's output (tests/conftest.py's terminal summary).
 
 The browser is Debian's `chromium` (`make test` installs it with apt-get where it can), driven by playwright
 (pinned in the Makefile; it cannot download its own browsers here), launched once for the module. Where either
@@ -41,6 +42,7 @@ if (_why := _no_browser()) is not None:
 RUNS = ("bench", "train", "doctor")  # tests/helpers.py REAL_RUNS, shared with the suite
 WIDTHS = (390, 1280)  # CSS px: a phone (iPhone 12-15's 390 x 844) and a desktop window
 PHONE_MAX = 600  # widths below this are emulated as a phone (touch, viewport meta tag honoured)
+SMALLEST_TEXT = 12  # CSS px: the smallest text a page may set (a phone shows CSS px as they are)
 
 _FACTS = r"""() => {
   const root = document.documentElement, width = root.clientWidth;
@@ -56,7 +58,13 @@ _FACTS = r"""() => {
       outside.push(e.tagName.toLowerCase() + ' ' + (e.innerText || '').replace(/\s+/g, ' ').trim().slice(0, 40));
   const images = [...document.images].map((i) => ({alt: i.alt, complete: i.complete, natural: i.naturalWidth,
                                                     shown: i.getBoundingClientRect().width}));
-  return {scrollWidth: root.scrollWidth, clientWidth: width, outside, images};
+  let smallest = null;  // the smallest text: [CSS px, tag] of the elements that hold text themselves
+  for (const e of document.body.querySelectorAll('*'))
+    if ([...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())) {
+      const size = parseFloat(getComputedStyle(e).fontSize);
+      if (smallest === null || size < smallest[0]) smallest = [size, e.tagName.toLowerCase()];
+    }
+  return {scrollWidth: root.scrollWidth, clientWidth: width, outside, images, smallest};
 }"""
 """What the page looks like once loaded: its layout and scroll widths (CSS px), what pokes out of it, its images."""
 
@@ -110,6 +118,8 @@ def faults(facts: dict, problems: list[str], *, width: int) -> list[str]:
     if facts["scrollWidth"] > facts["clientWidth"]:
         out.append(f"the page scrolls sideways: {facts['scrollWidth']} px > {facts['clientWidth']} px")
     out += [f"past the right edge: {what}" for what in facts["outside"]]
+    if facts["smallest"] is not None and facts["smallest"][0] < SMALLEST_TEXT:
+        out.append(f"text smaller than {SMALLEST_TEXT} px: {facts['smallest'][0]:.1f} px in a <{facts['smallest'][1]}>")
     for image in facts["images"]:
         if not image["complete"] or image["natural"] == 0:
             out.append(f"figure did not load: {image['alt']!r}")
@@ -119,12 +129,14 @@ def faults(facts: dict, problems: list[str], *, width: int) -> list[str]:
 
 
 def test_a_broken_page_is_caught(browser, tmp_path):
-    """The check can fail: a truncated PNG, a script error, a console error and a 40-column table are each named."""
+    """The check can fail: a truncated PNG, a script error, a console error, a 40-column table and 9 px text are each
+    named."""
     wide = "<table><tr>" + "".join(f"<td>column {i}</td>" for i in range(40)) + "</tr></table>"
     page = tmp_path / "broken.html"
     page.write_text(
         "<!doctype html><html><head><meta name='viewport' content='width=device-width'></head><body>"
         "<img alt='truncated' src='data:image/png;base64,iVBORw0KGgo='>"
+        "<p style='font-size:9px'>fine print</p>"
         f"<script>noSuchFunction()</script><script>console.error('logged')</script>{wide}</body></html>"
     )
     facts, problems = open_page(browser, page.as_uri(), width=390)
@@ -133,6 +145,7 @@ def test_a_broken_page_is_caught(browser, tmp_path):
     assert "script error: " in found and "noSuchFunction" in found
     assert "console error: logged" in found
     assert "the page scrolls sideways" in found and "past the right edge: table column 0" in found
+    assert "text smaller than 12 px: 9.0 px in a <p>" in found
 
 
 def test_a_phone_without_the_viewport_tag_is_caught(browser, tmp_path):

@@ -47,12 +47,14 @@ th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
 figure{margin:1em 0}figcaption{color:#555;font-size:.9em}img{max-width:100%;height:auto}
 table.provenance{font-size:.85em;color:#444}table.provenance td{text-align:left;overflow-wrap:anywhere}
 pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.85em}
+code,pre{font-family:ui-monospace,Menlo,Consolas,"DejaVu Sans Mono",monospace}
 @media (max-width:600px){body{margin:1em auto;padding:0 .6em}h1{font-size:1.5em}table{font-size:.85em}}
 """
 """The page's style. It reads at a phone's width (390 CSS px) as at a desktop's: the viewport meta tag makes a
 phone lay the page out at its own width, every table sits in a `.scroll` box that scrolls sideways by itself
-(a bench's side-by-side table is ~1150 px wide) so the page never does, long words and paths wrap, and
-figures shrink to the column (tests/report/test_browser.py checks all three report kinds in Chromium)."""
+(a bench's side-by-side table is ~1150 px wide) so the page never does, long words and paths wrap, no text is
+smaller than 12 px (a font list, not bare `monospace`, whose default is 13 px, not 16), and figures shrink to the
+column (tests/report/test_browser.py checks all three report kinds in Chromium)."""
 
 
 @dataclass(frozen=True)
