@@ -204,3 +204,18 @@ def pytest_runtest_makereport(item, call):
             path, line, reason = report.longrepr
             report.longrepr = (path, line, f"{reason}; threads alive: {', '.join(alive)}")
     return report
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The folders of files a test left for a person to look at (`record_property("screenshots", FOLDER)`:
+    tests/report/test_browser.py's screenshots of real reports in Chromium), one line each at the end of the
+    output; under pytest-xdist the workers' reports carry their properties to this, the controller's, summary."""
+    folders = {
+        str(value)
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        for key, value in getattr(report, "user_properties", ())
+        if key == "screenshots"
+    }
+    for folder in sorted(folders):
+        terminalreporter.write_line(f"screenshots of the reports in Chromium: {folder}")

@@ -89,11 +89,14 @@ REAL_RUNS: dict[str, list[str]] = {
         "--json",
     ],
     "train": ["train", *TINY_ARGS, "--precision", "fp16-mixed", "--steps", "3"],  # fp16: a loss-scale curve
+    # doctor without the smoke test: 3 fp32 steps (tests/cli/test_report_roundtrip.py, tests/report/test_browser.py)
+    "doctor": ["doctor", "--precision", "fp32", "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--no-smoke"],
     "hw": ["hw", "--quick", "--device", "cpu"],
 }
 """Real small runs that several test modules only read (tests/report/test_console_width.py prints their
 tables at 80 columns; tests/cli/test_report_roundtrip.py renders their reports again byte for byte;
-tests/bench/test_bench_cli.py and test_sweep.py check the bench's and the sweep's summary and report)."""
+tests/bench/test_bench_cli.py and test_sweep.py check the bench's and the sweep's summary and report;
+tests/report/test_browser.py opens the bench's, the train's and the doctor's report.html in Chromium)."""
 REAL_RUN_COLUMNS = 80
 
 

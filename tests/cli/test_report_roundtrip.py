@@ -23,12 +23,11 @@ from json_schema import errors_of
 
 PLAN = ["--model", "tiny", "--seq-len", "64"]
 
-SHARED = ("bench-lora", "bench-inference", "train", "hw")
+SHARED = ("bench-lora", "bench-inference", "train", "hw", "doctor")
 """run once for the session (tests/conftest.py: REAL_RUNS; tests/report/test_console_width.py reads them too).
 A plain fp32 + bf16-mixed bench is re-rendered in tests/bench/test_bench_cli.py."""
 RUNS: dict[str, list[str]] = {
     **{name: REAL_RUNS[name] for name in SHARED},
-    "doctor": ["doctor", "--precision", "fp32", "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--no-smoke"],
     "plan": ["plan", *PLAN, "--gpu", "T4"],
     "plan-task": ["plan", "--task", "mlp", "--precisions", "fp32,bf16-mixed", "--checkpointing", "none"],
     "plan-lora": ["plan", *PLAN, "--lora", "8", "--gpu", "T4"],

@@ -102,3 +102,17 @@ def test_as_stored_is_what_summary_json_reads_back(tmp_path):
     from pathlib import Path
 
     assert as_stored({"a": (1, 2), "p": Path("x/y"), "n": float("inf")}) == {"a": [1, 2], "p": "x/y", "n": float("inf")}
+
+
+def test_a_page_is_laid_out_at_a_phones_width_with_its_tables_in_scroll_boxes(tmp_path):
+    """Without a browser (tests/report/test_browser.py checks the layout in Chromium): a phone lays the page out at
+    its own width (the viewport meta tag; else at 980 px, shrunk), and every table, the header's too, sits alone in
+    a box that scrolls sideways by itself, so a wide table never makes the page scroll."""
+    html_path, _ = Report("r", provenance=PROVENANCE).table(["a"], [[1]]).write(tmp_path)
+    html = html_path.read_text(encoding="utf-8")
+    head = html.split("</head>")[0]
+    assert "<meta name='viewport' content='width=device-width, initial-scale=1'>" in head
+    assert ".scroll{overflow-x:auto;" in head
+    tables = html.count("<table")
+    assert tables == 2 and html.count("<div class='scroll'><table") == tables
+    assert html.count("</table></div>") == tables

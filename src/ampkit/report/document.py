@@ -33,18 +33,28 @@ from ampkit.runs import json_text, write_bytes_atomic, write_text_atomic
 NOT_RECORDED = "not recorded"
 
 _CSS = """
+html{-webkit-text-size-adjust:100%}
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;
 margin:2em auto;padding:0 1em;color:#222}
 h1{border-bottom:2px solid #444;padding-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ccc}
+h1,h2,p,figcaption,summary{overflow-wrap:break-word}
+.scroll{overflow-x:auto;margin:1em 0}.scroll>table{margin:0}
 table{border-collapse:collapse;margin:1em 0;font-size:.92em}
 th,td{border:1px solid #ccc;padding:.3em .6em;text-align:right}
 th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
 .note{background:#f7f7ff;border-left:4px solid #66c;padding:.5em 1em}
 .warn{background:#fff7e6;border-left:4px solid #e90;padding:.5em 1em}
-figure{margin:1em 0}figcaption{color:#555;font-size:.9em}img{max-width:100%}
-table.provenance{font-size:.85em;color:#444}table.provenance td{text-align:left}
+figure{margin:1em 0}figcaption{color:#555;font-size:.9em}img{max-width:100%;height:auto}
+table.provenance{font-size:.85em;color:#444}table.provenance td{text-align:left;overflow-wrap:anywhere}
 pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.85em}
+code,pre{font-family:ui-monospace,Menlo,Consolas,"DejaVu Sans Mono",monospace}
+@media (max-width:600px){body{margin:1em auto;padding:0 .6em}h1{font-size:1.5em}table{font-size:.85em}}
 """
+"""The page's style. It reads at a phone's width (390 CSS px) as at a desktop's: the viewport meta tag makes a
+phone lay the page out at its own width, every table sits in a `.scroll` box that scrolls sideways by itself
+(a bench's side-by-side table is ~1150 px wide) so the page never does, long words and paths wrap, no text is
+smaller than 12 px (a font list, not bare `monospace`, whose default is 13 px, not 16), and figures shrink to the
+column (tests/report/test_browser.py checks all three report kinds in Chromium)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +130,9 @@ class Report:
 
     def to_html(self) -> str:
         parts = [
-            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
+            "<!doctype html><html><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{html.escape(self.title)}</title>"
             f"<style>{_CSS}</style></head><body><h1>{html.escape(self.title)}</h1>",
             _html_provenance(self.provenance),
         ]
@@ -160,7 +172,7 @@ def _html_block(block: _Block) -> str:
     if isinstance(block, _Table):
         head = "".join(f"<th>{html.escape(str(h))}</th>" for h in block.headers)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in block.rows)
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
     if isinstance(block, _Code):
         return f"<pre><code>{html.escape(block.text)}</code></pre>"
     data = base64.b64encode(block.png).decode("ascii")
@@ -222,7 +234,7 @@ def _html_provenance(provenance: dict[str, Any] | None) -> str:
         for k, v in provenance_rows(provenance)
     )
     note = html.escape(_command_note(provenance))
-    out = f"<table class='provenance'><tbody>{rows}</tbody></table><p class='note'>{note}</p>"
+    out = f"<div class='scroll'><table class='provenance'><tbody>{rows}</tbody></table></div><p class='note'>{note}</p>"
     toml = _config_toml(provenance)
     if toml is not None:
         out += f"<details><summary>resolved config (TOML)</summary><pre>{html.escape(toml)}</pre></details>"
