@@ -116,7 +116,9 @@ def check_part_names(names: Iterable[str], available: Collection[str] | None, *,
         if name not in PARTS:
             raise UsageError(f"--freeze {name!r}: not a part name; choose from {', '.join(PARTS)}")
         if available is None or name not in available:
-            having = "only a vision-language model has parts" if available is None else "its parts: " + ", ".join(sorted(available))
+            having = "only a vision-language model has parts"
+            if available is not None:
+                having = "its parts: " + ", ".join(sorted(available))
             raise UsageError(f"--freeze {name}: no module of {model} is in a {name} part ({having})")
         out.append(name)
     return tuple(out)
