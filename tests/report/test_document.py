@@ -116,3 +116,12 @@ def test_a_page_is_laid_out_at_a_phones_width_with_its_tables_in_scroll_boxes(tm
     tables = html.count("<table")
     assert tables == 2 and html.count("<div class='scroll'><table") == tables
     assert html.count("</table></div>") == tables
+
+
+def test_a_pipe_in_a_markdown_cell_does_not_split_it(tmp_path):
+    """'|grad| x scale' in a cell is one cell (an escaped pipe), the row keeps its column count."""
+    report = Report("t").table(["check", "max"], [["|grad| x scale", "7e4\nover fp16"]])
+    _, md_path = report.write(tmp_path)
+    row = next(line for line in md_path.read_text(encoding="utf-8").splitlines() if "grad" in line)
+    assert row == "| \\|grad\\| x scale | 7e4 over fp16 |"
+    assert len(row.replace("\\|", "").split("|")) - 2 == 2  # two cells between the outer pipes

@@ -182,14 +182,20 @@ def _html_block(block: _Block) -> str:
     )
 
 
+def _md_cell(value: object) -> str:
+    """A Markdown table cell: a literal '|' (as in '|grad| x scale') escaped so it does not split the cell,
+    a newline folded to a space (a row is one line)."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
 def _md_block(block: _Block, figures: Iterator[str]) -> list[str]:
     if isinstance(block, _Heading):
         return [f"## {block.text}"]
     if isinstance(block, _Text):
         return [str(block.text)] if block.kind == "text" else [f"> {block.text}"]
     if isinstance(block, _Table):
-        out = ["| " + " | ".join(map(str, block.headers)) + " |", "|" + "---|" * len(block.headers)]
-        out += ["| " + " | ".join(str(c) for c in row) + " |" for row in block.rows]
+        out = ["| " + " | ".join(map(_md_cell, block.headers)) + " |", "|" + "---|" * len(block.headers)]
+        out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in block.rows]
         return out
     if isinstance(block, _Code):
         return [f"```{block.language}", *block.text.splitlines(), "```"]
