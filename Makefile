@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   installs everything (torch, the core, every optional extra, the test tools: DEPS, LINT
-#               and BROWSER_PY below; ~1.8 GB), then runs the main job (ampkit bench) on the embedded default
+#               and BROWSER_PY below; ~2.5 GB), then runs the main job (ampkit bench) on the embedded default
 #   make test   installs the same (and, where it can, Debian's chromium: the browser step), then runs ruff (lint
 #               + format check), mypy, lint-imports (the layers of docs/architecture.md, contracts in
 #               pyproject.toml) and the test suite
@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.installed
 # torch is pinned to the CPU build that lies on this machine's disk; an unpinned torch would
 # pull a multi-GB CUDA build.
 TORCH  := torch==2.13.0
-DEPS   := rich==15.0.0 matplotlib==3.11.2 numpy==2.4.6 pytest==9.2.0 pytest-xdist==3.8.0 hypothesis==6.155.2 bitsandbytes==0.50.0 torchao==0.18.0 transformers==5.23.0 tokenizers==0.23.3 tensorboard==2.21.0 torch-optimi==0.3.3 peft==0.21.2 accelerate==1.15.0 psutil==7.2.2 pyarrow==26.0.1 datasets==5.2.0
+DEPS   := rich==15.0.0 matplotlib==3.11.2 numpy==2.4.6 pytest==9.2.0 pytest-xdist==3.8.0 hypothesis==6.155.2 bitsandbytes==0.50.0 torchao==0.18.0 transformers==5.23.0 tokenizers==0.23.3 tensorboard==2.21.0 torch-optimi==0.3.3 peft==0.21.2 accelerate==1.15.0 psutil==7.2.2 pyarrow==25.0.1 datasets==5.2.0 wandb==0.31.0 mlflow==3.17.2 lightning==2.6.6
 LINT   := ruff==0.17.6 mypy==2.4.1 import-linter==2.16
 # The browser test (tests/report/test_browser.py: report.html in headless Chromium at 390 and 1280 px) drives
 # Debian's chromium through playwright, pinned here (playwright cannot download its own browsers on these
