@@ -56,7 +56,14 @@ TRAIN = SummaryKind(
     older=(Older(schema=None, command="train"),),
 )
 
-ADVICE = {"rule": str, "severity": OneOf("fix", "warn", "info"), "title": str, "evidence": ListOf(str), "fix": str}
+ADVICE = {
+    "rule": str,
+    "severity": OneOf("fix", "warn", "info"),
+    "title": str,
+    "evidence": ListOf(str),
+    "fix": str,
+    "settings": Absent(dict),  # the fix as run settings (--try-fixes applies them); summaries before it lack it
+}
 """One finding -> fix (`diagnostics.advice.Advice`)."""
 
 WHAT_IF = {
@@ -110,6 +117,29 @@ RANGE_AUDIT = {
 }
 """doctor's range audit: each module's fp32 range against fp16's (`diagnostics.range_audit`)."""
 
+FIX_OUTCOME = {
+    "fix": str,
+    "source": str,
+    "settings": dict,
+    "finite": bool,
+    "first_nonfinite_step": Opt(int),
+    "where": Opt(str),
+    "steps_run": int,
+    "tokens_per_s": OPT_NUM,
+    "cost_ratio": OPT_NUM,
+    "error": Opt(str),
+}
+"""One window replayed with one fix, or without (`diagnostics.try_fixes.FixOutcome`)."""
+
+TRY_FIXES = {
+    "unit": str,
+    "window": {"checkpoint": int, "first": int, "last": int},
+    "unfixed": FIX_OUTCOME,
+    "fixes": ListOf(FIX_OUTCOME),
+    "note": str,
+}
+"""`doctor --from RUN --try-fixes`: the window replayed with each fix (`diagnostics.try_fixes`)."""
+
 DOCTOR = SummaryKind(
     name="doctor",
     schema="ampkit.doctor/1",
@@ -138,6 +168,7 @@ DOCTOR = SummaryKind(
         "what_if": Absent(Opt(WHAT_IF)),
         "range_audit": Absent(Opt(RANGE_AUDIT)),
         "replay": Absent(Opt(dict)),  # doctor --from RUN: the replayed window and its verdict
+        "try_fixes": Absent(Opt(TRY_FIXES)),  # doctor --from RUN --try-fixes: each fix on that window
         "advice": ListOf(ADVICE),
         "wall_s": NUM,
     },
