@@ -191,11 +191,15 @@ def test_an_init_scale_fix_restarts_the_restored_scale_and_bf16_takes_no_fp16_sc
     assert bf16.loss_scale() is None and not math.isnan(bf16.scaler.get_scale())
 
 
-def test_the_python_api_replays_a_run_and_tries_a_fix(overflow_run, tmp_path):
-    summary = ampkit.doctor.run(from_run=f"{overflow_run}@30", replays=1, also_try="clip=0.5", out=tmp_path / "api")
-    assert summary["replay"]["window"] == {"first": 31, "last": 40}
-    assert json.loads((tmp_path / "api" / "summary.json").read_text())["try_fixes"] == summary["try_fixes"]
-    fixes = {f["fix"]: f["finite"] for f in summary["try_fixes"]["fixes"]}
-    assert fixes["keep-fp32=blocks.1.mlp"] and not fixes["clip=0.5"]  # --also-try: the advice's fixes too
+def test_the_python_api_replays_a_run_and_takes_the_fixes(overflow_run, tmp_path):
+    summary = ampkit.doctor.run(from_run=f"{overflow_run}@30", replays=1, out=tmp_path / "api")
+    assert summary["replay"]["window"] == {"first": 31, "last": 40} and summary["try_fixes"] is None
+    written = json.loads((tmp_path / "api" / "summary.json").read_text())["replay"]  # the loss at 40: NaN != NaN
+    assert (
+        written["attribution"] == summary["replay"]["attribution"] and written["attribution"]["verdict"] == "numerics"
+    )
+    with pytest.raises(UsageError, match="blocks.9.mlp.*matches no module"):  # also_try reaches the replay's check
+        ampkit.doctor.run(from_run=str(overflow_run), also_try="keep-fp32=blocks.9.mlp", out=tmp_path / "never")
     with pytest.raises(UsageError, match="pass no task"):
         ampkit.doctor.run("mlp", from_run=str(overflow_run))
+    assert not (tmp_path / "never").exists()
