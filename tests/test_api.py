@@ -15,10 +15,10 @@ import ampkit.doctor
 import ampkit.train
 from ampkit.api import bench, doctor, train
 from ampkit.bench.api import run as bench_run
-from ampkit.diagnostics.api import run as doctor_run
 from ampkit.errors import UsageError
 from ampkit.tasks.builtin import builtin_task
 from ampkit.train.api import run as train_run
+from ampkit.train.doctor_api import run as doctor_run
 
 QUICK = {"budget_s": 0.5, "min_steps": 3, "max_steps": 10, "warmup_steps": 1}
 

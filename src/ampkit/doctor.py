@@ -1,5 +1,5 @@
-"""`ampkit.doctor.run(task, **settings)`: the Python API of `ampkit doctor` (see `ampkit.api`)."""
+"""`ampkit.doctor.run(task, **settings)`: the Python API of `ampkit doctor`, `from_run=` included (see `ampkit.api`)."""
 
-from ampkit.diagnostics.api import run
+from ampkit.train.doctor_api import run
 
 __all__ = ["run"]

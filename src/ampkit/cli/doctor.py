@@ -111,18 +111,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_from(config: DoctorConfig, args: argparse.Namespace) -> int:
-    """`doctor --from RUN_DIR[@STEP]` (`ampkit.train.replay`): train's resume machinery, then the replays;
-    a bad RUN_DIR or STEP is refused before any run directory is made."""
-    from ampkit.train.replay import replay_run
+    """`doctor --from RUN_DIR[@STEP]` (`ampkit.train.replay`): train's resume machinery, then the replays
+    (and with --try-fixes each fix's); a bad RUN_DIR, STEP or fix is refused before any run directory is made."""
+    from ampkit.train.doctor_api import replay_to_dir
 
     console = Console(stderr=True)
-    console.print(f"[dim]doctor:[/] replaying {config.from_run} ({config.replays} replays)", highlight=False)
-    summary = replay_run(config.from_run, passes=config.replays, ring_size=config.ring_size)
-    run_dir = create_run_dir(args.out, "doctor")
-    write_json_atomic(run_dir / "config.json", summary["config"])
-    with summary_marks_write_failure(run_dir, "doctor", console):
-        write_json_atomic(run_dir / SUMMARY_FILE, summary)
-        write_report(summary, run_dir)
+    fixes = ", then each fix" if config.try_fixes or config.also_try else ""
+    console.print(f"[dim]doctor:[/] replaying {config.from_run} ({config.replays} replays{fixes})", highlight=False)
+    summary, run_dir = replay_to_dir(config, args.out, console=console)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -67,6 +67,9 @@ class Advice(Record):
     evidence: list[str]
     fix: str
     """a flag, a code snippet, or a sentence"""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """the fix as run settings `doctor --from RUN --try-fixes` can apply (`diagnostics.try_fixes.FIX_KEYS`'s
+    values: keep_fp32, init_scale, min_scale, hysteresis, clip_grad_norm, precision); empty: no such form"""
 
 
 def attribute_path(path: str) -> str:
@@ -111,6 +114,7 @@ def rule_keep_fp32(ev: Evidence) -> Advice | None:
         title=f"Keep {path} in fp32 ({f.cls} overflows in {ev.compute_dtype})",
         evidence=evidence,
         fix=fp32_fix_snippet(path, ev.device_type),
+        settings={"keep_fp32": path},
     )
 
 
@@ -139,6 +143,7 @@ def rule_weights_corrupted(ev: Evidence) -> Advice | None:
         evidence=[f"step {f.step}: {f.explanation}"],
         fix="clip gradients (--clip-grad-norm 1.0), lower the learning rate, and train with --guard "
         "(rolls back to the last finite checkpoint and skips the batch)",
+        settings={"clip_grad_norm": 1.0},
     )
 
 
@@ -158,6 +163,7 @@ def rule_lower_init_scale(ev: Evidence) -> Advice | None:
         f"{s['early_skipped']} of the first steps were skipped for overflow with finite losses; "
         f"the scale backed off {s['initial']:g} -> {s['min']:g}",
         fix=f"--init-scale {suggested:g} (torch.amp.GradScaler(init_scale={suggested:g}))",
+        settings={"init_scale": suggested},
     )
 
 
@@ -175,12 +181,16 @@ def rule_raise_init_scale(ev: Evidence) -> Advice | None:
         f"at scale {final:g}, {100 * ev.flush_fraction:.2f}% of gradient elements are below fp16's "
         "smallest subnormal after scaling",
         fix=f"--init-scale {target:g} and --min-scale {target:g} (keeps backoffs from dropping below it)",
+        settings={"init_scale": target, "min_scale": target},
     )
 
 
-def _scale_advice(ev: Evidence, rule: str, title: str, seen: str, *, fix: str) -> Advice:
+def _scale_advice(
+    ev: Evidence, rule: str, title: str, seen: str, *, fix: str, settings: dict[str, Any] | None = None
+) -> Advice:
     """A loss-scale fix: what was seen, then the range of loss scales that keeps the gradients representable."""
-    return Advice(rule=rule, severity="fix", title=title, evidence=[seen, *_range_evidence(ev)], fix=fix)
+    evidence = [seen, *_range_evidence(ev)]
+    return Advice(rule=rule, severity="fix", title=title, evidence=evidence, fix=fix, settings=settings or {})
 
 
 def rule_unscaled_fp16(ev: Evidence) -> Advice | None:
@@ -197,6 +207,7 @@ def rule_unscaled_fp16(ev: Evidence) -> Advice | None:
         f"{ev.precision} has no loss scaling: {100 * ev.flush_fraction:.1f}% of gradients flush to zero",
         f"{100 * ev.flush_fraction:.2f}% of gradient elements are below 2^-25, fp16's round-to-zero bound",
         fix="use fp16-mixed (fp32 weights + GradScaler) or bf16-mixed",
+        settings={"precision": "fp16-mixed"},
     )
 
 
@@ -219,6 +230,7 @@ def rule_switch_to_bf16(ev: Evidence) -> Advice | None:
         title="This device runs bf16 natively: bf16-mixed has fp32's exponent range and needs no loss scaling",
         evidence=trouble,
         fix="--precision bf16-mixed",
+        settings={"precision": "bf16-mixed"},
     )
 
 
@@ -244,6 +256,7 @@ def rule_clip(ev: Evidence) -> Advice | None:
         title=f"Clip gradients: {tail.layer} dominates the norm",
         evidence=evidence,
         fix="--clip-grad-norm 1.0 (clip after unscaling)",
+        settings={"clip_grad_norm": 1.0},
     )
 
 
@@ -263,6 +276,7 @@ def rule_fidelity(ev: Evidence) -> Advice | None:
         ],
         fix=f"keep {fid.first_below} (or the op inside it) in fp32, or use a precision with more "
         "mantissa (bf16-mixed keeps fp32 weights; -true regimes round them)",
+        settings={"keep_fp32": fid.first_below},
     )
 
 
@@ -337,6 +351,7 @@ def rule_range_audit(ev: Evidence) -> Advice | None:
         title=title,
         evidence=range_lines(audit, found[:4]),
         fix=range_fix([o.module for o in (over or found)]),
+        settings={"keep_fp32": ",".join(o.module for o in (over or found))},
     )
 
 

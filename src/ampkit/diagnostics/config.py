@@ -11,6 +11,7 @@ from typing import Any
 
 from ampkit.config import build_config
 from ampkit.diagnostics.inject import FaultSpec, parse_fault_spec
+from ampkit.diagnostics.try_fixes import FIX_KEYS, parse_also_try
 from ampkit.diagnostics.whatif_qdq import WHAT_IF_FORMATS
 from ampkit.errors import UsageError
 from ampkit.formats import get_format
@@ -115,6 +116,20 @@ class DoctorConfig:
     replays: int = field(
         default=2, metadata={"help": "--from: replays of the failing window (the verdict compares them)"}
     )
+    try_fixes: bool = field(
+        default=False,
+        metadata={
+            "help": "--from: replay the window again with each fix the advice names (keep-fp32, init scale, bf16, "
+            "clipping), each from the checkpoint: which make it finite, and each one's tokens/s against the unfixed"
+        },
+    )
+    also_try: str = field(
+        default="",
+        metadata={
+            "help": "--from: fixes the advice did not name, tried as --try-fixes tries its own: KEY=VALUE,... with "
+            f"KEY one of {', '.join(FIX_KEYS)} (e.g. keep-fp32=blocks.1.mlp,clip=1.0)"
+        },
+    )
     fit_check: bool = fit_check_field()
     model: ModelSection = section(ModelSection, "what to diagnose: the task or the language model")
     lora: LoraSettings = lora_field()
@@ -144,6 +159,12 @@ class DoctorConfig:
             raise UsageError(f"--lr must be > 0 and --clip-grad-norm >= 0, got {self.lr}, {self.clip_grad_norm}")
         if self.inject:
             parse_fault_spec(self.inject)  # syntax now; the module path once the model exists
+        if (self.try_fixes or self.also_try) and not self.from_run:
+            raise UsageError(
+                f"{'--try-fixes' if self.try_fixes else '--also-try'} needs --from RUN_DIR (it replays a train "
+                "run's failing window with each fix); without one, rerun doctor with the fix's flag, e.g. --keep-fp32"
+            )
+        parse_also_try(self.also_try)  # KEY=VALUE syntax and values now
         self.what_if_format_list()  # an unknown or unroundable format: refused now
 
     def task_spec(self) -> TaskSpec:

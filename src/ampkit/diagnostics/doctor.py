@@ -545,6 +545,7 @@ def build_summary(
         "what_if": what_if,
         "range_audit": range_audit.to_dict() if range_audit else None,
         "replay": None,  # doctor --from RUN: the replayed window and its verdict (diagnostics/replay.py)
+        "try_fixes": None,  # doctor --from RUN --try-fixes: each fix on that window (diagnostics/try_fixes.py)
         "advice": [a.to_dict() for a in advice],
         "wall_s": wall_s,
     }

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from ampkit.diagnostics.range_report import range_notes, range_rows, range_section
 from ampkit.diagnostics.replay import replay_rows, replay_section
+from ampkit.diagnostics.try_fixes import print_try_fixes, try_fixes_section
 from ampkit.diagnostics.whatif_report import what_if_rows, what_if_section
 from ampkit.report import Report, as_stored, plt
 from ampkit.report.console import key_value_table, labelled_lines
@@ -173,6 +174,7 @@ def print_console(console: Console, summary: dict[str, Any], run_dir) -> None:
         console.print(labelled_lines([*(("evidence:", line) for line in item["evidence"]), ("fix:", item["fix"])]))
     for line in notes(summary):
         console.print(line, style="dim", highlight=False, markup=False)
+    print_try_fixes(console, summary.get("try_fixes"))  # doctor --from RUN --try-fixes
     if run_dir is not None:
         console.print(f"report: {run_dir / 'report.html'}", highlight=False, markup=False, soft_wrap=True)
 
@@ -193,6 +195,7 @@ def build_report(summary: dict[str, Any]) -> Report:
         report.text(f"{item['title']}. Fix: {item['fix']}", kind="warn" if item["severity"] != "info" else "note")
         for line in item["evidence"]:
             report.text(f"Evidence: {line}")
+    try_fixes_section(report, summary.get("try_fixes"))
     replay_section(report, summary.get("replay"))
     _locator_section(report, summary["locator"])
     range_section(report, summary.get("range_audit"))

@@ -16,6 +16,7 @@ from a transient.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,20 @@ class ReplayPass:
     scaler_overflows: list[Finding] = field(default_factory=list)
     fired: list[int] = field(default_factory=list)
     error: str | None = None
+    tokens: int = 0
+    """the task's units the steps run trained on (`StepResult.n_tokens`: tokens of a language model)"""
+    step_seconds: list[float] = field(default_factory=list)
+    """wall-clock seconds of each step run, the diagnosis's hooks and its one host sync a step (so the
+    device's work) included"""
+
+    @property
+    def units_per_s(self) -> float | None:
+        """The task's units trained per second at the median step time (a step slowed by another process
+        on a shared machine does not move it); None when no step ran."""
+        if not self.step_seconds or not self.tokens:
+            return None
+        median = sorted(self.step_seconds)[len(self.step_seconds) // 2]
+        return self.tokens / (median * len(self.step_seconds)) if median > 0 else None
 
     @property
     def nonfinite_loss_steps(self) -> list[int]:
@@ -129,10 +144,13 @@ def _replay_step(trainer, policy, meters, record: ReplayPass, step: int) -> bool
         injector.begin_step(step)  # the run's step numbers: a deterministic fault fires at the same step
     locator.begin_step(step)
     stats.begin_step(step)
-    stepped = diagnosed_step(trainer, policy, locator, stats, record, step)
+    started = time.perf_counter()
+    stepped = diagnosed_step(trainer, policy, locator, stats, record, step)  # syncs on the loss: device work in
     if stepped is None:  # the loss scale collapsed
         return False
+    record.step_seconds.append(time.perf_counter() - started)
     record.steps.append(step)
+    record.tokens += stepped[0].n_tokens
     return math.isfinite(stepped[1]) and locator.first_nonfinite is None  # an absorbed overflow: resumed
 
 

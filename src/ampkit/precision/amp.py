@@ -129,7 +129,7 @@ class AutocastPrecision(Precision):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         scaler_state = state.get("scaler") or {}
-        if scaler_state:
+        if scaler_state and self.spec.loss_scaling:  # bf16-mixed resumed from an fp16 checkpoint: no scale to take
             self.scaler.load_state_dict(scaler_state)
             self._scale = float(scaler_state["scale"])
 

@@ -56,7 +56,14 @@ TRAIN = SummaryKind(
     older=(Older(schema=None, command="train"),),
 )
 
-ADVICE = {"rule": str, "severity": OneOf("fix", "warn", "info"), "title": str, "evidence": ListOf(str), "fix": str}
+ADVICE = {
+    "rule": str,
+    "severity": OneOf("fix", "warn", "info"),
+    "title": str,
+    "evidence": ListOf(str),
+    "fix": str,
+    "settings": Absent(dict),  # the fix as run settings (--try-fixes applies them); summaries before it lack it
+}
 """One finding -> fix (`diagnostics.advice.Advice`)."""
 
 WHAT_IF = {
@@ -147,6 +154,29 @@ REPLAY = {
 """`doctor --from RUN_DIR[@STEP]`: the train run's window replayed from its checkpoint, each pass's outcome and
 the verdict (`diagnostics.replay`: "numerics" repeats, "transient" did not, "inconclusive" disagreed)."""
 
+FIX_OUTCOME = {
+    "fix": str,
+    "source": str,
+    "settings": dict,
+    "finite": bool,
+    "first_nonfinite_step": Opt(int),
+    "where": Opt(str),
+    "steps_run": int,
+    "tokens_per_s": OPT_NUM,
+    "cost_ratio": OPT_NUM,
+    "error": Opt(str),
+}
+"""One window replayed with one fix, or without (`diagnostics.try_fixes.FixOutcome`)."""
+
+TRY_FIXES = {
+    "unit": str,
+    "window": {"checkpoint": int, "first": int, "last": int},
+    "unfixed": FIX_OUTCOME,
+    "fixes": ListOf(FIX_OUTCOME),
+    "note": str,
+}
+"""`doctor --from RUN --try-fixes`: the window replayed with each fix (`diagnostics.try_fixes`)."""
+
 DOCTOR = SummaryKind(
     name="doctor",
     schema="ampkit.doctor/1",
@@ -175,6 +205,7 @@ DOCTOR = SummaryKind(
         "what_if": Absent(Opt(WHAT_IF)),
         "range_audit": Absent(Opt(RANGE_AUDIT)),
         "replay": Absent(Opt(REPLAY)),  # doctor --from RUN: the replayed window and its verdict
+        "try_fixes": Absent(Opt(TRY_FIXES)),  # doctor --from RUN --try-fixes: each fix on that window
         "advice": ListOf(ADVICE),
         "wall_s": NUM,
     },

@@ -9,15 +9,19 @@ run read after step C. Which window: the run's first non-finite step F as its re
 "diverged" run whose loss scale collapsed at the step after its last), and the newest checkpoint before
 F (or at or before STEP). Each replay pass restores the checkpoint again (`ampkit.diagnostics.replay`
 runs the window and gives the verdict). A data-parallel run (DCP checkpoints) is replayed as its
-one-process equivalent (`open_run`).
+one-process equivalent (`open_run`). `--try-fixes` / `--also-try`: then the window again once per fix, each
+by a run built fresh from the fixed config and restored from the same checkpoint (`replay_with_config`,
+handed to `ampkit.train.replay_fixes`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,7 @@ from ampkit.diagnostics.advice import Advice, Evidence, advise
 from ampkit.diagnostics.doctor import SCHEMA as DOCTOR_SCHEMA
 from ampkit.diagnostics.inject import parse_fault_spec
 from ampkit.diagnostics.replay import Attribution, ReplayPass, ReplaySource, attribute, replay_blocks, replay_window
+from ampkit.diagnostics.try_fixes import parse_also_try
 from ampkit.distributed.checkpoint import list_sharded, sharded_path, sharded_world_size
 from ampkit.errors import UsageError
 from ampkit.provenance import device_text, provenance
@@ -35,6 +40,7 @@ from ampkit.train.build import RunObjects, build_run
 from ampkit.train.checkpoint import checkpoint_step, list_checkpoints
 from ampkit.train.checkpointer import WholeShardedReader
 from ampkit.train.config import TrainConfig, resume_config
+from ampkit.train.replay_fixes import check_fixes, run_fixes
 
 REPLAY_HORIZON = 20
 """steps replayed after STEP's checkpoint when the run recorded no failure after it (doctor's default)"""
@@ -175,40 +181,72 @@ def open_run(run: RecordedRun, window: Window) -> RunObjects:
     return objs
 
 
-def replay_passes(
-    objs: RunObjects, run: RecordedRun, window: Window, *, passes: int, ring_size: int
-) -> list[ReplayPass]:
-    """`passes` replays of the window, each from the checkpoint restored again (train's resume)."""
+def replay_once(
+    objs: RunObjects,
+    run: RecordedRun,
+    window: Window,
+    *,
+    ring_size: int,
+    after_restore: Callable[[RunObjects], None] | None = None,
+) -> ReplayPass:
+    """One replay of the window from the checkpoint, restored again (train's resume); `after_restore(objs)`:
+    a fix's change to the restored state (`replay_fixes`: an init-scale fix's loss scale)."""
     fault = parse_fault_spec(run.config.guard.inject) if run.config.guard.inject else None
-    out = []
-    for _ in range(passes):
-        progress = objs.checkpointer.resume(objs, run.run_dir, at_or_before=window.checkpoint)
-        assert progress.step == window.checkpoint, "the checkpoint chosen is the one restored"
-        out.append(
-            replay_window(
-                objs.trainer,
-                objs.model,
-                objs.policy,
-                first_step=window.first,
-                last_step=window.last,
-                fault=fault,
-                passed_through=run.last_step,  # the run made every window step's first pass
-                ring_size=ring_size,
-            )
+    progress = objs.checkpointer.resume(objs, run.run_dir, at_or_before=window.checkpoint)
+    assert progress.step == window.checkpoint, "the checkpoint chosen is the one restored"
+    if after_restore is not None:
+        after_restore(objs)
+    try:
+        return replay_window(
+            objs.trainer,
+            objs.model,
+            objs.policy,
+            first_step=window.first,
+            last_step=window.last,
+            fault=fault,
+            passed_through=run.last_step,  # the run made every window step's first pass
+            ring_size=ring_size,
         )
+    finally:
         objs.optimizer.zero_grad(set_to_none=True)
-    return out
 
 
-def replay_run(text: str, *, passes: int = 2, ring_size: int = 32, started: float | None = None) -> dict[str, Any]:
+def replay_with_config(
+    run: RecordedRun,
+    window: Window,
+    config: TrainConfig,
+    after_restore: Callable[[RunObjects], None] | None,
+    *,
+    identity: dict[str, Any],
+    ring_size: int,
+) -> ReplayPass:
+    """The window replayed by a run built fresh from `config` (a fix's), restored from the run's own
+    checkpoint: `identity` is the unfixed run's, whatever precision `config` chose."""
+    objs = open_run(dataclasses.replace(run, config=config), window)
+    objs.checkpointer.identity = identity
+    return replay_once(objs, run, window, ring_size=ring_size, after_restore=after_restore)
+
+
+def replay_run(
+    text: str,
+    *,
+    passes: int = 2,
+    ring_size: int = 32,
+    started: float | None = None,
+    try_fixes: bool = False,
+    also_try: str = "",
+) -> dict[str, Any]:
     """`--from RUN_DIR[@STEP]` end to end: read the run, choose the window, build, replay `passes` times;
-    returns doctor's summary (schema "ampkit.doctor/1" with its `replay` block)."""
+    returns doctor's summary (schema "ampkit.doctor/1" with its `replay` block). `try_fixes` (or an `also_try`
+    "KEY=VALUE,..."): then the window again with each advised fix and each of those (`replay_fixes`)."""
     started = time.perf_counter() if started is None else started
+    also = parse_also_try(also_try)  # a bad KEY=VALUE: refused before anything is read
     run_dir, at = parse_from(text)
     run = read_run(run_dir)
     window = choose_window(run, at)
     objs = open_run(run, window)
-    replays = replay_passes(objs, run, window, passes=passes, ring_size=ring_size)
+    check_fixes(also, config=run.config, model=objs.model)  # a bad --also-try: refused before any replay
+    replays = [replay_once(objs, run, window, ring_size=ring_size) for _ in range(passes)]
     attribution = attribute(replays, recorded_step=window.failure)
     source = ReplaySource(
         text=text,
@@ -223,7 +261,36 @@ def replay_run(text: str, *, passes: int = 2, ring_size: int = 32, started: floa
         fired=run.fired,
     )
     blocks = replay_blocks(source, replays, attribution, fault=run.config.guard.inject or None)
-    return _summary(objs, blocks, _advice(objs, replays[0], attribution), passes=passes, text=text, started=started)
+    advice = _advice(objs, replays[0], attribution)
+    tried = try_fixes or also
+    blocks["try_fixes"] = _try_fixes(run, window, objs, advice, also, replays[-1], ring_size) if tried else None
+    return _summary(objs, blocks, advice, passes=passes, text=text, started=started)
+
+
+def _try_fixes(
+    run: RecordedRun,
+    window: Window,
+    objs: RunObjects,
+    advice: list[Advice],
+    also: list[dict[str, Any]],
+    unfixed: ReplayPass,
+    ring_size: int,
+) -> dict[str, Any]:
+    """summary.json's `try_fixes`: the window again with each advised fix and each of `also` (`replay_fixes`),
+    each by a run built fresh from the fixed config; `unfixed` (the last unfixed pass: warm, as the fixes'
+    replays are) is what each fix's cost is against."""
+    replay = functools.partial(
+        replay_with_config, run, window, identity=objs.checkpointer.identity, ring_size=ring_size
+    )
+    return run_fixes(
+        advice=[a.to_dict() for a in advice],
+        also=also,
+        unfixed=unfixed,
+        config=run.config,
+        replay=replay,
+        window={"checkpoint": window.checkpoint, "first": window.first, "last": window.last},
+        unit=objs.task.unit,
+    )
 
 
 def _advice(objs: RunObjects, first: ReplayPass, attribution: Attribution) -> list[Advice]:
