@@ -110,6 +110,9 @@ def test_under_fp16_the_audit_is_a_fix_and_the_named_fix_makes_the_run_finite():
     (advice,) = [a for a in broken.advice if a.rule == "range_exceeds_fp16"]
     assert advice.severity == "fix" and advice.title.startswith(f"{BLOCK} exceeds fp16's range")
     assert f"--keep-fp32 {BLOCK}" in advice.fix and "bf16" in advice.fix
+    audit = broken.summary["range_audit"]  # doctor's audit: fp16-mixed's format and its scaler's initial scale
+    assert audit["format"] == "fp16" and audit["loss_scale"] == 65536.0 and audit["grad_max"] > 0
+    assert find_kind("doctor").validate(json.loads(json.dumps(broken.summary))) == []
     fixed = run_doctor(DoctorConfig.of(precision="fp16-mixed", keep_fp32=BLOCK, **QUICK), task=task)
     assert fixed.summary["run"]["nonfinite_loss_steps"] == [] and fixed.summary["locator"]["first_nonfinite"] is None
     (kept,) = fixed.summary["range_audit"]["offenders"]
