@@ -29,7 +29,7 @@ from _pytest.nodeid import NodeId
 import ampkit.report.console as console_mod
 from ampkit.cli import main
 from devices import CPU_KINDS, pin_cpu_kind
-from helpers import REAL_RUN_COLUMNS, REAL_RUNS
+from helpers import REAL_RUN_COLUMNS, REAL_RUN_DIR, REAL_RUNS
 
 # tqdm (transformers' and peft's bars) starts a monitor thread at its first bar, which then lives to the
 # end of the session; plan/traced/forked.py forks only from a thread-free process, so its tests would skip.
@@ -95,7 +95,8 @@ _TABLE_OF = console_mod.table_of
 
 class RealRuns:
     """Each of `REAL_RUNS` run once, in-process, on first use, with `COLUMNS=80`: its run directory, its
-    stdout and stderr, and every console table it built (each goes through `ampkit.report.console.table_of`)."""
+    stdout and stderr, and every console table it built (each goes through `ampkit.report.console.table_of`).
+    A `real-run:NAME` argument (`REAL_RUN_DIR`) is run NAME's directory, that run made first."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -108,6 +109,7 @@ class RealRuns:
 
     def _run(self, name: str, argv: list[str]) -> SimpleNamespace:
         run_dir = self.root / name
+        argv = [str(self[a.removeprefix(REAL_RUN_DIR)].run_dir) if a.startswith(REAL_RUN_DIR) else a for a in argv]
         tables: list = []
 
         def recording(*args, **kwargs):

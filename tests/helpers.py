@@ -92,12 +92,22 @@ REAL_RUNS: dict[str, list[str]] = {
     # doctor without the smoke test: 3 fp32 steps (tests/cli/test_report_roundtrip.py, tests/report/test_browser.py)
     "doctor": ["doctor", "--precision", "fp32", "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--no-smoke"],
     "hw": ["hw", "--quick", "--device", "cpu"],
+    # the planners and data stats (a second or two each): every summary kind has a real run here
+    "plan": ["plan", "--model", "tiny", "--seq-len", "64", "--gpu", "T4"],
+    "plan-task": ["plan", "--task", "mlp", "--precisions", "fp32,bf16-mixed", "--checkpointing", "none"],
+    "plan-lora": ["plan", "--model", "tiny", "--seq-len", "64", "--lora", "8", "--gpu", "T4"],
+    "kv": ["kv", "--model", "tiny", "--gpu", "A100-80GB"],
+    "kv-from-bench": ["kv", "--from-bench", "real-run:bench-inference", "--gpu", "A100-80GB"],
+    "data-stats": ["data", "stats", "default", "--seq-len", "64"],
 }
 """Real small runs that several test modules only read (tests/report/test_console_width.py prints their
 tables at 80 columns; tests/cli/test_report_roundtrip.py renders their reports again byte for byte;
+tests/summaries/test_published.py validates their summaries against the published JSON Schemas;
 tests/bench/test_bench_cli.py and test_sweep.py check the bench's and the sweep's summary and report;
 tests/report/test_browser.py opens the bench's, the train's and the doctor's report.html in Chromium)."""
 REAL_RUN_COLUMNS = 80
+REAL_RUN_DIR = "real-run:"
+"""An argument `real-run:NAME` of a `REAL_RUNS` entry stands for that real run's directory (run first)."""
 
 
 def limit_file_size(limit_bytes: int):

@@ -1,11 +1,23 @@
 """A small JSON Schema validator (the draft 2020-12 keywords `ampkit report --schema` exports: type,
-properties, required, items, additionalProperties, anyOf, enum, const), written apart from
-`ampkit.summaries.spec.check` so a test of the export does not grade it with the code it came from.
+properties, required, items, additionalProperties, anyOf, enum, const; `$schema`, `$id`, title and
+description are annotations), written apart from `ampkit.summaries.spec.check` so a test of the export
+does not grade it with the code it came from; and the published schemas (docs/schemas) to grade with.
 No `jsonschema` dependency: it is not installed here, and these keywords are a page of code."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "docs" / "schemas"
+"""Where the summary kinds' JSON Schemas are published (docs/schemas.md)."""
+
+
+def published(kind) -> dict[str, Any]:
+    """The JSON Schema of a summary kind (an `ampkit.summaries.SummaryKind`) as docs/schemas publishes it."""
+    return json.loads((PUBLISHED / kind.schema_file).read_text(encoding="utf-8"))
+
 
 _TYPES = {
     "null": lambda v: v is None,
@@ -16,7 +28,7 @@ _TYPES = {
     "array": lambda v: isinstance(v, list),
     "object": lambda v: isinstance(v, dict),
 }
-_ANNOTATIONS = {"$schema", "title", "description"}
+_ANNOTATIONS = {"$schema", "$id", "title", "description"}
 _KNOWN = _ANNOTATIONS | {"type", "properties", "required", "items", "additionalProperties", "anyOf", "enum", "const"}
 
 

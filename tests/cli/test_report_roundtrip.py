@@ -21,19 +21,27 @@ from ampkit.summaries.spec import Absent
 from helpers import REAL_RUNS
 from json_schema import errors_of
 
-PLAN = ["--model", "tiny", "--seq-len", "64"]
-
-SHARED = ("bench-lora", "bench-inference", "train", "hw", "doctor")
-"""run once for the session (tests/conftest.py: REAL_RUNS; tests/report/test_console_width.py reads them too).
-A plain fp32 + bf16-mixed bench is re-rendered in tests/bench/test_bench_cli.py."""
+SHARED = (
+    *("bench-lora", "bench-inference", "train", "hw", "doctor"),
+    *("plan", "plan-task", "plan-lora", "kv", "kv-from-bench", "data-stats"),
+)
+"""run once for the session (tests/conftest.py: REAL_RUNS; tests/report/test_console_width.py and
+tests/summaries/test_published.py read them too). A plain fp32 + bf16-mixed bench is re-rendered in
+tests/bench/test_bench_cli.py."""
 RUNS: dict[str, list[str]] = {
     **{name: REAL_RUNS[name] for name in SHARED},
-    "plan": ["plan", *PLAN, "--gpu", "T4"],
-    "plan-task": ["plan", "--task", "mlp", "--precisions", "fp32,bf16-mixed", "--checkpointing", "none"],
-    "plan-lora": ["plan", *PLAN, "--lora", "8", "--gpu", "T4"],
-    "plan-trace": ["plan", *PLAN, "--trace", "--precisions", "fp32,bf16-mixed", "--checkpointing", "none"],
-    "kv": ["kv", "--model", "tiny", "--gpu", "A100-80GB"],
-    "data-stats": ["data", "stats", "default", "--seq-len", "64"],
+    "plan-trace": [
+        "plan",
+        "--model",
+        "tiny",
+        "--seq-len",
+        "64",
+        "--trace",
+        "--precisions",
+        "fp32,bf16-mixed",
+        "--checkpointing",
+        "none",
+    ],
 }
 SCHEMAS = {
     "bench-lora": "ampkit.bench/2",
@@ -57,17 +65,10 @@ def report_files(run_dir: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, real_runs) -> dict[str, Path]:
-    """Every command's run directory, written once for the module's tests (the shared ones once a session)."""
-    root = tmp_path_factory.mktemp("runs")
+    """Every command's run directory: the shared ones (once a session) and plan --trace's (once here)."""
     out = {name: real_runs[name].run_dir for name in SHARED}
-    for name, argv in RUNS.items():
-        if name in SHARED:
-            continue
-        out[name] = root / name
-        assert main([*argv, "--out", str(out[name])]) == 0, name
-    out["kv-from-bench"] = root / "kv-from-bench"
-    argv = ["kv", "--from-bench", str(out["bench-inference"]), "--gpu", "A100-80GB", "--out", str(out["kv-from-bench"])]
-    assert main(argv) == 0
+    out["plan-trace"] = tmp_path_factory.mktemp("runs") / "plan-trace"
+    assert main([*RUNS["plan-trace"], "--out", str(out["plan-trace"])]) == 0
     return out
 
 
@@ -80,7 +81,7 @@ def test_a_run_is_rendered_again_byte_for_byte(runs, name, tmp_path, monkeypatch
     summary = json.loads((original / "summary.json").read_text())
     assert summary["schema"] == SCHEMAS[name]
     provenance = summary["provenance"]
-    assert provenance["command_line"].startswith(f"ampkit {RUNS.get(name, ['kv'])[0]} ")
+    assert provenance["command_line"].startswith(f"ampkit {RUNS[name][0]} ")
     assert provenance["ampkit_version"] == ampkit.__version__ and provenance["torch_version"]
     assert provenance["device"] and isinstance(provenance["config"], dict)
     html = written["report.html"].decode()

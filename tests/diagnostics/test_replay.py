@@ -12,10 +12,12 @@ import pytest
 
 from ampkit.cli import main
 from ampkit.diagnostics.inject import parse_fault_spec
-from ampkit.diagnostics.replay import ReplayPass, attribute
+from ampkit.diagnostics.replay import VERDICTS, ReplayPass, attribute
 from ampkit.runs import read_metrics
 from ampkit.summaries import BY_NAME
+from ampkit.summaries.train import REPLAY
 from helpers import TINY_ARGS
+from json_schema import errors_of, published
 
 FAULT = "blocks.1.mlp:forward:nan@8"  # checkpoints at steps 3 and 6: the window is steps 7-8
 TRAIN = [*TINY_ARGS, "--steps", "10", "--checkpoint-every", "3", "--detect-nonfinite"]
@@ -48,6 +50,7 @@ def test_a_deterministic_fault_replays_as_numerics(faulted_run, capsys, tmp_path
     code, summary, err = _doctor(capsys, str(faulted_run), "--out", str(tmp_path / "doc"))
     assert code == 0, err
     assert BY_NAME["doctor"].validate(summary) == []
+    assert errors_of(summary, published(BY_NAME["doctor"])) == []  # docs/schemas' doctor.schema.json
     replay, spec = summary["replay"], parse_fault_spec(FAULT)
     assert replay["source"]["checkpoint_step"] == 6 and replay["window"] == {"first": 7, "last": 8}
     verdict = replay["attribution"]
@@ -89,6 +92,7 @@ def test_a_once_only_fault_replays_as_transient(tmp_path, capsys):
     assert all(p["fired_steps"] == [] and p["first_nonfinite"] is None for p in summary["replay"]["passes"])
     assert all(math.isfinite(v) for v in summary["run"]["losses"]) and summary["run"]["steps"] == 2
     assert summary["inject"]["recorded_fired_steps"] == [8]
+    assert errors_of(summary, published(BY_NAME["doctor"])) == []  # a transient replay: site null, no fault fired
 
 
 def test_a_lora_run_replays_from_its_adapter_checkpoint(tmp_path, capsys):
@@ -134,6 +138,7 @@ def test_attribute_says_inconclusive_when_replays_disagree():
     assert attribute([failed, failed], recorded_step=8).verdict == "numerics"
     assert attribute([finite, finite], recorded_step=8).verdict == "transient"
     assert attribute([failed, finite], recorded_step=8).verdict == "inconclusive"
+    assert REPLAY["attribution"]["verdict"].values == VERDICTS  # the summary's record names every verdict
 
 
 def test_the_loss_scale_trajectory_continues_from_the_checkpoints_scaler(tmp_path, capsys):

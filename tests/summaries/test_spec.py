@@ -64,3 +64,20 @@ def test_the_json_schema_keywords():
     assert json_schema(Opt(int)) == {"anyOf": [{"type": "integer"}, {"type": "null"}]}
     assert json_schema(MapOf(str)) == {"type": "object", "additionalProperties": {"type": "string"}}
     assert json_schema(ListOf(bool)) == {"type": "array", "items": {"type": "boolean"}}
+
+
+def test_a_field_says_the_unit_its_name_states_and_a_documented_block_its_text():
+    block = {"wall_s": NUM, "items_per_s": NUM, "peak_bytes": int, "total_gib": NUM, "step_ms": ListOf(NUM)}
+    block["steps"] = int  # no unit in its name: no description
+    schema = json_schema({"timing": Opt(block), "other": {"x": int}}, {id(block): "one run's timing"})
+    timing = schema["properties"]["timing"]["anyOf"][0]
+    assert timing["description"] == "one run's timing" and "description" not in schema["properties"]["other"]
+    assert {key: field.get("description") for key, field in timing["properties"].items()} == {
+        "wall_s": "unit: seconds",
+        "items_per_s": "unit: per second",
+        "peak_bytes": "unit: bytes",
+        "total_gib": "unit: GiB (1024**3 bytes)",
+        "step_ms": "unit: milliseconds",
+        "steps": None,
+    }
+    assert errors_of({"timing": None, "other": {"x": 1}}, schema) == []  # descriptions are annotations only

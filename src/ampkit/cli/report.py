@@ -1,5 +1,5 @@
 """`ampkit report RUN_DIR`: re-render a run's report from its summary.json (and metrics.jsonl for train);
-`ampkit report --schema KIND`: print a summary kind's JSON Schema.
+`ampkit report --schema KIND|all [--out DIR]`: print (or write) the summary kinds' JSON Schemas.
 
 Any run directory an ampkit command writes is rendered again byte for byte: the writers read
 nothing but the run's files (the date, versions, device and command line come from summary.json's
@@ -18,7 +18,7 @@ from typing import Any
 
 from ampkit.cli import add_command
 from ampkit.errors import UsageError
-from ampkit.runs import SUMMARY_FILE, lock_run_dir, read_json
+from ampkit.runs import SUMMARY_FILE, lock_run_dir, make_dir, read_json, write_failed, write_text_atomic
 from ampkit.summaries import KINDS, SummaryKind, find_kind, kind_of_summary, same_family
 
 Renderer = Callable[[dict[str, Any], Path], Any]
@@ -128,10 +128,16 @@ def register(sub) -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="also print summary.json to stdout")
     parser.add_argument(
         "--schema",
-        metavar="KIND",
+        metavar="KIND|all",
         help="print the JSON Schema of a summary kind instead (a name or schema id: "
         + ", ".join(kind.name for kind in KINDS)
-        + ")",
+        + "; all: every kind, an object by name)",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="with --schema: write KIND.schema.json (every kind's, with all) into DIR instead of printing; "
+        f"a checkout's docs/schemas is regenerated with `{REGENERATE}`",
     )
     return parser
 
@@ -184,12 +190,46 @@ def _render(kind: SummaryKind, summary: dict[str, Any], run_dir: Path, path: Pat
         ) from None
 
 
-def print_schema(name: str) -> int:
+REGENERATE = "python -m ampkit report --schema all --out docs/schemas"
+"""The one command that rewrites the published schemas (docs/schemas.md; tests/summaries/test_published.py)."""
+
+
+def schema_kinds(name: str) -> tuple[SummaryKind, ...]:
+    """The kinds `--schema NAME` names: every kind for `all`, else the one by name or schema id."""
+    if name == "all":
+        return KINDS
     kind = find_kind(name)
     if kind is None:
         known = ", ".join(kind.name for kind in KINDS)
-        raise UsageError(f"--schema {name}: no such summary kind; choose one of {known}")
-    print(json.dumps(kind.json_schema(), indent=2))
+        raise UsageError(f"--schema {name}: no such summary kind; choose one of {known}, or all")
+    return (kind,)
+
+
+def write_schemas(kinds: tuple[SummaryKind, ...], out: Path) -> list[Path]:
+    """Each kind's `schema_text()` as DIR/`schema_file`, each written whole or not at all."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; pass a directory for the schema files")
+    make_dir(out)
+    paths = []
+    for kind in kinds:
+        path = out / kind.schema_file
+        try:
+            write_text_atomic(path, kind.schema_text())
+        except OSError as err:
+            raise write_failed(path, err) from None
+        paths.append(path)
+    return paths
+
+
+def print_schema(name: str, out: str | None) -> int:
+    kinds = schema_kinds(name)
+    if out is not None:
+        for path in write_schemas(kinds, Path(out)):
+            print(f"wrote {path}")
+    elif name == "all":
+        print(json.dumps({kind.name: kind.json_schema() for kind in kinds}, indent=2, ensure_ascii=False))
+    else:
+        print(kinds[0].schema_text(), end="")
     return 0
 
 
@@ -197,7 +237,9 @@ def run(args: argparse.Namespace) -> int:
     if args.schema is not None:
         if args.run_dir is not None:
             raise UsageError("--schema KIND prints a JSON Schema and reads no run directory: pass one or the other")
-        return print_schema(args.schema)
+        return print_schema(args.schema, args.out)
+    if args.out is not None:
+        raise UsageError("--out DIR is where --schema KIND|all writes its files; a report is written into RUN_DIR")
     if args.run_dir is None:
         raise UsageError("pass a RUN_DIR to render (or --schema KIND for a summary kind's JSON Schema)")
     run_dir = Path(args.run_dir)

@@ -4,9 +4,11 @@ Schema. The blocks several kinds share (`PROVENANCE`, `SETTING`, `TARGET`) are d
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ampkit.summaries.docstrings import block_docs
 from ampkit.summaries.spec import Absent, ListOf, OneOf, Opt, check, json_schema
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -70,14 +72,30 @@ class SummaryKind:
         return sorted(errors, key=lambda e: rank.get(e.split(":")[0], len(identity)))  # stable: the rest in order
 
     def json_schema(self) -> dict[str, Any]:
-        """The kind as a JSON Schema (draft 2020-12) document: the same keys, types and values `validate` checks."""
+        """The kind as a JSON Schema (draft 2020-12) document, its `$id` the schema id: the same keys, types
+        and values `validate` checks, each block described by its docstring and each field by its unit."""
+        document = json_schema(self.spec(), block_docs())
+        document["properties"]["schema"] = {
+            "description": "the summary's kind and version: this schema's $id (or an older id of the kind listed here)",
+            **document["properties"]["schema"],
+        }
         return {
             "$schema": JSON_SCHEMA_DIALECT,
+            "$id": self.schema,
             "title": f"{self.schema}: {self.title}",
             "description": f"summary.json of {self.title} (ampkit summary kind {self.name!r}); extra keys are "
             "allowed (fields are added within a version; removing or retyping one bumps the version)",
-            **json_schema(self.spec()),
+            **document,
         }
+
+    @property
+    def schema_file(self) -> str:
+        """The file name its published JSON Schema has (docs/schemas/`bench.schema.json`)."""
+        return f"{self.name}.schema.json"
+
+    def schema_text(self) -> str:
+        """`json_schema()` as the published file's text: indented, UTF-8, one final newline."""
+        return json.dumps(self.json_schema(), indent=2, ensure_ascii=False) + "\n"
 
 
 # ---- blocks several kinds share ------------------------------------------------------------------------

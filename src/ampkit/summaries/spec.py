@@ -7,12 +7,15 @@ missing" (a field added within a schema version, which older summaries lack). Ex
 so adding a field is not a breaking change; removing or retyping one is, and bumps the schema version.
 
 `check(value, spec)` lists the mismatches as one-line "path: problem" strings; `json_schema(spec)` is
-the same shape as a JSON Schema (draft 2020-12) fragment, for consumers outside Python.
+the same shape as a JSON Schema (draft 2020-12) fragment, for consumers outside Python, its fields
+described by the units their names state and its objects by the blocks' docstrings it is given.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 
@@ -111,22 +114,50 @@ def _json_type(spec: Any) -> dict[str, Any]:
     return {"type": names[0] if len(names) == 1 else names}
 
 
-def json_schema(spec: Any) -> dict[str, Any]:
-    """`spec` as a JSON Schema fragment: the same required keys, types, nulls, lists and values."""
+UNITS = (
+    ("_per_s", "per second"),
+    ("_bytes", "bytes"),
+    ("_gib", "GiB (1024**3 bytes)"),
+    ("_ms", "milliseconds"),
+    ("_s", "seconds"),
+)
+"""A field's unit from the end of its name (names carry units: `wall_s`, `peak_bytes`), first match wins."""
+
+
+def unit_of(key: str) -> str | None:
+    """The unit `key`'s name states (`UNITS`), or None."""
+    return next((unit for suffix, unit in UNITS if key.endswith(suffix)), None)
+
+
+def _properties(spec: dict[str, Any], blocks: Mapping[int, str]) -> dict[str, Any]:
+    properties = {}
+    for key, sub in spec.items():
+        fragment = json_schema(sub, blocks)
+        unit = unit_of(key)
+        properties[key] = {"description": f"unit: {unit}", **fragment} if unit else fragment
+    return properties
+
+
+def json_schema(spec: Any, blocks: Mapping[int, str] = MappingProxyType({})) -> dict[str, Any]:
+    """`spec` as a JSON Schema fragment: the same required keys, types, nulls, lists and values. A field
+    whose name states its unit (`unit_of`) says it, and an object whose spec is one of `blocks` (by
+    identity: `id(spec)` -> text) is described by it."""
     if isinstance(spec, Absent):
-        return json_schema(spec.spec)
+        return json_schema(spec.spec, blocks)
     if isinstance(spec, Opt):
-        return {"anyOf": [json_schema(spec.spec), {"type": "null"}]}
+        return {"anyOf": [json_schema(spec.spec, blocks), {"type": "null"}]}
     if isinstance(spec, ListOf):
-        return {"type": "array", "items": json_schema(spec.spec)}
+        return {"type": "array", "items": json_schema(spec.spec, blocks)}
     if isinstance(spec, MapOf):
-        return {"type": "object", "additionalProperties": json_schema(spec.spec)}
+        return {"type": "object", "additionalProperties": json_schema(spec.spec, blocks)}
     if isinstance(spec, OneOf):
         return {"const": spec.values[0]} if len(spec.values) == 1 else {"enum": list(spec.values)}
     if isinstance(spec, dict):
+        described = {"description": blocks[id(spec)]} if id(spec) in blocks else {}
         return {
+            **described,
             "type": "object",
-            "properties": {key: json_schema(sub) for key, sub in spec.items()},
+            "properties": _properties(spec, blocks),
             "required": [key for key, sub in spec.items() if not isinstance(sub, Absent)],
         }
     return _json_type(spec)

@@ -120,6 +120,43 @@ RANGE_AUDIT = {
 """doctor's range audit: each module's fp32 range (activations, weights, gradients x the initial loss scale)
 against the diagnosed precision's format (`diagnostics.range_audit`, `range_target`)."""
 
+REPLAY_PASS = {
+    "steps": ListOf(int),
+    "losses": ListOf(OPT_NUM),
+    "grad_norms": ListOf(OPT_NUM),
+    "nonfinite_loss_steps": ListOf(int),
+    "first_nonfinite": Opt(dict),
+    "fired_steps": ListOf(int),
+    "error": Opt(str),
+}
+"""One replay of the window (`diagnostics.replay.ReplayPass`): the steps it ran, their losses and gradient norms,
+where it first went non-finite (null: it stayed finite) and the steps an injected fault fired at."""
+
+REPLAY = {
+    "source": {
+        "from": str,
+        "run_dir": str,
+        "checkpoint": str,
+        "checkpoint_step": int,
+        "recorded": Opt(str),
+        "recorded_failure_step": Opt(int),
+        "recorded_finding": Opt(dict),
+        "recorded_device": Opt(str),
+        "replay_device": Opt(str),
+    },
+    "window": {"first": int, "last": int},
+    "passes_run": int,
+    "passes": ListOf(REPLAY_PASS),
+    "attribution": {
+        "verdict": OneOf("numerics", "transient", "inconclusive"),
+        "reason": str,
+        "site": Opt({"step": int, "module": str, "phase": str}),
+        "note": str,
+    },
+}
+"""`doctor --from RUN_DIR[@STEP]`: the train run's window replayed from its checkpoint, each pass's outcome and
+the verdict (`diagnostics.replay`: "numerics" repeats, "transient" did not, "inconclusive" disagreed)."""
+
 DOCTOR = SummaryKind(
     name="doctor",
     schema="ampkit.doctor/1",
@@ -147,7 +184,7 @@ DOCTOR = SummaryKind(
         "fidelity": Opt(dict),
         "what_if": Absent(Opt(WHAT_IF)),
         "range_audit": Absent(Opt(RANGE_AUDIT)),
-        "replay": Absent(Opt(dict)),  # doctor --from RUN: the replayed window and its verdict
+        "replay": Absent(Opt(REPLAY)),  # doctor --from RUN: the replayed window and its verdict
         "advice": ListOf(ADVICE),
         "wall_s": NUM,
     },
