@@ -119,3 +119,20 @@ def test_the_gate_is_a_key_of_benchs_config_file(tmp_path):
     path.write_text("gate = 0.01\n")
     with pytest.raises(UsageError, match="--steps"):
         resolve_config(BenchConfig, toml_path=path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "mode"),
+    [(["--inference"], "--inference"), (["--sweep", "baseline"], "--sweep")],
+)
+def test_gate_is_refused_where_bench_compares_no_losses(capsys, argv, mode):
+    """bench --inference trains nothing, --sweep runs one precision's switches: no fp32 curve to gate on."""
+    code = main(["bench", "--gate", "0.01", "--steps", "5", *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"bench {mode} has none" in err and "drop it" in err and "Traceback" not in err
+
+
+def test_the_gate_refusal_under_inference_holds_for_the_python_api():
+    with pytest.raises(UsageError, match="bench --inference has none"):
+        BenchConfig.of(gate=0.01, steps=5, inference=True)

@@ -16,6 +16,7 @@ from ampkit.core import policy_loss
 from ampkit.diagnostics.config import DoctorConfig
 from ampkit.diagnostics.doctor import run_doctor
 from ampkit.diagnostics.range_audit import ROOT, ModuleRange, audit_of, fp16_limits, headroom_bits, run_range_audit
+from ampkit.diagnostics.range_target import precision_target
 from ampkit.formats import get_format
 from ampkit.precision import build_precision
 from ampkit.summaries import find_kind
@@ -51,14 +52,26 @@ def test_fp16_limits_are_read_from_the_format_registry():
 
 
 @pytest.fixture(scope="module")
-def fp32_audit():
+def fp16_audit():
+    """The audit alone (doctor's part 0, no training step) against fp16-mixed's target."""
     task = make_task()
-    return task, run_doctor(DoctorConfig.of(precision="fp32", **QUICK), task=task)
+    model = task.build_model(device=torch.device("cpu"), seed=0)
+    stream = task.train_stream(batch_size=QUICK["batch_size"], seed=0)
+    audit = run_range_audit(
+        model,
+        [stream.next_batch() for _ in range(2)],
+        policy=build_precision("fp32", device_type="cpu"),
+        loss_fn=task.loss,
+        blocks=model.vision.blocks,
+        target=precision_target("fp16-mixed", loss_scale=65536.0),
+    )
+    return task, audit
 
 
-def test_the_audit_names_the_overflowing_vision_block_before_training(fp32_audit):
-    task, result = fp32_audit
-    audit = result.summary["range_audit"]
+def test_the_audit_names_the_overflowing_vision_block_before_training(fp16_audit):
+    task, record = fp16_audit
+    audit = record.to_dict()
+    assert audit["format"] == "fp16" and audit["max"] == 65504.0
     (offender,) = audit["offenders"]  # exactly one part named: the block, not its neighbours or the tower
     expected = _fp32_block_max(task, BLOCK)
     assert expected > fp16_limits()[0]  # the premise: this block's fp32 output does not fit fp16
@@ -68,11 +81,21 @@ def test_the_audit_names_the_overflowing_vision_block_before_training(fp32_audit
     assert offender["fix"].startswith(f"keep {BLOCK} in fp32 (--keep-fp32 {BLOCK}) or use bf16")
     by_name = {m["name"]: m for m in audit["modules"]}
     assert by_name["vision.blocks.0"]["status"] == "ok" and by_name["head"]["status"] == "ok"
-    assert by_name[f"{BLOCK}.mlp.2"]["status"] == "over" and by_name[f"{BLOCK}.mlp.2"]["grad_scaled_max"] is None
+    assert by_name[f"{BLOCK}.mlp.2"]["status"] == "over"
     assert by_name[f"{BLOCK}.mlp.2"]["weight_max"] == pytest.approx(5.4e4)  # the bias: in range, 0.28 bits
     assert audit["min_headroom_bits"] < 0 and audit["tightest"].startswith(BLOCK)
+
+
+def test_under_fp32_nothing_is_flagged_and_a_note_says_fp16_would_overflow():
+    task = make_task()
+    result = run_doctor(DoctorConfig.of(precision="fp32", **QUICK), task=task)
+    audit = result.summary["range_audit"]
+    assert audit["format"] == "fp32" and audit["max"] == torch.finfo(torch.float32).max
+    assert audit["offenders"] == [] and audit["grad_overflows"] == [] and audit["loss_scale"] == 1.0
+    (note,) = [n for n in audit["notes"] if "fp16" in n]
+    assert note.startswith(f"{BLOCK} reaches |x| ") and "over fp16's max 65504: fine in fp32" in note
+    assert f"--keep-fp32 {BLOCK}" in note
     assert find_kind("doctor").validate(json.loads(json.dumps(result.summary))) == []
-    # under fp32 the audit is a note (no problem in this precision), not advice
     assert all(a.rule != "range_exceeds_fp16" for a in result.advice) and result.summary["status"] == "healthy"
 
 
@@ -87,6 +110,9 @@ def test_under_fp16_the_audit_is_a_fix_and_the_named_fix_makes_the_run_finite():
     (advice,) = [a for a in broken.advice if a.rule == "range_exceeds_fp16"]
     assert advice.severity == "fix" and advice.title.startswith(f"{BLOCK} exceeds fp16's range")
     assert f"--keep-fp32 {BLOCK}" in advice.fix and "bf16" in advice.fix
+    audit = broken.summary["range_audit"]  # doctor's audit: fp16-mixed's format and its scaler's initial scale
+    assert audit["format"] == "fp16" and audit["loss_scale"] == 65536.0 and audit["grad_max"] > 0
+    assert find_kind("doctor").validate(json.loads(json.dumps(broken.summary))) == []
     fixed = run_doctor(DoctorConfig.of(precision="fp16-mixed", keep_fp32=BLOCK, **QUICK), task=task)
     assert fixed.summary["run"]["nonfinite_loss_steps"] == [] and fixed.summary["locator"]["first_nonfinite"] is None
     (kept,) = fixed.summary["range_audit"]["offenders"]
@@ -175,38 +201,43 @@ def test_a_hugging_face_llava_vision_layer_is_named(tmp_path):
         with torch.no_grad():
             model.get_submodule(name).bias[0] = 8e4
 
+    # under fp32 nothing is flagged; the note names the layer fp16 would overflow (fp32 keeps the test quick)
     result = run_doctor(DoctorConfig.of(model=llava, precision="fp32", **{**QUICK, "steps": 1}), model_hook=siglip_like)
-    (offender,) = result.summary["range_audit"]["offenders"]
-    assert offender["module"].endswith("vision_tower.encoder.layers.0") and offender["headroom_bits"] < 0
-    assert offender["origin"] == offender["module"] + ".mlp.fc2"
-    assert offender["kept_fp32"] is False
+    audit = result.summary["range_audit"]
+    (note,) = [n for n in audit["notes"] if "over fp16's max" in n]
+    layer = note.split(" ", 1)[0]
+    assert layer.endswith("vision_tower.encoder.layers.0") and audit["offenders"] == []
+    by_name = {m["name"]: m for m in audit["modules"]}
+    assert by_name[layer + ".mlp.fc2"]["output_max"] > 65504 and by_name[layer + ".mlp.fc2"]["grad_scaled_max"] > 0
     kept = run_doctor(
         DoctorConfig.of(model=llava, precision="fp32", keep_fp32="vision", **{**QUICK, "steps": 1}),
         model_hook=siglip_like,
     )
-    (offender,) = kept.summary["range_audit"]["offenders"]  # the part name resolves as the policy resolves it
-    assert offender["module"].endswith("vision_tower.encoder.layers.0") and offender["kept_fp32"] is True
+    # the part name resolves as the policy resolves it: the kept layer needs no note
+    assert not [n for n in kept.summary["range_audit"]["notes"] if "over fp16's max" in n]
 
 
 def test_cli_prints_and_records_the_audit(tmp_path, run_cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "doc"
-    argv = ["doctor", "--task", TASK_FILE, "--precision", "fp32", "--steps", "1", "--batch-size", "4"]
+    argv = ["doctor", "--task", TASK_FILE, "--precision", "bf16-mixed", "--steps", "1", "--batch-size", "4"]
     code, stdout, stderr = run_cli(*argv, "--no-smoke", "--no-fidelity", "--range-batches", "3", "--out", str(out))
     assert code == 0, stderr
     assert "range audit" in stderr  # the progress line, before the diagnostic run
     assert stderr.index("range audit") < stderr.index("diagnostic run")
     assert all(len(line) <= 80 for line in stdout.splitlines() if not line.startswith("report: "))  # a path
     summary = json.loads((out / "summary.json").read_text())
-    (offender,) = summary["range_audit"]["offenders"]
-    assert summary["range_audit"]["batches"] == 3 and offender["module"] == BLOCK
-    size, bits = f"{offender['max_abs']:.3g}", f"{offender['headroom_bits']:+.2f}"
+    audit = summary["range_audit"]
+    assert audit["batches"] == 3 and audit["offenders"] == [] and audit["format"] == "bf16"
+    least = f"{audit['min_headroom_bits']:.1f}"
     flat = " ".join(stdout.split())
-    assert f"range audit (fp16, 3 fp32 batches) {BLOCK} over (max abs {size}, {bits} bits)" in flat
-    assert f"note: {BLOCK} reaches |x| {size} in fp32 (over fp16's max 65504)" in flat
+    assert f"range audit (bf16, 3 fp32 batches) every module fits: least headroom {least} bits" in flat
+    fits = f"fit: largest abs grad {audit['grad_max']:.3g}, init scale up to {audit['fitting_scale']:g} fits"
+    assert f"grads x loss scale 1 (bf16) {fits}" in flat
+    assert f"note: {BLOCK} reaches |x| " in flat and "in fp32, over fp16's max 65504: fine in bf16" in flat
     assert summary["config"]["range_audit"] is True
     html = (out / "report.html").read_text()
-    assert escape("Range audit: each module's fp32 range against fp16's") in html and f"{BLOCK}.mlp.2" in html
+    assert escape("Range audit: each module's fp32 range against bf16's") in html and f"{BLOCK}.mlp.2" in html
 
 
 def test_no_range_audit_skips_it():
@@ -244,5 +275,14 @@ def test_the_advice_is_a_fix_when_over_a_warning_when_near_and_none_outside_fp16
     (line,) = advice.evidence
     bits = f"headroom {audit.offenders[0].headroom_bits:+.2f} bits"
     assert line.startswith("enc.layers.0: enc.layers.0.fc's outputs") and bits in line
-    bf16 = Evidence(precision="bf16-mixed", compute_dtype="bfloat16", range_audit=audit, **facts)
+    wide = audit_of(
+        [_range("enc.layers.0.fc", out=out, inp=1.0)],
+        batches=1,
+        blocks=["enc.layers.0"],
+        keep_fp32=[],
+        target=precision_target("bf16-mixed"),
+    )
+    assert wide.format == "bf16" and wide.offenders == []
+    assert ("over fp16's max" in " ".join(wide.notes)) is (out > 65504)  # the note: what fp16 would overflow
+    bf16 = Evidence(precision="bf16-mixed", compute_dtype="bfloat16", range_audit=wide, **facts)
     assert rule_range_audit(bf16) is None

@@ -142,6 +142,8 @@ class BenchConfig:
         if not 0 <= self.tie_tolerance < 1:
             raise UsageError(f"--tie-tolerance must be in [0, 1), got {self.tie_tolerance}")
         _check_gate(self.gate, self.steps)
+        if self.gate and self.serving.inference:
+            raise UsageError(GATE_NOT_HERE.format(mode="--inference", why="it trains nothing"))
         names = parse_precisions(self.precisions)  # unknown names are refused now, before any device work
         if self.lora.enabled and (self.keep_fp32 or any(candidate_overrides(n) for n in names)):
             raise UsageError("module overrides (--keep-fp32, @PATTERN=REGIME) do not combine with --lora yet")
@@ -174,6 +176,10 @@ class BenchConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+GATE_NOT_HERE = "--gate compares training losses with fp32's at matched steps; bench {mode} has none ({why}): drop it"
+"""The one-line refusal of --gate where bench compares no losses at matched steps (`mode`, `why`)."""
 
 
 def _check_gate(gate: float, steps: int) -> None:

@@ -14,9 +14,11 @@ from collections.abc import Callable
 from rich.console import Console
 
 from ampkit.bench import BenchConfig, run_bench
+from ampkit.bench.config import GATE_NOT_HERE
 from ampkit.bench.timing import process_age_s
 from ampkit.cli import add_run_command, add_wide_flag
 from ampkit.config import resolve_config
+from ampkit.errors import UsageError
 from ampkit.report.console import make_console, print_run_dir
 
 
@@ -49,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     if config.serving.inference:
         return _run_inference(config, args)
     if args.sweep is not None:
+        if config.gate:
+            raise UsageError(GATE_NOT_HERE.format(mode="--sweep", why="one precision's switches, no fp32 run"))
         return _run_sweep(config, args)
     started = time.perf_counter() - process_age_s()  # the command's wall time counts from its process start
     summary, run_dir = run_bench(

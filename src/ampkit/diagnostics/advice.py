@@ -17,7 +17,10 @@ from typing import Any
 from ampkit.diagnostics.gradstats import LongTail, ScaleRange
 from ampkit.diagnostics.layer_fidelity import FidelityResult
 from ampkit.diagnostics.locator import ROOT, Finding
+from ampkit.diagnostics.optim_states import adam_eps_hazard, eps_text
 from ampkit.diagnostics.range_audit import RangeAudit, range_fix, range_lines
+from ampkit.diagnostics.range_grads import grad_lines, scale_fix
+from ampkit.diagnostics.range_target import format_target
 from ampkit.diagnostics.smoke import SmokeResult
 from ampkit.diagnostics.underflow import FrozenLayer
 from ampkit.records import Record
@@ -55,7 +58,7 @@ class Evidence:
     frozen_layers: list[FrozenLayer] = field(default_factory=list)
     """layers whose weights stopped changing (`ampkit.diagnostics.underflow`)"""
     range_audit: RangeAudit | None = None
-    """the initial fp32 model's per-module ranges against fp16's (`ampkit.diagnostics.range_audit`)"""
+    """the initial fp32 model's per-module ranges against the precision's format (`diagnostics.range_audit`)"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -328,10 +331,11 @@ def rule_frozen_layers(ev: Evidence) -> Advice | None:
 
 
 def rule_range_audit(ev: Evidence) -> Advice | None:
-    """Parts of the model whose fp32 range does not fit fp16: an overflow under fp16 compute before any
-    loss scale can help (forward values). Under bf16 or fp32 they are a note (`doctor_report.notes`)."""
+    """Parts of the model whose fp32 range does not fit the precision's format (fp16; bf16 in theory): an
+    overflow before any loss scale can help (forward values). What would not fit fp16 under a wider
+    format is a note (`RangeAudit.notes`). The rule keeps its name from when fp16 was the only target."""
     audit = ev.range_audit
-    if audit is None or ev.compute_dtype != "float16":
+    if audit is None:
         return None
     found = [o for o in audit.offenders if not o.kept_fp32]
     if not found:
@@ -340,19 +344,48 @@ def rule_range_audit(ev: Evidence) -> Advice | None:
     names = ", ".join(o.module for o in found[:3]) + (", ..." if len(found) > 3 else "")
     one = len(found) == 1
     title = (
-        f"{names} {'exceeds' if one else 'exceed'} fp16's range: {'it overflows' if one else 'they overflow'} "
-        f"under {ev.precision}"
+        f"{names} {'exceeds' if one else 'exceed'} {audit.format}'s range: "
+        f"{'it overflows' if one else 'they overflow'} under {ev.precision}"
         if over
-        else f"{names} {'comes' if one else 'come'} within one doubling of fp16's max under {ev.precision}"
+        else f"{names} {'comes' if one else 'come'} within one doubling of {audit.format}'s max under {ev.precision}"
     )
     return Advice(
         rule="range_exceeds_fp16",
         severity="fix" if over else "warn",
         title=title,
         evidence=range_lines(audit, found[:4]),
-        fix=range_fix([o.module for o in (over or found)]),
+        fix=range_fix([o.module for o in (over or found)], format_target(audit.format)),
         settings={"keep_fp32": ",".join(o.module for o in (over or found))},
     )
+
+
+def rule_scaled_grads(ev: Evidence) -> Advice | None:
+    """Gradients x the initial loss scale that overflow the format before step 1 (`range_grads`): the
+    scaler skips steps and halves until they fit (a warning); no scale fits at all: a fix."""
+    audit = ev.range_audit
+    if audit is None or not audit.grad_overflows:
+        return None
+    target = format_target(audit.format, loss_scale=audit.loss_scale)
+    found = audit.grad_overflows
+    names = ", ".join(o.module for o in found[:3]) + (", ..." if len(found) > 3 else "")
+    fits = audit.fitting_scale is not None and audit.fitting_scale >= 1
+    return Advice(
+        rule="scaled_grads_overflow",
+        severity="warn" if fits else "fix",
+        title=f"Gradients x loss scale {audit.loss_scale:g} overflow {audit.format} before step 1: {names}",
+        evidence=grad_lines(found, target, audit.batches),
+        fix=scale_fix(audit.fitting_scale, target),
+        settings={"init_scale": audit.fitting_scale} if fits else {},
+    )
+
+
+def rule_adam_eps_fp16(ev: Evidence) -> Advice | None:
+    """AdamW's eps rounds to zero in the format the optimizer states live in (`optim_states`)."""
+    hazard = adam_eps_hazard(ev.precision)
+    if hazard is None:
+        return None
+    title, evidence, fix = eps_text(hazard)
+    return Advice(rule="adam_eps_fp16", severity="warn", title=title, evidence=evidence, fix=fix)
 
 
 def _range_evidence(ev: Evidence) -> list[str]:
@@ -370,6 +403,8 @@ def _range_evidence(ev: Evidence) -> list[str]:
 RULES: tuple[Callable[[Evidence], Advice | None], ...] = (
     rule_keep_fp32,
     rule_range_audit,
+    rule_scaled_grads,
+    rule_adam_eps_fp16,
     rule_not_precision,
     rule_weights_corrupted,
     rule_lower_init_scale,

@@ -2,7 +2,8 @@
 
 Order (each part can be skipped; all share the same seed, model and data):
     device check -> model (+ demo unsafe op, + fp32 fixes) -> fault spec resolved against the model
-    0. range audit: the initial model's per-module |activation| and |weight| in fp32 against fp16's range
+    0. range audit: the initial model's per-module |activation|, |weight| and |gradient x loss scale| in
+       fp32 against the precision's format (fp16, bf16 or fp32)
     1. diagnostic run: `steps` real training steps (the `train` step itself, `Trainer.train_step`)
        with the non-finite locator, gradient statistics and the fault injector attached as hooks;
        the loss-scale trajectory is read from the policy after each step
@@ -43,6 +44,7 @@ from ampkit.diagnostics.inject import FaultInjector, resolve_module
 from ampkit.diagnostics.layer_fidelity import FidelityResult, compare_layers
 from ampkit.diagnostics.locator import Finding, NonFiniteLocator
 from ampkit.diagnostics.range_audit import RangeAudit, run_range_audit
+from ampkit.diagnostics.range_target import precision_target
 from ampkit.diagnostics.scale import ScaleTrajectory
 from ampkit.diagnostics.smoke import SmokeConfig, SmokeResult, run_smoke_test
 from ampkit.diagnostics.underflow import FROZEN_AFTER, FrozenLayer, StepUpdateStats, UpdateUnderflowMeter
@@ -384,7 +386,8 @@ def _run_parts(setup: _Setup, parts: _Parts, progress: Callable[[str], None], *,
     """The diagnosis's parts in order, each into `parts`; `stop()` raises between steps to interrupt."""
     config = setup.config
     if config.range_audit:
-        line = f"range audit: fp32 |activation|, |weight| per module vs fp16 ({config.range_batches} batches)"
+        fmt = precision_target(config.precision).format
+        line = f"range audit: fp32 |activation|, |weight|, |grad| per module vs {fmt} ({config.range_batches} batches)"
         parts.begin("range audit", progress, line)
         parts.range_audit = range_audit(setup)
         stop()
@@ -421,14 +424,22 @@ def _run_parts(setup: _Setup, parts: _Parts, progress: Callable[[str], None], *,
 
 def range_audit(setup: _Setup) -> RangeAudit:
     """The range audit (`diagnostics.range_audit`) of the task's initial fp32 model on the diagnosis's
-    first batches, through the step's own forward-and-loss under the fp32 policy (no gradients)."""
+    first batches, through the step's own forward-and-loss and backward under the fp32 policy, against
+    the diagnosed precision's format and initial loss scale (`range_target.precision_target`)."""
     model = setup.fresh_model(REFERENCE)
     policy = build_precision(REFERENCE, device_type=setup.device.type)
     sampler = setup.fresh_sampler()
     batches = (sampler.next_batch().to(setup.device) for _ in range(setup.config.range_batches))
     blocks = optional.repeated_blocks(setup.task, model)
+    target = precision_target(setup.config.precision, loss_scale=setup.policy().loss_scale())
     return run_range_audit(
-        model, batches, policy=policy, loss_fn=setup.task.loss, blocks=blocks, keep_fp32=setup.config.fp32_paths
+        model,
+        batches,
+        policy=policy,
+        loss_fn=setup.task.loss,
+        blocks=blocks,
+        keep_fp32=setup.config.fp32_paths,
+        target=target,
     )
 
 

@@ -1,17 +1,20 @@
-"""The range audit: per module, the largest |activation| and |weight| of the fp32 model against fp16's range.
+"""The range audit: per module, the largest |activation|, |weight| and |gradient x loss scale| of the
+fp32 model against the diagnosed precision's range (`diagnostics.range_target`: fp16, bf16 or fp32).
 
 fp16 holds magnitudes up to 65504 (`formats`: fp16's `finfo.max`) and normal values down to 2^-14 =
 6.1e-5 (`finfo.smallest_normal`); bf16 and fp32 reach ~3.4e38. A model whose fp32 activations or
 weights exceed 65504 somewhere (SigLIP vision towers: biases near 5.4e4, poolers reaching ~8e4)
 overflows to inf the moment that part runs in fp16, whatever the loss scale (the scale only touches
 the backward). The audit finds that part before any training step: a few fp32 batches go through the
-task's own forward-and-loss (`core.policy_loss`, the fp32 policy, no gradients) with a forward
+task's own forward-and-loss (`core.policy_loss`, the fp32 policy) and its backward with a forward
 pre-hook and a forward hook on every module, which record per module
 - `output_max`: the largest finite |x| of its floating outputs (tuples, dicts, model outputs walked);
 - `input_max`: the same of its floating inputs (positional and keyword);
 - `weight_max`: the largest |w| of its own parameters (not its children's);
-- `underflow_fraction`: the share of its nonzero outputs below fp16's smallest normal (subnormal or
-  flushed to zero in fp16: they lose precision or vanish).
+- `underflow_fraction`: the share of its nonzero outputs below the format's smallest normal (subnormal
+  or flushed to zero there: they lose precision or vanish);
+- the backward's side, |gradient| x the initial loss scale (`diagnostics.range_grads`).
+The text below says fp16, the usual target; every bound is the target format's (`RangeTarget`).
 Headroom is log2(65504 / max |x|) in bits: how many doublings (a residual add, a larger input) the
 largest value can take before fp16 overflows; below 0 the value is already out of range.
 
@@ -22,9 +25,9 @@ holding it (the task's `repeated_blocks`, or any `nn.ModuleList` item: a ViT's `
 the origin itself outside any block; a unit that holds another unit is dropped (the deeper one says
 more). The fix: keep that unit in fp32 (`--keep-fp32 PATH`), or use bf16, which has fp32's range.
 
-The gradients-times-loss-scale side (`ModuleRange.grad_scaled_max`) is left empty here: a field for
-the diagnosis that measures it. Cost: a few forward passes in fp32; statistics stay on the device
-until the end (one sync per audit).
+A target wider than fp16 (bf16, fp32) adds a note naming the units over fp16's max: why fp16 would fail.
+Cost: a few forward and backward passes in fp32; statistics stay on the device until the end (one
+sync per side).
 """
 
 from __future__ import annotations
@@ -32,43 +35,38 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from ampkit.core import policy_loss
-from ampkit.formats import get_format
+from ampkit.diagnostics.range_grads import (
+    GradOverflow,
+    GradRangeRecorder,
+    fitting_scale,
+    grad_overflows,
+    largest_grad,
+    with_gradients,
+)
+from ampkit.diagnostics.range_target import FP16, NEAR_BITS, RangeTarget
+from ampkit.diagnostics.range_target import status_of as _status
 from ampkit.records import Record
 
-NEAR_BITS = 1.0
-"""Headroom (bits) below which a module is flagged "near": one doubling from fp16's max."""
-AUDITED_FORMAT = "fp16"
-"""The format whose range is audited (its max and smallest normal are read from `ampkit.formats`)."""
 ROOT = "(model)"
 """Display path of the root module (as the locator names it)."""
 
 
 def fp16_limits() -> tuple[float, float]:
-    """(largest finite, smallest normal) of the audited format: 65504.0 and 2^-14 for fp16."""
-    info = get_format(AUDITED_FORMAT).finfo
-    assert info is not None  # fp16 is a floating-point format
-    return float(info.max), float(info.smallest_normal)
+    """(largest finite, smallest normal) of fp16, from the format registry: 65504.0 and 2^-14."""
+    return FP16.max, FP16.smallest_normal
 
 
-def headroom_bits(max_abs: float | None) -> float | None:
-    """log2(fp16 max / max_abs): doublings left before overflow (< 0: already over); None when nothing
+def headroom_bits(max_abs: float | None, target: RangeTarget = FP16) -> float | None:
+    """log2(target max / max_abs): doublings left before overflow (< 0: already over); None when nothing
     nonzero was seen (no value to overflow)."""
-    if max_abs is None or max_abs <= 0:
-        return None
-    return math.log2(fp16_limits()[0] / max_abs)
-
-
-def _status(headroom: float | None) -> str:
-    if headroom is None or headroom >= NEAR_BITS:
-        return "ok"
-    return "over" if headroom < 0 else "near"
+    return target.headroom_bits(max_abs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,13 +90,17 @@ class ModuleRange(Record):
     """share of its nonzero weights below fp16's smallest normal"""
     status: str
     """"over" (headroom < 0), "near" (< NEAR_BITS) or "ok" (fits)"""
+    output_grad_max: float | None = None
+    """largest true-scale |gradient| at its outputs (None: no backward reached it)"""
+    weight_grad_max: float | None = None
+    """largest true-scale |gradient| of its own parameters"""
     grad_scaled_max: float | None = None
-    """largest |gradient x loss scale| at its outputs: not measured yet (the diagnosis issue adds it)"""
+    """the larger of the two x the initial loss scale: what the backward holds (`diagnostics.range_grads`)"""
 
 
 @dataclass(frozen=True, kw_only=True)
 class RangeOffender(Record):
-    """A fix unit whose range does not fit fp16: where to keep fp32, with the evidence."""
+    """A fix unit whose range does not fit the format: where to keep fp32, with the evidence."""
 
     module: str
     """the fix unit's path (a repeated block, or the origin outside any block)"""
@@ -109,7 +111,7 @@ class RangeOffender(Record):
     max_abs: float
     """the largest flagged |x| in the unit (the one its headroom is of)"""
     headroom_bits: float
-    """the unit's smallest headroom, bits (< 0: over fp16's max)"""
+    """the unit's smallest headroom, bits (< 0: over the format's max)"""
     status: str
     """"over" or "near" (headroom below NEAR_BITS)"""
     kept_fp32: bool
@@ -119,9 +121,10 @@ class RangeOffender(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class RangeAudit(Record):
-    """summary.json's `range_audit`: every module's range, and the fix units that do not fit fp16."""
+    """summary.json's `range_audit`: every module's range, and the fix units that do not fit the format."""
 
     format: str
+    """the diagnosed precision's format (`diagnostics.range_target`): fp16, bf16 or fp32"""
     max: float
     smallest_normal: float
     near_bits: float
@@ -135,6 +138,14 @@ class RangeAudit(Record):
     tightest: str | None
     """the module with that headroom"""
     notes: list[str] = field(default_factory=list)
+    loss_scale: float = 1.0
+    """the initial loss scale the gradients are multiplied by (1: no scaler)"""
+    grad_max: float | None = None
+    """the largest true-scale |gradient| of any module (None: no backward)"""
+    fitting_scale: float | None = None
+    """the largest power-of-two initial loss scale under which every audited gradient fits the format"""
+    grad_overflows: list[GradOverflow] = field(default_factory=list)
+    """modules whose |gradient| x `loss_scale` exceeds the format's max, least headroom first"""
 
 
 def floating_tensors(obj: Any) -> Iterator[torch.Tensor]:
@@ -186,11 +197,12 @@ class _Sums:
 class RangeRecorder:
     """Forward hooks on every module of `model`, summing each call's input and output ranges."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, target: RangeTarget = FP16):
         self.model = model
+        self.target = target
         self.names = {id(m): (name or ROOT) for name, m in model.named_modules()}
         self.sums: dict[str, _Sums] = {}  # insertion order: first call
-        self._normal = fp16_limits()[1]
+        self._normal = target.smallest_normal
         self._handles: list[Any] = []
 
     def attach(self) -> RangeRecorder:
@@ -237,7 +249,7 @@ class RangeRecorder:
         for i, name in enumerate(names):
             out_row, in_row, w_row = host[2 * i], host[2 * i + 1], host[2 * len(names) + i]
             calls = self.sums[name].calls if name in self.sums else 0
-            out.append(_module_range(name, type(modules[name]).__name__, calls, out_row, in_row, w_row))
+            out.append(_module_range(name, type(modules[name]).__name__, calls, (out_row, in_row, w_row), self.target))
         return out
 
 
@@ -253,8 +265,9 @@ def _share(row: list[float]) -> float | None:
     return None if math.isnan(row[0]) or row[2] == 0 else row[1] / row[2]
 
 
-def _module_range(name: str, cls: str, calls: int, out_row, in_row, w_row) -> ModuleRange:
-    out_h, w_h = headroom_bits(_max_of(out_row)), headroom_bits(_max_of(w_row))
+def _module_range(name: str, cls: str, calls: int, rows, target: RangeTarget) -> ModuleRange:
+    out_row, in_row, w_row = rows
+    out_h, w_h = target.headroom_bits(_max_of(out_row)), target.headroom_bits(_max_of(w_row))
     both = [h for h in (out_h, w_h) if h is not None]
     head = min(both) if both else None
     return ModuleRange(
@@ -269,7 +282,7 @@ def _module_range(name: str, cls: str, calls: int, out_row, in_row, w_row) -> Mo
         headroom_bits=head,
         underflow_fraction=_share(out_row),
         weight_underflow_fraction=_share(w_row),
-        status=_status(head),
+        status=target.status(head),
     )
 
 
@@ -279,14 +292,14 @@ UNDERFLOW_NOTE = 0.1
 the small tail of any activation (the tiny LM's MLPs: ~1.5%), below the rounding error of its large values."""
 
 
-def origin_sites(m: ModuleRange) -> list[tuple[str, float]]:
+def origin_sites(m: ModuleRange, target: RangeTarget = FP16) -> list[tuple[str, float]]:
     """The sites ("weights", "outputs") where a flagged value is born in `m`, with their headroom: its own
     weights are flagged, or its outputs are flagged and worse than its inputs (a value passed on is not born here)."""
     sites = []
     if _status(m.weight_headroom_bits) != "ok":
         sites.append(("weights", m.weight_headroom_bits))
     out = _status(m.output_headroom_bits)
-    if out != "ok" and _RANK[out] > _RANK[_status(headroom_bits(m.input_max))]:
+    if out != "ok" and _RANK[out] > _RANK[_status(target.headroom_bits(m.input_max))]:
         sites.append(("outputs", m.output_headroom_bits))
     return [(site, head) for site, head in sites if head is not None]
 
@@ -315,13 +328,15 @@ def _kept(path: str, patterns: list[str]) -> bool:
     return any(_within(path, p) or fnmatch.fnmatchcase(path, p) for p in patterns)
 
 
-def range_fix(units: list[str]) -> str:
-    """The fix for fix units that do not fit fp16, in the words of `diagnostics.advice`."""
-    bf16 = "use bf16 (--precision bf16-mixed: fp32's exponent range, no overflow at 65504)"
+def range_fix(units: list[str], target: RangeTarget = FP16) -> str:
+    """The fix for fix units that do not fit `target`, in the words of `diagnostics.advice`: keep them in
+    fp32, or (fp16) bf16, which has fp32's exponent range."""
+    bf16 = f"use bf16 (--precision bf16-mixed: fp32's exponent range, no overflow at {target.max:g})"
+    wider = bf16 if target.format == FP16.format else "nothing narrower than fp32 holds it"
     parts = [u for u in units if u != ROOT]
     if not parts:
-        return f"{bf16}; the value is made in the model's own forward, outside any submodule"
-    return f"keep {', '.join(parts)} in fp32 (--keep-fp32 {','.join(parts)}) or {bf16}"
+        return f"{wider}; the value is made in the model's own forward, outside any submodule"
+    return f"keep {', '.join(parts)} in fp32 (--keep-fp32 {','.join(parts)}) or {wider}"
 
 
 def range_lines(audit: RangeAudit, offenders: list[RangeOffender]) -> list[str]:
@@ -329,26 +344,30 @@ def range_lines(audit: RangeAudit, offenders: list[RangeOffender]) -> list[str]:
     return [
         f"{o.module}: {o.origin}'s {o.site} reach |x| {o.max_abs:.3g} in fp32 over {audit.batches} "
         f"batch{'' if audit.batches == 1 else 'es'}, "
-        f"headroom {o.headroom_bits:+.2f} bits to fp16's max {audit.max:g}"
-        + (" (over: inf in fp16)" if o.status == "over" else f" (under {audit.near_bits:g} bit: one doubling)")
+        f"headroom {o.headroom_bits:+.2f} bits to {audit.format}'s max {audit.max:g}"
+        + (f" (over: inf in {audit.format})" if o.status == "over" else f" (under {audit.near_bits:g} bit: 1 doubling)")
         for o in offenders
     ]
 
 
-def find_offenders(ranges: list[ModuleRange], blocks: list[str], keep_fp32: list[str]) -> list[RangeOffender]:
+def find_offenders(
+    ranges: list[ModuleRange], blocks: list[str], keep_fp32: list[str], target: RangeTarget = FP16
+) -> list[RangeOffender]:
     """The fix units holding an origin (module docstring); smallest headroom first. Each names its
     innermost origin of the worst status (the Linear whose bias makes the value, not the block's sum)."""
     origins: dict[str, list[tuple[ModuleRange, str, float]]] = {}
     for m in ranges:
-        for site, head in origin_sites(m):
+        for site, head in origin_sites(m, target):
             unit = ROOT if m.name == ROOT else _unit_of(m.name, blocks)
             origins.setdefault(unit, []).append((m, site, head))
     units = [u for u in origins if not any(v != u and (u == ROOT or _within(v, u)) for v in origins)]
-    offenders = [_offender(unit, origins[unit], keep_fp32) for unit in units]
+    offenders = [_offender(unit, origins[unit], keep_fp32, target) for unit in units]
     return sorted(offenders, key=lambda o: o.headroom_bits)
 
 
-def _offender(unit: str, origins: list[tuple[ModuleRange, str, float]], keep_fp32: list[str]) -> RangeOffender:
+def _offender(
+    unit: str, origins: list[tuple[ModuleRange, str, float]], keep_fp32: list[str], target: RangeTarget
+) -> RangeOffender:
     head = min(h for _, _, h in origins)
     worst = _status(head)
     depth = {m.name: (0 if m.name == ROOT else m.name.count(".") + 1) for m, _, _ in origins}
@@ -357,23 +376,46 @@ def _offender(unit: str, origins: list[tuple[ModuleRange, str, float]], keep_fp3
         module=unit,
         origin=m.name,
         site=site,
-        max_abs=fp16_limits()[0] / 2**head,
+        max_abs=target.max / 2**head,
         headroom_bits=head,
         status=worst,
         kept_fp32=_kept(unit, keep_fp32) or _kept(m.name, keep_fp32),
-        fix=range_fix([unit]),
+        fix=range_fix([unit], target),
     )
 
 
-def _underflow_notes(ranges: list[ModuleRange]) -> list[str]:
+def _underflow_notes(ranges: list[ModuleRange], target: RangeTarget) -> list[str]:
     shares = [m for m in ranges if (m.underflow_fraction or 0.0) > UNDERFLOW_NOTE]
     if not shares:
         return []
     m = max(shares, key=lambda r: r.underflow_fraction or 0.0)
     more = f" (and {len(shares) - 1} more modules)" if len(shares) > 1 else ""
+    keeps = " (bf16 keeps them)" if target.format == FP16.format else ""
     return [
-        f"{m.name}: {100 * (m.underflow_fraction or 0.0):.1f}% of its nonzero outputs are below fp16's smallest "
-        f"normal {fp16_limits()[1]:.2g}{more}: subnormal or zero in fp16 (bf16 keeps them)"
+        f"{m.name}: {100 * (m.underflow_fraction or 0.0):.1f}% of its nonzero outputs are below {target.format}'s "
+        f"smallest normal {target.smallest_normal:.2g}{more}: subnormal or zero in {target.format}{keeps}"
+    ]
+
+
+def retarget(m: ModuleRange, target: RangeTarget) -> ModuleRange:
+    """`m`'s headrooms and status against another format (its maxima as measured)."""
+    out_h, w_h = target.headroom_bits(m.output_max), target.headroom_bits(m.weight_max)
+    both = [h for h in (out_h, w_h) if h is not None]
+    head = min(both) if both else None
+    return replace(m, output_headroom_bits=out_h, weight_headroom_bits=w_h, headroom_bits=head, status=_status(head))
+
+
+def _fp16_notes(ranges: list[ModuleRange], blocks: list[str], keep_fp32: list[str], target: RangeTarget) -> list[str]:
+    """Under a target wider than fp16, the units fp16 would overflow (not those kept in fp32 already):
+    why this precision, not fp16."""
+    if target.max <= FP16.max:
+        return []
+    found = find_offenders([retarget(m, FP16) for m in ranges], blocks, keep_fp32, FP16)
+    over = [o for o in found if o.status == "over" and not o.kept_fp32]
+    return [
+        f"{o.module} reaches |x| {o.max_abs:.3g} in fp32, over fp16's max {FP16.max:g}: fine in {target.format}; "
+        f"under fp16, {o.fix}"
+        for o in over
     ]
 
 
@@ -385,21 +427,33 @@ def run_range_audit(
     loss_fn,
     blocks: Iterable[nn.Module] = (),
     keep_fp32: Iterable[str] = (),
+    target: RangeTarget = FP16,
+    gradients: bool = True,
 ) -> RangeAudit:
     """The audit of `model` (fp32 weights; its mode is kept) over `batches` (on its device), each through
-    `core.policy_loss` under `policy` (the fp32 one) without gradients; `blocks`: the task's repeated
-    blocks; `keep_fp32`: the --keep-fp32 paths already applied (their offenders are marked kept)."""
-    recorder = RangeRecorder(model).attach()
+    `core.policy_loss` under `policy` (the fp32 one), then (`gradients`) its backward, against `target`
+    (`range_target.precision_target`: the diagnosed precision's format and initial loss scale); `blocks`:
+    the task's repeated blocks; `keep_fp32`: the --keep-fp32 paths already applied (their offenders are
+    marked kept). The model's `.grad` are as they were on return."""
+    recorder = RangeRecorder(model, target).attach()
+    grads = GradRangeRecorder(model, recorder.names).attach() if gradients else None
     count = 0
     try:
-        with torch.no_grad(), policy.run_context():
+        with torch.set_grad_enabled(grads is not None), policy.run_context():
             for batch in batches:
-                policy_loss(policy, loss_fn, model, batch)  # the loss is unused: the hooks record
+                loss, _ = policy_loss(policy, loss_fn, model, batch)  # the hooks record the forward
+                if grads is not None:
+                    grads.backward(policy, loss)
                 count += 1
     finally:
         recorder.detach()
+        if grads is not None:
+            grads.detach()
+    ranges = recorder.ranges()
+    if grads is not None:
+        ranges = with_gradients(ranges, grads.host(), target)
     kept = [path for pattern in keep_fp32 for path in _kept_paths(model, pattern)]
-    return audit_of(recorder.ranges(), batches=count, blocks=block_paths(model, blocks), keep_fp32=kept)
+    return audit_of(ranges, batches=count, blocks=block_paths(model, blocks), keep_fp32=kept, target=target)
 
 
 def _kept_paths(model: nn.Module, pattern: str) -> tuple[str, ...]:
@@ -414,20 +468,29 @@ def _kept_paths(model: nn.Module, pattern: str) -> tuple[str, ...]:
         return (pattern,)
 
 
-def audit_of(ranges: list[ModuleRange], *, batches: int, blocks: list[str], keep_fp32: list[str]) -> RangeAudit:
-    """The record of measured `ranges`: the offenders, the tightest module and the underflow note."""
-    fp16_max, normal = fp16_limits()
+def audit_of(
+    ranges: list[ModuleRange], *, batches: int, blocks: list[str], keep_fp32: list[str], target: RangeTarget = FP16
+) -> RangeAudit:
+    """The record of measured `ranges` against `target`: the offenders, the tightest module, the scaled
+    gradients that overflow and the notes (underflow, what fp16 would overflow, the target's own)."""
+    ranges = [retarget(m, target) for m in ranges]  # headrooms against `target` (as measured: unchanged)
     measured = [m for m in ranges if m.headroom_bits is not None]
     tight = min(measured, key=lambda m: m.headroom_bits or 0.0) if measured else None
+    grad_max = largest_grad(ranges)
     return RangeAudit(
-        format=AUDITED_FORMAT,
-        max=fp16_max,
-        smallest_normal=normal,
+        format=target.format,
+        max=target.max,
+        smallest_normal=target.smallest_normal,
         near_bits=NEAR_BITS,
         batches=batches,
         modules=ranges,
-        offenders=find_offenders(ranges, blocks, keep_fp32),
+        offenders=find_offenders(ranges, blocks, keep_fp32, target),
         min_headroom_bits=tight.headroom_bits if tight else None,
         tightest=tight.name if tight else None,
-        notes=_underflow_notes(ranges),
+        notes=[*_underflow_notes(ranges, target), *_fp16_notes(ranges, blocks, keep_fp32, target)]
+        + ([target.note] if target.note else []),
+        loss_scale=target.loss_scale,
+        grad_max=grad_max,
+        fitting_scale=fitting_scale(grad_max, target),
+        grad_overflows=grad_overflows(ranges, target),
     )

@@ -96,6 +96,8 @@ RANGE_AUDIT = {
             "headroom_bits": OPT_NUM,
             "underflow_fraction": OPT_NUM,
             "status": OneOf("over", "near", "ok"),
+            "output_grad_max": Absent(OPT_NUM),
+            "weight_grad_max": Absent(OPT_NUM),
             "grad_scaled_max": OPT_NUM,
         }
     ),
@@ -114,8 +116,16 @@ RANGE_AUDIT = {
     "min_headroom_bits": OPT_NUM,
     "tightest": Opt(str),
     "notes": ListOf(str),
+    # added with the backward side (`diagnostics.range_grads`); absent in summaries written before it
+    "loss_scale": Absent(NUM),
+    "grad_max": Absent(OPT_NUM),
+    "fitting_scale": Absent(OPT_NUM),
+    "grad_overflows": Absent(
+        ListOf({"module": str, "site": str, "grad_max": NUM, "scaled_max": NUM, "headroom_bits": NUM})
+    ),
 }
-"""doctor's range audit: each module's fp32 range against fp16's (`diagnostics.range_audit`)."""
+"""doctor's range audit: each module's fp32 range (activations, weights, gradients x the initial loss scale)
+against the diagnosed precision's format (`diagnostics.range_audit`, `range_target`)."""
 
 REPLAY_PASS = {
     "steps": ListOf(int),

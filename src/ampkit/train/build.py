@@ -21,6 +21,7 @@ from torch import nn
 from ampkit.core import Trainer
 from ampkit.core.optim import check_optimizer_available
 from ampkit.core.step import build_trainer
+from ampkit.diagnostics.optim_states import train_warnings
 from ampkit.distributed.context import LocalRun, init_run
 from ampkit.distributed.sampler import RankShardedSampler
 from ampkit.distributed.wrap import reshard, wrap_model
@@ -93,7 +94,8 @@ class RunObjects:
 def check_device(config: TrainConfig) -> tuple[torch.device, DeviceInfo, list[str]]:
     device = pick_device(config.device)
     info = describe_device(device)
-    return device, info, check_supported(config.precision, info)
+    eps = train_warnings(config.precision, config.optimizer.optimizer)  # fp16 states: AdamW's eps rounds to 0
+    return device, info, check_supported(config.precision, info) + eps
 
 
 def new_model(task: Task, *, device: torch.device, seed: int, policy: Precision, sharded: bool = False) -> nn.Module:
