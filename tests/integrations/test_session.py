@@ -4,6 +4,8 @@ autocast and torch's own GradScaler on the CPU), so its loss-scale path runs wit
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -138,3 +140,13 @@ def test_a_model_ampkit_cannot_inspect_is_said_once_and_the_run_goes_on(tmp_path
 def test_bad_settings_are_one_line(settings, message):
     with pytest.raises(UsageError, match=message):
         MonitorSettings(**settings)
+
+
+def test_ampkit_and_the_monitor_import_without_transformers_or_lightning():
+    """Each framework is imported by its own callback module only (`ampkit report` of a callback's run too)."""
+    code = (
+        "import sys, ampkit, ampkit.integrations, ampkit.integrations.report, ampkit.cli.report; "
+        "print(sorted({'transformers', 'lightning', 'peft'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert done.stdout.strip() == "[]"

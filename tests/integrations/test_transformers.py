@@ -184,3 +184,22 @@ def test_the_precision_is_the_flags_else_the_weights_dtype():
     args = TrainingArguments(output_dir="unused", use_cpu=True, report_to=[])
     assert precision_of(args, tiny_llama()) == "fp32"
     assert precision_of(args, tiny_llama().to(torch.bfloat16)) == "bf16-true"
+
+
+@pytest.mark.parametrize("optim", ["adamw_torch_fused", "adamw_torch"])
+def test_attach_reads_accelerates_grad_scaler_and_its_skipped_steps(tmp_path, optim):
+    """accelerate makes a GradScaler only for fp16 on a GPU; here one is handed to it on the CPU (an fp32 run
+    with loss scaling, through accelerate's own backward and optimizer step), and a fault overflows step 2:
+    the scaler skips it, the auto locator is armed, and step 3's fault is named where it is injected. The
+    fused AdamW (transformers' default) takes the scaler into its own step, so accelerate's
+    `optimizer_step_was_skipped` misses its skips: the fallen scale counts them."""
+    trainer = trainer_for(tiny_llama(), tmp_path, max_steps=4, optim=optim)
+    trainer.accelerator.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    callback = attach(trainer, out=str(tmp_path / "run"), inject="model.layers.0.mlp:forward:inf@2-3")
+    _quietly(trainer)
+    summary = json.loads((callback.run_dir / "summary.json").read_text())
+    assert summary["skipped_steps"] == 2 and summary["locator"]["armed_at"] == 2
+    assert [p["scale"] for p in summary["scale"]["points"] if p["skipped"]] == [2.0**11, 2.0**10]
+    first = summary["locator"]["first_nonfinite"]
+    assert (first["module"], first["phase"], first["step"]) == ("model.layers.0.mlp", "forward", 3)
+    assert summary["final_loss_scale"] == 2.0**10

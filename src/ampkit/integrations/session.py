@@ -211,15 +211,16 @@ class Monitor:
             injector.begin_step(step)
 
     def end_step(self, step: int, *, skipped: bool | None = None) -> None:
-        """After optimizer step `step`; `skipped`: whether the scaler skipped it (None: inferred from the
-        scale, which a skip halves). Arms an "auto" locator after a skipped step."""
+        """After optimizer step `step`; `skipped`: whether the framework says the scaler skipped it. A
+        scale that fell counts as a skip as well (torch's GradScaler backs off only when it skips), since
+        a framework's flag can miss one: accelerate's misses every skip of an optimizer that unscales in
+        its own step (fused AdamW, transformers' default). Arms an "auto" locator after a skipped step."""
         if self.subject is None:
             return
         self.steps = step
         before = self.scale.value
         scale = self.scale.read()
-        if skipped is None:
-            skipped = before is not None and scale is not None and scale < before
+        skipped = bool(skipped) or (before is not None and scale is not None and scale < before)
         self.trajectory.record(step, scale, stepped=not skipped)
         if skipped:
             self._arm(step, why="skipped")

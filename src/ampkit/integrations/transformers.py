@@ -90,6 +90,8 @@ class AmpkitCallback(TrainerCallback):
         self.monitor.begin_step(state.global_step + 1)
 
     def on_step_end(self, args, state, control, **kwargs):
+        # accelerate's flag misses the skips of an optimizer whose step takes the scaler itself (fused
+        # AdamW, `_step_supports_amp_scaling`: the default optimizer): the monitor counts a fallen scale too
         accelerator = getattr(self.trainer, "accelerator", None)
         skipped = bool(accelerator.optimizer_step_was_skipped) if accelerator is not None else None
         self.monitor.end_step(state.global_step, skipped=skipped)
