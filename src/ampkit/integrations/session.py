@@ -100,7 +100,7 @@ class ScaleReading:
         scaler = self.scaler_fn()
         if scaler is None or not scaler.is_enabled():
             self.value = None
-        else:  # .item(): a sync point, once per step; the scaler's own step has just synchronised
+        else:  # .item(): a sync point, once per step (a non-fused optimizer's scaled step synced already)
             self.value = float(scaler.get_scale())
         return self.value
 
