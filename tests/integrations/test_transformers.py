@@ -9,9 +9,11 @@ from a plain loop (test_session.py)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -203,3 +205,12 @@ def test_attach_reads_accelerates_grad_scaler_and_its_skipped_steps(tmp_path, op
     first = summary["locator"]["first_nonfinite"]
     assert (first["module"], first["phase"], first["step"]) == ("model.layers.0.mlp", "forward", 3)
     assert summary["final_loss_scale"] == 2.0**10
+
+
+def test_the_docs_examples_compile_and_import_what_they_name():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    assert len(blocks) == 2 and len(blocks[0].strip().splitlines()) <= 10  # the Trainer example: 10 lines at most
+    for block in blocks:
+        compile(block, "docs/integrations.md", "exec")
+        exec("\n".join(line for line in block.splitlines() if line.startswith(("from ", "import "))), {})
