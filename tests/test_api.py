@@ -15,6 +15,7 @@ import ampkit.doctor
 import ampkit.train
 from ampkit.api import bench, doctor, train
 from ampkit.bench.api import run as bench_run
+from ampkit.diagnostics.api import run as diagnosis_run
 from ampkit.errors import UsageError
 from ampkit.tasks.builtin import builtin_task
 from ampkit.train.api import run as train_run
@@ -93,6 +94,9 @@ def test_doctor_a_task_by_name(tmp_path):
     )
     assert summary["command"] == "doctor" and summary["task"]["name"] == "mlp"
     assert (tmp_path / "d" / "report.html").is_file()
+    # without from_run it is the plain diagnosis (diagnostics' own entry): the same run, loss for loss
+    plain = diagnosis_run("mlp", out=tmp_path / "p", precision="bf16-mixed", steps=2, smoke_steps=5, fidelity=False)
+    assert plain["run"]["losses"] == summary["run"]["losses"] and plain["replay"] is None
 
 
 def test_a_mistyped_setting_is_the_commands_one_line_error(tmp_path):

@@ -21,7 +21,7 @@ from json_schema import errors_of
 
 
 def test_every_kind_has_its_own_name_and_schema_id():
-    assert len({k.name for k in KINDS}) == len({k.schema for k in KINDS}) == len(KINDS) == 12
+    assert len({k.name for k in KINDS}) == len({k.schema for k in KINDS}) == len(KINDS) == 13
     assert PLAN_LORA.schema == "ampkit.plan-lora/1" != PLAN.schema  # plan --lora: its own kind now
 
 

@@ -97,6 +97,12 @@ def _data_stats() -> Renderer:
     return write_data_stats_report
 
 
+def _callback() -> Renderer:
+    from ampkit.integrations.report import write_callback_report
+
+    return write_callback_report
+
+
 RENDERERS: dict[str, Callable[[], Renderer]] = {
     "bench": _bench,
     "bench-inference": _bench_inference,
@@ -110,6 +116,7 @@ RENDERERS: dict[str, Callable[[], Renderer]] = {
     "kv-measured": _kv_measured,
     "hw": _hw,
     "data-stats": _data_stats,
+    "callback": _callback,
 }
 """kind name (`ampkit.summaries.KINDS`) -> its renderer, imported when a run of that kind is rendered
 (the command's package loads only then). tests/cli/test_report.py checks every kind has one."""
@@ -121,8 +128,8 @@ def register(sub) -> argparse.ArgumentParser:
         "report",
         "Re-render report.html, report.md and their figures in RUN_DIR from its summary.json (and "
         "metrics.jsonl for train), byte for byte as the run wrote them. Works on every run directory "
-        "ampkit writes: bench (--inference, --sweep, --lora), train, doctor, plan, kv, hw --out and data "
-        "stats --out.",
+        "ampkit writes: bench (--inference, --sweep, --lora), train, doctor, plan, kv, hw --out, data "
+        "stats --out and the transformers/Lightning callback's.",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help="a run directory holding summary.json")
     parser.add_argument("--json", action="store_true", help="also print summary.json to stdout")

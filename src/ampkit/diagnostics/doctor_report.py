@@ -197,17 +197,17 @@ def build_report(summary: dict[str, Any]) -> Report:
             report.text(f"Evidence: {line}")
     try_fixes_section(report, summary.get("try_fixes"))
     replay_section(report, summary.get("replay"))
-    _locator_section(report, summary["locator"])
+    locator_section(report, summary["locator"])
     range_section(report, summary.get("range_audit"))
-    _scale_section(report, summary["scale"])
-    _gradient_section(report, summary["gradients"])
+    scale_section(report, summary["scale"])
+    gradient_section(report, summary["gradients"])
     _smoke_section(report, summary["smoke"])
     _fidelity_section(report, summary["fidelity"])
     what_if_section(report, summary.get("what_if"))
     return report
 
 
-def _locator_section(report: Report, locator: dict[str, Any]) -> None:
+def locator_section(report: Report, locator: dict[str, Any]) -> None:
     report.heading("First non-finite value")
     first = locator["first_nonfinite"]
     if not first:
@@ -243,7 +243,7 @@ def _locator_section(report: Report, locator: dict[str, Any]) -> None:
         )
 
 
-def _scale_section(report: Report, scale: dict[str, Any]) -> None:
+def scale_section(report: Report, scale: dict[str, Any]) -> None:
     report.heading("Loss-scale trajectory")
     report.text(_scale_text(scale))
     points = scale["points"]
@@ -268,7 +268,7 @@ def _scale_section(report: Report, scale: dict[str, Any]) -> None:
     report.figure(fig, "Loss scale after each step; red crosses are steps the scaler skipped (inf/nan gradients).")
 
 
-def _gradient_section(report: Report, grads: dict[str, Any]) -> None:
+def gradient_section(report: Report, grads: dict[str, Any]) -> None:
     report.heading("Gradients")
     rng, steps = grads["scale_range"], grads["steps"]
     if rng is None and not steps:  # an interrupted diagnosis, before the gradient snapshot

@@ -198,9 +198,12 @@ class FaultInjector:
         self.detach()
 
     def begin_step(self, step: int) -> None:
-        """Use the caller's step numbers from now on (replays fire again at the same step)."""
+        """Use the caller's step numbers from now on (replays fire again at the same step), and arm the
+        fault for `step` now: a framework may never call the root module's forward (Lightning calls
+        `training_step`), where `_count_step` would arm it."""
         self._explicit_steps = True
         self.step = step
+        self._armed = self.spec.active(step) and not self._passed(step)
 
     def _count_step(self, module: nn.Module, args) -> None:
         training = module.training and torch.is_grad_enabled()  # evaluation passes are never faulted

@@ -287,21 +287,29 @@ class NonFiniteLocator:
         self._warning_scope = warnings.catch_warnings()
         self._warning_scope.__enter__()
         warnings.filterwarnings("ignore", message=_NO_INPUT_GRAD_WARNING)
+        try:
+            self._register()
+        except BaseException:  # a module that refuses hooks (a ScriptModule): none stays registered
+            self.detach()
+            raise
+        return self
+
+    def _register(self) -> None:
         for path, module in self.model.named_modules():
-            self._handles += [
-                # first of the pre-hooks: its probe is the outermost, so it sees what a fault
-                # injector's (registered after it in order) did to the gradient
-                module.register_forward_pre_hook(functools.partial(self._probe_inputs, path), prepend=True),
-                module.register_forward_pre_hook(functools.partial(self._on_forward_pre, path), with_kwargs=True),
-                module.register_forward_hook(functools.partial(self._on_forward, path)),
-            ]
+            # one at a time, so a refusal leaves every handle registered so far in `_handles` for `detach`
+            # first of the pre-hooks: its probe is the outermost, so it sees what a fault
+            # injector's (registered after it in order) did to the gradient
+            probe = functools.partial(self._probe_inputs, path)
+            self._handles.append(module.register_forward_pre_hook(probe, prepend=True))
+            pre = functools.partial(self._on_forward_pre, path)
+            self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(functools.partial(self._on_forward, path)))
         for name, param in self.model.named_parameters():  # tied weights appear once, under their first owner
             if param.requires_grad:
                 owner = name.rsplit(".", 1)[0] if "." in name else ""
                 self._handles.append(
                     param.register_post_accumulate_grad_hook(functools.partial(self._on_param_grad, owner))
                 )
-        return self
 
     def detach(self) -> None:
         for handle in self._handles:

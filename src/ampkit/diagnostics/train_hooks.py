@@ -49,6 +49,10 @@ class NoDiagnostics:
     def at_log_step(self, step: int, metrics) -> None:
         """Nothing to report."""
 
+    def arm_locator(self) -> bool:
+        """No model to hook."""
+        return False
+
     def close(self) -> None:
         """Nothing attached."""
 
@@ -65,24 +69,17 @@ class TrainDiagnostics:
         """Attach to `model` what the run's `[guard]` section turns on; `micro_batches`: per optimizer
         step; `optimizer` lets the update-underflow meter see what each step changed; `parallel`: the
         run's world (the ranks whose findings are gathered)."""
-        self.parallel = parallel
-        every = settings.grad_stats_every
-        self.locator = NonFiniteLocator(model).attach() if settings.detect_nonfinite else None
-        self.stats = (
-            GradientStatistics(model, every=every, micro_batches=micro_batches, scale_fn=policy.loss_scale).attach()
-            if every
-            else None
-        )
-        self.updates = (
-            UpdateUnderflowMeter(model, optimizer, every=every, scale_fn=policy.loss_scale).attach()
-            if every and optimizer is not None
-            else None
-        )
+        self.parallel, self.model = parallel, model
+        self.locator: NonFiniteLocator | None = None
+        self.stats: GradientStatistics | None = None
+        self.updates: UpdateUnderflowMeter | None = None
+        self.injector: FaultInjector | None = None
+        try:
+            self._attach(policy, settings, micro_batches=micro_batches, optimizer=optimizer)
+        except BaseException:
+            self.close()  # a hook refused (a ScriptModule's) or a bad fault: nothing stays on the model
+            raise
         self._frozen_reported: set[str] = set()
-        # The injector counts training forward passes itself (data position), so a guard rollback
-        # does not replay the fault: it behaves like a bad batch that the rollback skips.
-        fires_here = settings.inject_rank in (-1, parallel.rank)
-        self.injector = FaultInjector(model, settings.inject).attach() if settings.inject and fires_here else None
         self.inject = {"spec": settings.inject, "rank": settings.inject_rank} if settings.inject else None
         self._reported = False
         self.first: dict[str, Any] | None = None
@@ -97,6 +94,32 @@ class TrainDiagnostics:
             self.stats.begin_step(step)
         if self.updates is not None:
             self.updates.begin_step(step)
+
+    def _attach(self, policy, settings: GuardSection, *, micro_batches: int, optimizer) -> None:
+        """Each hook object kept before it attaches, so `close` removes what a refusal left half attached."""
+        model, every = self.model, settings.grad_stats_every
+        if settings.detect_nonfinite:
+            self.locator = NonFiniteLocator(model)
+            self.locator.attach()
+        if every:
+            self.stats = GradientStatistics(model, every=every, micro_batches=micro_batches, scale_fn=policy.loss_scale)
+            self.stats.attach()
+        if every and optimizer is not None:
+            self.updates = UpdateUnderflowMeter(model, optimizer, every=every, scale_fn=policy.loss_scale)
+            self.updates.attach()
+        # The injector counts training forward passes itself (data position), so a guard rollback
+        # does not replay the fault: it behaves like a bad batch that the rollback skips.
+        if settings.inject and settings.inject_rank in (-1, self.parallel.rank):
+            self.injector = FaultInjector(model, settings.inject)
+            self.injector.attach()
+
+    def arm_locator(self) -> bool:
+        """Attach the non-finite locator now, if it is not attached yet (a framework callback arms it
+        after the first skipped or non-finite step: `ampkit.integrations`); whether it was armed now."""
+        if self.locator is not None:
+            return False
+        self.locator = NonFiniteLocator(self.model).attach()
+        return True
 
     def at_log_step(self, step: int, metrics) -> None:
         if self.stats is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ampkit.summaries.bench import BENCH, INFERENCE, SWEEP
+from ampkit.summaries.callback import CALLBACK
 from ampkit.summaries.data import DATA_STATS
 from ampkit.summaries.hw import HW
 from ampkit.summaries.kind import Older, SummaryKind
@@ -30,6 +31,7 @@ KINDS: tuple[SummaryKind, ...] = (
     KV_MEASURED,
     HW,
     DATA_STATS,
+    CALLBACK,
 )
 """Every kind, once: their names and schema ids are distinct (tests/summaries check it)."""
 
