@@ -21,14 +21,13 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rich.console import Console
-
 from ampkit.errors import UsageError
 from ampkit.runs import say
 from ampkit.train import mlflow_logger, wandb_logger
 from ampkit.train.log_names import metrics_of
 
 if TYPE_CHECKING:
+    from rich.console import Console  # a type only: a bench worker loads no rich (tests/bench/test_startup.py)
     from torch.utils.tensorboard import SummaryWriter
 
     from ampkit.sections import LogSection
