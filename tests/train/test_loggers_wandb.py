@@ -90,8 +90,9 @@ def test_wandb_history_has_every_metric_ampkit_logged(wandb_run):
             assert float(logged[name]) == pytest.approx(value, rel=1e-9), (step, name)
 
 
-def test_a_stopped_run_finishes_its_wandb_run_preempting_with_exit_code_1(wandb_run, tmp_path):
-    """After the shared run (W&B's service is up): a run stopped by a signal, as `close("stopped")` says."""
+def test_a_stopped_run_is_preempting_with_exit_code_1_and_a_resume_continues_its_id(wandb_run, tmp_path):
+    """After the shared run (W&B's service is up): a run stopped by a signal, as `close("stopped")` says,
+    then resumed."""
     run_dir = tmp_path / "stopped"
     run_dir.mkdir()
     logger = build_logger(LogSection(log="wandb", wandb_mode="offline"), run_dir=run_dir, config={"steps": 9})
@@ -103,6 +104,16 @@ def test_a_stopped_run_finishes_its_wandb_run_preempting_with_exit_code_1(wandb_
     assert any(r["type"] == "preempting" for r in records)
     history = [r["history"] for r in records if r["type"] == "history"]
     assert [(h["step"]["num"], h["item"]["train/loss"]) for h in history] == [(1, 2.5)]
+    # `--resume` from step 1's checkpoint: the same W&B run id, continued in a folder of its own
+    resumed = build_logger(LogSection(log="wandb", wandb_mode="offline"), run_dir=run_dir, resume_step=1, config={})
+    resumed.log({"event": "train", "step": 2, "loss": 2.0})
+    resumed.close("completed")
+    second = next(f for f in (run_dir / WANDB_DIR).glob("offline-run-*") if f != folder)
+    again = inspect_records(second)
+    run_id = next(r["run"]["run_id"] for r in records if r["type"] == "run")
+    assert next(r["run"]["run_id"] for r in again if r["type"] == "run") == run_id
+    assert [r["history"]["step"]["num"] for r in again if r["type"] == "history"] == [2]
+    assert next(r["exit"] for r in again if r["type"] == "exit")["exit_code"] == 0
 
 
 def test_wandb_mode_auto_is_wandb_mode_where_set_else_offline(monkeypatch):
