@@ -116,6 +116,14 @@ def test_a_stopped_run_is_preempting_with_exit_code_1_and_a_resume_continues_its
     assert next(r["exit"] for r in again if r["type"] == "exit")["exit_code"] == 0
 
 
+def test_wandb_mode_disabled_writes_nothing(tmp_path, capsys):
+    logger = build_logger(LogSection(log="wandb", wandb_mode="disabled"), run_dir=tmp_path, config={"steps": 1})
+    logger.log({"event": "train", "step": 1, "loss": 2.5})
+    logger.close("completed")
+    assert list(tmp_path.iterdir()) == []  # no RUN_DIR/wandb, no loggers.json
+    assert capsys.readouterr().err.strip() == "--log wandb: disabled (W&B writes nothing)"
+
+
 def test_wandb_mode_auto_is_wandb_mode_where_set_else_offline(monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     assert wandb_mode("auto") == "offline"

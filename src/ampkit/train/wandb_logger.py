@@ -82,11 +82,17 @@ class WandbLogger:
             )
         except wandb.Error as err:
             raise UsageError(f"--log wandb: W&B could not start a run ({mode}): {str(err).splitlines()[0]}") from None
+        self.where = self._record_run(mode, run_dir=run_dir, project=project)
+        """One line: where the run's W&B data goes."""
+
+    def _record_run(self, mode: str, *, run_dir: Path, project: str) -> str:
+        """The run recorded in RUN_DIR/loggers.json (a disabled one writes nothing), and the line saying where."""
+        if mode == "disabled":
+            return "disabled (W&B writes nothing)"
         save_tracker_run(run_dir, "wandb", {"id": self.run.id, "project": project})
         folder = Path(self.run.dir).parent  # RUN_DIR/wandb/offline-run-DATE-ID (`run.dir` is its files/)
         upload = f"; upload it with: wandb sync {folder}" if mode == "offline" else f" in {folder}"
-        self.where = f"{mode} run {self.run.id}{upload}"
-        """One line: where the run's W&B data goes."""
+        return f"{mode} run {self.run.id}{upload}"
 
     def log(self, record: dict[str, Any]) -> None:
         step = record.get("step")
