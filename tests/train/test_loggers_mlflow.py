@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from ampkit.cli import main
+from ampkit.errors import UsageError
 from ampkit.runs import read_metrics
 from ampkit.sections import LogSection
 from ampkit.train.log_names import METRIC_NAMES
@@ -255,3 +256,7 @@ def test_the_default_local_store_keeps_runs_and_artifacts_beside_the_run_directo
     ]
     assert (tmp_path / "runs" / "mlartifacts").is_dir() and not (tmp_path / "mlruns").exists()
     assert [f.path for f in client.list_artifacts(run.info.run_id)] == ["summary.json"]
+    client.delete_run(run.info.run_id)  # someone removed it since: a resume cannot continue it
+    with pytest.raises(UsageError, match=r"^--log mlflow: sqlite:///.*mlflow\.db refused the run: ") as err:
+        build_logger(LogSection(log="mlflow"), run_dir=run_dir, resume_step=2, config={})
+    assert len(str(err.value).splitlines()) == 1
