@@ -74,7 +74,7 @@ def mlflow_server(tmp_path_factory):
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # the server and its uvicorn worker: the group we started
         try:
-            server.wait(timeout=20)
+            server.wait(timeout=3)  # uvicorn's graceful stop waits on the clients' keep-alive connections
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
