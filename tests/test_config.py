@@ -70,7 +70,7 @@ TRAIN_SECTIONS = {
     ),
     "eval": ("eval_every", "eval_batches"),
     "checkpoint": ("checkpoint_every", "keep_checkpoints", "allow_no_checkpoint"),
-    "log": ("log", "log_every"),
+    "log": ("log", "log_every", "mlflow_uri", "mlflow_experiment", "wandb_project", "wandb_mode"),
 }
 
 
@@ -571,10 +571,15 @@ DATA_SETTINGS_SINCE = {
     "module_precision": "",
     "inject_rank": -1,
     "dist_timeout_s": 600.0,
+    "mlflow_uri": "auto",
+    "mlflow_experiment": "ampkit",
+    "wandb_project": "ampkit",
+    "wandb_mode": "auto",
 }
 """settings added after these config.json files were written ([data]'s of issue 29, [model]'s images and
 frozen parts of issue 31, the per-module precision overrides of issue 31, [guard]'s fault rank and
-[parallel]'s collective timeout of issue 32): their defaults fill in."""
+[parallel]'s collective timeout of issue 32, [log]'s W&B and MLflow settings of issue 34): their defaults
+fill in."""
 
 
 def test_a_config_json_written_before_the_run_spec_loads_into_its_sections():

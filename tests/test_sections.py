@@ -46,7 +46,10 @@ from ampkit.train import TrainConfig
         (lambda: EvalSection(eval_batches=0), "--eval-batches must be >= 1, got 0"),
         (lambda: EvalSection(eval_every=-1), "--eval-every must be >= 0"),
         (lambda: CheckpointSection(keep_checkpoints=0), "--keep-checkpoints must be >= 1"),
-        (lambda: LogSection(log="wandb"), "unknown --log 'wandb'; choose one of: none, tensorboard"),
+        (lambda: LogSection(log="comet"), "unknown --log 'comet'; choose one of: none, tensorboard, wandb, mlflow"),
+        (lambda: LogSection(log="mlflow,mlflow"), "--log 'mlflow,mlflow' names a logger twice"),
+        (lambda: LogSection(wandb_mode="cloud"), "unknown --wandb-mode 'cloud'; choose one of: auto, offline"),
+        (lambda: LogSection(mlflow_uri=" "), "--mlflow-uri is empty"),
         (lambda: LogSection(log_every=-1), "--log-every must be >= 0"),
     ],
 )

@@ -23,7 +23,8 @@ defaults and its own words for a setting through the section's field (`section(.
                                     inject
     EvalSection [eval]              eval_every, eval_batches                                  train
     CheckpointSection [checkpoint]  checkpoint_every, keep_checkpoints, allow_no_checkpoint   train
-    LogSection [log]                log, log_every                                            train
+    LogSection [log]                log (a comma list), log_every, mlflow_uri,                train
+                                    mlflow_experiment, wandb_project, wandb_mode
 
 The `[scaler]` (`ampkit.precision.ScalerConfig`) and `[lora]` (`ampkit.lora.LoraSettings`) sections live
 with the code they configure. No torch here beyond what `ampkit.data`'s choice lists import.
@@ -62,8 +63,11 @@ from ampkit.options import (
 
 S = TypeVar("S")
 
-LOG_KINDS = ("none", "tensorboard")
-"""`--log`'s choices: what `ampkit.train.loggers` writes beside metrics.jsonl."""
+LOG_KINDS = ("none", "tensorboard", "wandb", "mlflow")
+"""`--log`'s choices (several: a comma list, "none" alone): what `ampkit.train.loggers` writes beside
+metrics.jsonl."""
+WANDB_MODES = ("auto", "offline", "online", "disabled")
+"""`--wandb-mode`: auto is $WANDB_MODE where set (W&B's own variable), else offline (no network)."""
 CHECKPOINTING_CHOICES = f"{', '.join(CHECKPOINTING_MODES)} or every-N (N >= 1: every N-th block)"
 _EVERY_N = re.compile(r"^every-(\d+)$")
 
@@ -324,25 +328,61 @@ class CheckpointSection:
         _at_least(1, keep_checkpoints=self.keep_checkpoints)
 
 
-def check_log_kind(kind: str) -> None:
-    """One-line UsageError for an unknown `--log`."""
-    if kind not in LOG_KINDS:
-        raise UsageError(f"unknown --log {kind!r}; choose one of: {', '.join(LOG_KINDS)}")
+def log_kinds(value: str) -> tuple[str, ...]:
+    """`--log`'s loggers, in order: "tensorboard,mlflow" -> ("tensorboard", "mlflow"); "none" -> ().
+    One-line UsageError for an unknown name, a repeated one, or "none" beside another."""
+    kinds = tuple(part.strip() for part in value.split(","))
+    unknown = [kind for kind in kinds if kind not in LOG_KINDS]
+    if unknown:
+        raise UsageError(f"unknown --log {unknown[0]!r}; choose one of: {', '.join(LOG_KINDS)} (several: a comma list)")
+    if len(set(kinds)) != len(kinds):
+        raise UsageError(f"--log {value!r} names a logger twice; name each once")
+    if "none" in kinds and len(kinds) > 1:
+        raise UsageError(f"--log {value!r}: none stands alone; drop it or the others")
+    return () if kinds == ("none",) else kinds
 
 
 @dataclass(frozen=True, kw_only=True)
 class LogSection:
-    """Loggers beside metrics.jsonl, which is always written (`ampkit.train.loggers`), and how often."""
+    """Loggers beside metrics.jsonl, which is always written (`ampkit.train.loggers`), and how often.
+    Every logger gets the same metrics under the same names (`ampkit.train.log_names.METRIC_NAMES`)."""
 
     log: str = field(
         default="none",
         metadata={
-            "help": "also log the scalars to: none or tensorboard "
-            "(RUN_DIR/tensorboard; pip install 'ampkit[tensorboard]')"
+            "help": "also log the metrics to: none, tensorboard (RUN_DIR/tensorboard), wandb, mlflow, or several "
+            "as a comma list (tensorboard,mlflow); each is an extra: pip install 'ampkit[mlflow]' (docs/train.md)"
         },
     )
     log_every: int = field(default=0, metadata={"help": "log metrics every N steps (0 = auto: 1 on CPU, 10 on CUDA)"})
+    mlflow_uri: str = field(
+        default="auto",
+        metadata={
+            "help": "--log mlflow: the tracking URI (http(s)://HOST:PORT of an mlflow server, sqlite:///FILE.db, "
+            "databricks); auto: $MLFLOW_TRACKING_URI where set, else sqlite:///RUN_DIR/../mlflow.db"
+        },
+    )
+    mlflow_experiment: str = field(default="ampkit", metadata={"help": "--log mlflow: the experiment's name"})
+    wandb_project: str = field(default="ampkit", metadata={"help": "--log wandb: the W&B project"})
+    wandb_mode: str = field(
+        default="auto",
+        metadata={
+            "help": "--log wandb: offline (no network; wandb sync later), online, disabled; auto: "
+            "$WANDB_MODE where set, else offline"
+        },
+    )
 
     def __post_init__(self) -> None:
-        check_log_kind(self.log)
+        log_kinds(self.log)
         _at_least(0, log_every=self.log_every)
+        if self.wandb_mode not in WANDB_MODES:
+            raise UsageError(f"unknown --wandb-mode {self.wandb_mode!r}; choose one of: {', '.join(WANDB_MODES)}")
+        named = {"mlflow_uri": self.mlflow_uri, "mlflow_experiment": self.mlflow_experiment}
+        for name, value in (named | {"wandb_project": self.wandb_project}).items():
+            if not value.strip():
+                raise UsageError(f"--{name.replace('_', '-')} is empty; give a value or leave the default")
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The loggers `log` names, in order (none: empty)."""
+        return log_kinds(self.log)

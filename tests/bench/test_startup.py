@@ -4,7 +4,7 @@ torch (~1 s) is the floor. torch._dynamo (~0.8 s more) is not avoidable in a run
 `Optimizer.__init__` calls `add_param_group`, `zero_grad` and `step` are wrapped to import it (and so
 does `nn.init` on the meta device), so a run loads it whatever its features; importing the worker
 does not. What ampkit can avoid it must: the optional extras (transformers, torchao, peft,
-bitsandbytes), matplotlib (only the reports draw), TensorBoard (only `--log tensorboard`), and rich
+bitsandbytes), matplotlib (only the reports draw), TensorBoard, W&B and MLflow (only their `--log`), and rich
 (the parent draws the progress bars, not the worker).
 """
 
@@ -14,7 +14,7 @@ import json
 import subprocess
 import sys
 
-AVOIDABLE = ("transformers", "torchao", "peft", "bitsandbytes", "matplotlib", "tensorboard", "rich")
+AVOIDABLE = ("transformers", "torchao", "peft", "bitsandbytes", "matplotlib", "tensorboard", "wandb", "mlflow", "rich")
 
 
 def _loaded(code: str) -> dict[str, bool]:

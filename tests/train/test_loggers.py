@@ -1,5 +1,7 @@
 """`--log tensorboard`: the same scalars as metrics.jsonl, written as event files and read back with
-TensorBoard's own reader; `--log none` writes nothing extra; a missing tensorboard names the extra."""
+TensorBoard's own reader; `--log none` writes nothing extra; a missing tensorboard names the extra; the
+`Loggers` fan-out drops a logger that fails and goes on. (W&B and MLflow: test_loggers_wandb.py and
+test_loggers_mlflow.py.)"""
 
 from __future__ import annotations
 
@@ -9,18 +11,23 @@ import sys
 import pytest
 
 from ampkit.errors import UsageError
+from ampkit.sections import LogSection
+from ampkit.train.log_names import METRIC_NAMES, flat_params, metrics_of
 from ampkit.train.loggers import (
     TENSORBOARD_DIR,
     LoggedMetrics,
+    Loggers,
     NullLogger,
     TensorBoardLogger,
     build_logger,
     check_logger_available,
-    scalars_of,
 )
 from helpers import TINY_ARGS
 
 pytest.importorskip("tensorboard")  # the optional `ampkit[tensorboard]` extra
+
+
+TENSORBOARD = LogSection(log="tensorboard")
 
 
 def read_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
@@ -31,7 +38,7 @@ def read_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
-def test_scalars_of_maps_keys_and_skips_what_is_absent():
+def test_metrics_of_maps_keys_and_skips_what_is_absent():
     record = {
         "event": "train",
         "step": 3,
@@ -46,7 +53,7 @@ def test_scalars_of_maps_keys_and_skips_what_is_absent():
         "mfu": 0.31,
         "memory_bytes": 2048,
     }
-    assert scalars_of(record) == {
+    assert metrics_of(record) == {
         "train/loss": 2.5,
         "train/lr": 1e-3,
         "throughput/tokens_per_s": 900.0,
@@ -55,9 +62,22 @@ def test_scalars_of_maps_keys_and_skips_what_is_absent():
         "precision/skipped": 1.0,
         "throughput/mfu": 0.31,
         "memory/bytes": 2048.0,
+        "data/padding_fraction": 0.2,
     }
-    assert scalars_of({"event": "eval", "step": 0, "eval_loss": 5.5}) == {"eval/loss": 5.5}
-    assert scalars_of({"event": "rollback", "step": 4, "loss": float("nan")}) == {}
+    assert metrics_of({"event": "eval", "step": 0, "eval_loss": 5.5}) == {"eval/loss": 5.5}
+    assert metrics_of({"event": "rollback", "step": 4, "loss": float("nan")}) == {}
+    assert metrics_of({"event": "train", "step": 5, "loss": float("nan"), "lr": 0.1}) == {"train/lr": 0.1}
+
+
+def test_metric_names_are_unique_and_grouped():
+    names = list(METRIC_NAMES.values())
+    assert len(set(names)) == len(names)
+    assert all(name.count("/") == 1 and name == name.lower() for name in names)
+
+
+def test_flat_params_name_settings_by_their_tables():
+    params = flat_params({"steps": 3, "optimizer": {"lr": 0.001}, "model": {"task_args": {"n": 2}, "task": ""}})
+    assert params == {"steps": "3", "optimizer.lr": "0.001", "model.task_args.n": "2", "model.task": ""}
 
 
 def test_tensorboard_logger_round_trip(tmp_path):
@@ -72,10 +92,10 @@ def test_tensorboard_logger_round_trip(tmp_path):
 
 
 def test_a_resumed_run_hides_the_replayed_steps(tmp_path):
-    with build_logger("tensorboard", run_dir=tmp_path) as first:  # killed after step 4, checkpoint at 2
+    with build_logger(TENSORBOARD, run_dir=tmp_path) as first:  # killed after step 4, checkpoint at 2
         for step in range(1, 5):
             first.log({"event": "train", "step": step, "loss": float(step)})
-    with build_logger("tensorboard", run_dir=tmp_path, resume_step=2) as resumed:
+    with build_logger(TENSORBOARD, run_dir=tmp_path, resume_step=2) as resumed:
         for step in range(3, 6):
             resumed.log({"event": "train", "step": step, "loss": 10.0 + step})
     assert read_scalars(tmp_path / TENSORBOARD_DIR)["train/loss"] == [
@@ -149,19 +169,60 @@ def test_train_with_tensorboard_logs_the_jsonl_scalars(tmp_path, run_cli):
 def test_log_none_writes_no_event_files(tmp_path, run_cli):
     assert run_cli("train", *TINY_ARGS, "--steps", "1", "--out", str(tmp_path / "run"))[0] == 0
     assert not (tmp_path / "run" / TENSORBOARD_DIR).exists()
-    assert isinstance(build_logger("none", run_dir=tmp_path), NullLogger)
+    assert isinstance(build_logger(LogSection(log="none"), run_dir=tmp_path), NullLogger)
 
 
-def test_unknown_log_kind_is_a_one_line_error(tmp_path, run_cli):
-    code, _, err = run_cli("train", "--log", "wandb", "--out", str(tmp_path / "run"))
-    assert code == 2 and "unknown --log 'wandb'" in err and "none, tensorboard" in err
+@pytest.mark.parametrize(
+    ("log", "message"),
+    [
+        ("comet", "unknown --log 'comet'; choose one of: none, tensorboard, wandb, mlflow"),
+        ("tensorboard,tensorboard", "names a logger twice"),
+        ("none,mlflow", "none stands alone"),
+    ],
+)
+def test_bad_log_kinds_are_one_line_errors(tmp_path, run_cli, log, message):
+    code, _, err = run_cli("train", "--log", log, "--out", str(tmp_path / "run"))
+    assert code == 2 and message in err
     assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
 
 
 def test_missing_tensorboard_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import now raises ImportError
     with pytest.raises(UsageError, match=r"pip install 'ampkit\[tensorboard\]'"):
-        check_logger_available("tensorboard")
-    check_logger_available("none")  # nothing to import
+        check_logger_available(TENSORBOARD)
+    check_logger_available(LogSection(log="none"))  # nothing to import
     with pytest.raises(UsageError, match="tensorboard"):
-        build_logger("tensorboard", run_dir=tmp_path)
+        build_logger(TENSORBOARD, run_dir=tmp_path)
+
+
+class _Recording(NullLogger):
+    def __init__(self):
+        self.records, self.closed = [], []
+
+    def log(self, record):
+        self.records.append(record)
+
+    def close(self, status="completed"):
+        self.closed.append(status)
+
+
+class _ServerGone(_Recording):
+    def log(self, record):
+        if record["step"] >= 2:
+            raise ConnectionError("Connection refused\nsecond line")
+        super().log(record)
+
+
+def test_a_failing_logger_is_dropped_with_one_warning_and_the_others_go_on(capsys):
+    good, gone = _Recording(), _ServerGone()
+    fan = Loggers({"mlflow": gone, "tensorboard": good})
+    for step in (1, 2, 3):
+        fan.log({"event": "train", "step": step, "loss": 1.0})
+    fan.close("stopped")
+    assert [r["step"] for r in good.records] == [1, 2, 3] and good.closed == ["stopped"]
+    assert [r["step"] for r in gone.records] == [1] and gone.closed == []  # dropped: never called again
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "warning: --log mlflow stopped logging at step 2 (Connection refused); metrics.jsonl has every record"
+    ]

@@ -19,6 +19,7 @@ from ampkit.report.console import key_value_table
 from ampkit.runs import create_run_dir
 from ampkit.train import TrainConfig, build_run, run_training
 from ampkit.train.config import resume_config
+from ampkit.train.loggers import check_logger_available
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                 f"torchrun --nnodes {parallel.nnodes} --nproc-per-node {parallel.nproc_per_node} "
                 "--rdzv-endpoint HOST:PORT -m ampkit train ... (docs/distributed.md)"
             )
+        check_logger_available(config.log)  # once here, not once per rank
         if run_dir is not None:  # --resume: a sharded checkpoint of another world size, refused once here
             check_resume_world_size(run_dir, world_size=parallel.nproc_per_node)
         options = {

@@ -197,7 +197,6 @@ def check_run_settings(config: TrainConfig, *, device: torch.device) -> None:
     if config.features.compile:
         features.check_compile_available(device)
     check_optimizer_available(config.optimizer.optimizer)  # a missing library names its extra
-    check_logger_available(config.log.log)
     check_lora_available(config.lora, device=device, precision=config.precision)  # peft; nf4 on this device
 
 
@@ -219,8 +218,8 @@ def build_run_data(config: TrainConfig, *, task: Task, parallel: LocalRun) -> tu
 
 
 def build_run(config: TrainConfig, *, task: Task | None = None) -> RunObjects:
-    """Every object of a training run, in data-flow order. `task`: a task object (the Python API);
-    by default the one `config.model.task` names."""
+    """Every object of a training run, in data-flow order. `task`: a task object (the Python API), else `config`'s."""
+    check_logger_available(config.log)  # a missing extra, an MLflow server that does not answer: before all else
     if task is None and is_language_model(config.model.task):  # the planner's ledger plans language models
         check_train_fits(config, device=pick_device(config.device))  # before anything is built
     device, info, warnings = check_device(config)

@@ -189,6 +189,10 @@ RESUMABLE_OVERRIDES = frozenset(
         "detect_nonfinite",
         "grad_stats_every",
         "log",
+        "mlflow_uri",
+        "mlflow_experiment",
+        "wandb_project",
+        "wandb_mode",
         "fit_check",
     }
 )  # speed, memory, logging only: same model

@@ -1,52 +1,51 @@
-"""Loggers beside `metrics.jsonl` (which is always written): `--log none | tensorboard`.
+"""Loggers beside `metrics.jsonl` (which is always written): `--log none | tensorboard | wandb | mlflow`,
+or several as a comma list (`--log tensorboard,mlflow`).
 
-A logger takes the same records `metrics.jsonl` gets (`log(record)`, then `close()`); "none" is a
-logger that does nothing, so the loop never asks whether logging is on. TensorBoard gets the
-scalars of training records (event "train") and evaluation records (event "eval"), at their
-`step`; other events (rollbacks, gradient statistics) stay in the JSONL only.
+A logger takes the same records `metrics.jsonl` gets (`log(record)`, then `close(status)` once the run's
+summary.json and report.html are written); "none" is a logger that does nothing, so the loop never asks
+whether logging is on. Every logger shows the metrics of training records (event "train") and evaluation
+records (event "eval") at their `step`, under the names of one table (`log_names.METRIC_NAMES`); other
+events (rollbacks, gradient statistics) stay in the JSONL only.
 
-TensorBoard is an optional extra (`pip install 'ampkit[tensorboard]'`), imported only when chosen.
+Several loggers are one `Loggers` fan-out. A logger that fails mid-run (a tracking server gone away) is
+dropped with one warning line and the run trains on: metrics.jsonl still has every record.
+
+Each logger is an optional extra (`pip install 'ampkit[tensorboard]'`, `[wandb]`, `[mlflow]`), imported
+only when chosen; `check_logger_available` refuses a missing one, naming its extra, and an http(s) MLflow
+URI that does not answer, before anything is built.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ampkit.errors import UsageError
-from ampkit.sections import check_log_kind
+from ampkit.runs import say
+from ampkit.train import mlflow_logger, wandb_logger
+from ampkit.train.log_names import metrics_of
 
 if TYPE_CHECKING:
+    from rich.console import Console  # a type only: a bench worker loads no rich (tests/bench/test_startup.py)
     from torch.utils.tensorboard import SummaryWriter
+
+    from ampkit.sections import LogSection
 
 TENSORBOARD_DIR = "tensorboard"
 """Event files go to RUN_DIR/tensorboard: `tensorboard --logdir runs` shows every run."""
 
-TENSORBOARD_SCALARS: dict[str, str] = {
-    "loss": "train/loss",
-    "lr": "train/lr",
-    "grad_norm": "train/grad_norm",
-    "tokens_per_s": "throughput/tokens_per_s",
-    "processed_tokens_per_s": "throughput/processed_tokens_per_s",
-    "mfu": "throughput/mfu",
-    "loss_scale": "precision/loss_scale",
-    "skipped": "precision/skipped",
-    "memory_bytes": "memory/bytes",
-    "peak_memory_bytes": "memory/peak_bytes",
-    "eval_loss": "eval/loss",
-}
-"""record key -> TensorBoard tag. Keys absent from a record (mfu, memory) or null in it (loss_scale
-without a scaler) are not written; booleans (skipped) are written as 0/1."""
-_LOGGED_EVENTS = ("train", "eval")
-
 
 class Logger(Protocol):
-    """What the training run calls; `log` gets every record metrics.jsonl gets."""
+    """What the training run calls; `log` gets every record metrics.jsonl gets, `close` how the run ended
+    (`tracker_runs.RUN_STATUSES`: completed, stopped, failed, diverged)."""
+
+    where: str
+    """One line on where the logged run can be found, said when it starts (empty: nothing to say)."""
 
     def log(self, record: dict[str, Any]) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, status: str = "completed") -> None: ...
 
 
 class RecordWriter(Protocol):
@@ -59,17 +58,13 @@ class RecordWriter(Protocol):
 class NullLogger:
     """`--log none`: does nothing."""
 
+    where = ""
+
     def log(self, record: dict[str, Any]) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, status: str = "completed") -> None:
         pass
-
-    def __enter__(self) -> NullLogger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _summary_writer_class() -> type[SummaryWriter]:
@@ -84,18 +79,6 @@ def _summary_writer_class() -> type[SummaryWriter]:
     return SummaryWriter
 
 
-def scalars_of(record: dict[str, Any]) -> dict[str, float]:
-    """The TensorBoard tags and values a record carries (empty for events TensorBoard does not show)."""
-    if record.get("event", "train") not in _LOGGED_EVENTS:
-        return {}
-    out = {}
-    for key, tag in TENSORBOARD_SCALARS.items():
-        value = record.get(key)
-        if isinstance(value, (bool, int, float)) and not (isinstance(value, float) and math.isnan(value)):
-            out[tag] = float(value)
-    return out
-
-
 class TensorBoardLogger:
     """Writes the scalars of each training and evaluation record to TensorBoard event files in `log_dir`.
 
@@ -105,16 +88,17 @@ class TensorBoardLogger:
 
     def __init__(self, log_dir: str | Path, *, purge_step: int | None = None) -> None:
         self.log_dir = Path(log_dir)
+        self.where = ""  # RUN_DIR/tensorboard, as documented
         self.writer = _summary_writer_class()(log_dir=str(self.log_dir), purge_step=purge_step)
 
     def log(self, record: dict[str, Any]) -> None:
         step = record.get("step")
         if step is None:
             return
-        for tag, value in scalars_of(record).items():
+        for tag, value in metrics_of(record).items():
             self.writer.add_scalar(tag, value, global_step=int(step))
 
-    def close(self) -> None:
+    def close(self, status: str = "completed") -> None:
         self.writer.flush()
         self.writer.close()
 
@@ -125,21 +109,105 @@ class TensorBoardLogger:
         self.close()
 
 
-def check_logger_available(kind: str) -> None:
-    """Fail before anything is built when the chosen logger's library is missing (names the extra)."""
-    check_log_kind(kind)
-    if kind == "tensorboard":
-        _summary_writer_class()
+class Loggers:
+    """The loggers `--log` names, each given every record in turn. One that raises is dropped with a
+    warning line (on `console`, which keeps the progress bar intact) and the others go on."""
+
+    where = ""  # each logger says its own when it starts
+
+    def __init__(self, named: dict[str, Logger], *, console: Console | None = None) -> None:
+        self.named, self.console = dict(named), console
+
+    def log(self, record: dict[str, Any]) -> None:
+        for name, logger in list(self.named.items()):
+            try:
+                logger.log(record)
+            except Exception as err:
+                self._drop(name, f"stopped logging at step {record.get('step')}", err)
+
+    def close(self, status: str = "completed") -> None:
+        for name, logger in list(self.named.items()):
+            try:
+                logger.close(status)
+            except Exception as err:
+                self._drop(name, "could not finish its run", err)
+        self.named.clear()
+
+    def _drop(self, name: str, what: str, err: Exception) -> None:
+        del self.named[name]
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        say(f"warning: --log {name} {what} ({reason}); metrics.jsonl has every record", self.console)
+
+    def __enter__(self) -> Loggers:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close("completed" if exc_type is None else "failed")
 
 
-def build_logger(kind: str, *, run_dir: str | Path, resume_step: int | None = None) -> NullLogger | TensorBoardLogger:
-    """The logger for `--log kind`; TensorBoard writes under RUN_DIR/tensorboard. `resume_step`: the
-    checkpoint step a resumed run restarts from (later events of the earlier attempt are hidden)."""
-    check_log_kind(kind)
+def check_logger_available(section: LogSection) -> None:
+    """Fail before anything is built when a chosen logger's library is missing (names the extra), or
+    when an http(s) MLflow tracking server does not answer (one line each)."""
+    for kind in section.kinds:
+        if kind == "tensorboard":
+            _summary_writer_class()
+        elif kind == "wandb":
+            wandb_logger.load_wandb()
+        elif kind == "mlflow":
+            mlflow_logger.client_class()
+            mlflow_logger.check_reachable(section.mlflow_uri)
+
+
+def _one_logger(
+    kind: str, section: LogSection, *, run_dir: Path, resume_step: int | None, config: dict[str, Any]
+) -> Logger:
     if kind == "tensorboard":
-        purge = None if resume_step is None else resume_step + 1
-        return TensorBoardLogger(Path(run_dir) / TENSORBOARD_DIR, purge_step=purge)
-    return NullLogger()
+        purge = None if resume_step is None else resume_step + 1  # the earlier attempt's later events hidden
+        return TensorBoardLogger(run_dir / TENSORBOARD_DIR, purge_step=purge)
+    if kind == "wandb":
+        mode = wandb_logger.wandb_mode(section.wandb_mode)
+        return wandb_logger.WandbLogger(
+            project=section.wandb_project, mode=mode, run_dir=run_dir, config=config, resume_step=resume_step
+        )
+    uri, artifacts = mlflow_logger.tracking_store(section.mlflow_uri, run_dir=run_dir)
+    return mlflow_logger.MlflowLogger(
+        uri=uri,
+        experiment=section.mlflow_experiment,
+        run_dir=run_dir,
+        config=config,
+        artifact_location=artifacts,
+        resume_step=resume_step,
+    )
+
+
+def build_logger(
+    section: LogSection,
+    *,
+    run_dir: str | Path,
+    resume_step: int | None = None,
+    config: Any = None,
+    console: Console | None = None,
+) -> NullLogger | Loggers:
+    """The loggers `section.log` names, started in order (a failing start closes those already started).
+    `run_dir`: the run directory (TensorBoard writes under RUN_DIR/tensorboard, W&B under RUN_DIR/wandb);
+    `resume_step`: the checkpoint step a resumed run restarts from (no step is shown twice); `config`: the
+    run's config (a dataclass or a dict), which W&B and MLflow record; `console`: where warnings go."""
+    kinds = section.kinds
+    if not kinds:
+        return NullLogger()
+    is_instance = dataclasses.is_dataclass(config) and not isinstance(config, type)
+    config_dict = dataclasses.asdict(config) if is_instance else dict(config or {})
+    started = Loggers({}, console=console)
+    try:
+        for kind in kinds:
+            logger = _one_logger(kind, section, run_dir=Path(run_dir), resume_step=resume_step, config=config_dict)
+            started.named[kind] = logger
+            if logger.where:  # a tracker's run: where to find it
+                say(f"--log {kind}: {logger.where}", console)
+    except BaseException:
+        started.close("failed")
+        raise
+    return started
 
 
 class LoggedMetrics:

@@ -45,7 +45,7 @@ from ampkit.tasks import optional
 from ampkit.train.build import RunObjects
 from ampkit.train.checkpointer import CheckpointWriteFailed, RunProgress, run_identity  # noqa: F401 (re-exported)
 from ampkit.train.guard import build_guard
-from ampkit.train.loggers import LoggedMetrics, build_logger
+from ampkit.train.loggers import LoggedMetrics, Logger, NullLogger, build_logger
 from ampkit.train.rank_times import gather_rank_times
 
 if TYPE_CHECKING:
@@ -224,12 +224,36 @@ class _Run:
 
     def execute(self) -> dict[str, Any]:
         self._prepare_run_dir()
+        logger = self._build_logger()
+        try:
+            summary, written = self._train_and_summarize(logger)
+        except BaseException:  # an unexpected error, or a summary that could not be written
+            logger.close("failed")
+            raise
+        logger.close(self.status.value)  # after summary.json and report.html: a tracker keeps them as artifacts
+        self._raise_outcome(summary_written=written)
+        return summary
+
+    def _build_logger(self) -> Logger:
+        """`--log`'s loggers (rank 0 alone logs); a resumed run shows no step twice."""
+        if not self.main:
+            return NullLogger()
+        return build_logger(
+            self.config.log,
+            run_dir=self.run_dir,
+            resume_step=self.progress.step if self.resume else None,
+            config=self.config,
+            console=self.console,
+        )
+
+    def _train_and_summarize(self, logger: Logger) -> tuple[dict[str, Any], bool]:
+        """Train, then write the summary and the report; (the summary, whether a failing run's was written)."""
         # no hooks at all when every one is off
         diagnostics = build_train_diagnostics(self.objs, self.config.guard, micro_batches=self.config.grad_accum)
         reset_peak_memory(self.objs.device)
         started = time.perf_counter()
         window = ThroughputWindow(self.objs.device)
-        with self._streams() as (metrics, bar):
+        with self._streams(logger) as (metrics, bar):
             try:
                 self._loop(metrics, bar, window, diagnostics)
             except RunDiverged as err:
@@ -260,6 +284,10 @@ class _Run:
             guard=self.guard.summary(), diagnostics=diagnostics.summary(), parallel=self.objs.parallel.describe()
         )
         summary["ranks"] = ranks  # None in one process, or where the ranks did not all finish
+        return summary, self._write_summary(summary)
+
+    def _write_summary(self, summary: dict[str, Any]) -> bool:
+        """summary.json and report.html (rank 0); whether a failing run's summary was written."""
         written = False
         if self.main and self.error:  # a failing run's summary when there is room, else a line saying so
             written = write_summary_or_say(self.run_dir / SUMMARY_FILE, summary, self.console)
@@ -269,8 +297,7 @@ class _Run:
             write_json_atomic(self.run_dir / SUMMARY_FILE, summary)  # cannot be written: the run fails (WriteFailed)
             with summary_marks_write_failure(self.run_dir, "train", self.console):  # as bench's, doctor's, plan's
                 _write_report(summary, self.run_dir)
-        self._raise_outcome(summary_written=written)
-        return summary
+        return written
 
     def _prepare_run_dir(self) -> None:
         if not self.main:
@@ -282,15 +309,14 @@ class _Run:
             write_json_atomic(self.run_dir / "config.json", dataclasses.asdict(self.config))
 
     @contextlib.contextmanager
-    def _streams(self) -> Iterator[tuple[LoggedMetrics, Progress]]:
-        """The run's contexts: precision flags, metrics (+ logger), progress bar, signal handling."""
+    def _streams(self, logger: Logger) -> Iterator[tuple[LoggedMetrics, Progress]]:
+        """The run's contexts: precision flags, metrics (+ `logger`, which `execute` closes), progress bar,
+        signal handling."""
         jsonl = MetricsWriter(self.run_dir / METRICS_FILE, append=self.resume) if self.main else _NoMetrics()
-        log_kind = self.config.log.log if self.main else "none"
-        logger = build_logger(log_kind, run_dir=self.run_dir, resume_step=self.progress.step if self.resume else None)
         bar = _progress_bar(self.console, self.config.steps, self.progress.step, enabled=self.show_progress)
-        with self.objs.policy.run_context(), jsonl, logger, bar, StopRequests() as stops:
+        with self.objs.policy.run_context(), jsonl, bar, StopRequests() as stops:
             self.stops = stops
-            yield LoggedMetrics(jsonl, logger), bar  # every JSONL record also goes to --log's logger
+            yield LoggedMetrics(jsonl, logger), bar  # every JSONL record also goes to --log's loggers
 
     def _loop(self, metrics: LoggedMetrics, bar: Progress, window: ThroughputWindow, diagnostics: Diagnostics) -> None:
         if not self.resume:

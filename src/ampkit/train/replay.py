@@ -102,7 +102,7 @@ def read_run(run_dir: Path) -> RecordedRun:
     fired = (diagnostics.get("inject") or {}).get("fired_steps") or []
     return RecordedRun(
         run_dir=run_dir,
-        config=resume_config(run_dir, {}),
+        config=resume_config(run_dir, {"log": "none"}),  # a replay logs nowhere (nor checks a tracking server)
         last_step=last,
         failures=sorted(failures),
         finding=diagnostics.get("first_nonfinite"),
