@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
+
 from ampkit.formats import get_format, name_of
 from ampkit.precision import get_spec
 
@@ -47,8 +49,8 @@ class RangeTarget:
 
     @property
     def unbounded(self) -> bool:
-        """fp32 itself: a finite fp32 value always fits, so nothing is flagged."""
-        return self.format == "fp32"
+        """fp32 itself (tf32 too: fp32's range): a finite fp32 value always fits, so nothing is flagged."""
+        return get_format(self.format).dtype is torch.float32
 
     def headroom_bits(self, max_abs: float | None) -> float | None:
         """log2(max / max_abs): doublings left before overflow (< 0: already over); None when nothing
