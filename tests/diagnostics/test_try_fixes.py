@@ -45,6 +45,11 @@ def overflow_run(tmp_path_factory) -> Path:
     return out
 
 
+def test_the_diverged_run_points_to_doctor_from_its_checkpoint(overflow_run):
+    summary = json.loads((overflow_run / "summary.json").read_text())
+    assert f"ampkit doctor --from {overflow_run} " in summary["error"]
+
+
 @pytest.fixture(scope="module")
 def tried(overflow_run, tmp_path_factory) -> tuple[dict, Path]:
     """`doctor --from RUN --try-fixes --also-try clip=0.5`, its summary and run directory."""

@@ -47,7 +47,9 @@ def test_a_learning_rate_that_blows_up_ends_the_run_at_the_next_log_step(tmp_pat
     assert last["step"] % log_every == 0 and last["step"] < 12
     line = stderr.strip().splitlines()[-1]
     assert f"at step {last['step']}" in line
-    assert "ampkit doctor --model tiny --precision fp32 --batch-size 4 --seq-len 32" in line and "--guard" in line
+    # checkpoints were written before the failing step: doctor --from replays exactly its batches
+    assert list_checkpoints(out) and "--guard" in line
+    assert f"ampkit doctor --from {out} (replays its last checkpoint's steps to step {last['step']})" in line
     for path in list_checkpoints(out):  # nothing non-finite was ever written
         state = torch.load(path, weights_only=True)
         assert all(bool(torch.isfinite(t).all()) for t in state["model"].values())
@@ -77,3 +79,11 @@ def test_a_collapsed_loss_scale_ends_the_run_as_diverged(tmp_path, run_cli):
 def test_a_healthy_run_is_not_called_diverged(tmp_path, run_cli):
     code, summary, train, _ = _run(run_cli, tmp_path / "ok", "--steps", "3")
     assert code == 0 and summary["status"] == "completed" and all(math.isfinite(r["loss"]) for r in train)
+
+
+def test_a_run_with_no_checkpoint_names_the_doctor_command_of_its_step(tmp_path, run_cli):
+    out = tmp_path / "no-checkpoint"
+    code, summary, _, stderr = _run(run_cli, out, "--steps", "6", "--lr", "1e30", "--warmup-steps", "0")
+    assert code == 1 and summary["status"] == "diverged" and not list_checkpoints(out)
+    line = stderr.strip().splitlines()[-1]
+    assert "ampkit doctor --model tiny --precision fp32 --batch-size 4 --seq-len 32" in line and "--from" not in line

@@ -21,6 +21,7 @@ Responses:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -61,8 +62,12 @@ class StopOnDivergence:
 
     enabled = False
 
-    def __init__(self, doctor_args: str) -> None:
-        self.doctor_args = doctor_args
+    def __init__(
+        self, doctor_args: str, *, run_dir: Path | None = None, has_checkpoint: Callable[[], bool] = lambda: False
+    ) -> None:
+        self.doctor_args, self.run_dir = doctor_args, run_dir
+        self.has_checkpoint = has_checkpoint
+        """whether the run has written a checkpoint (then `doctor --from` replays the failing window)"""
 
     def check(self, result: StepResult, record: dict[str, Any] | None) -> str | None:
         """A reason the run cannot go on, or None. `record` is the logged metrics (None off log steps)."""
@@ -72,10 +77,14 @@ class StopOnDivergence:
         return f"the loss scale collapsed ({err})"
 
     def recover(self, objs: CheckpointedRun, *, step: int, reason: str, metrics: RecordWriter) -> NoReturn:
-        """Nothing to roll back to: end the run, naming the step and what to run next."""
+        """Nothing to roll back to: end the run, naming the step and what to run next (with a checkpoint
+        before the step: `doctor --from`, which replays exactly the failing batches)."""
+        find = f"ampkit doctor {self.doctor_args}"
+        if self.run_dir is not None and self.has_checkpoint():
+            find = f"ampkit doctor --from {self.run_dir} (replays its last checkpoint's steps to step {step})"
         raise RunDiverged(
             f"{reason} at step {step}; no checkpoint of this state was written. Find the layer with: "
-            f"ampkit doctor {self.doctor_args}; or rerun with --guard --checkpoint-every N to roll back past it"
+            f"{find}; or rerun with --guard --checkpoint-every N to roll back past it"
         )
 
     def ensure_checkpoint(self, write: Callable[[], object]) -> None:
@@ -197,7 +206,8 @@ def build_guard(
     `doctor_args`: the `ampkit doctor` flags that diagnose the run's step (`TrainConfig.doctor_args`);
     `parallel`: the run's world (`LocalRun` in one process), across which `NanGuard` agrees."""
     if not guard.guard:
-        return StopOnDivergence(doctor_args)
+        written = functools.partial(checkpointer.has_checkpoint, run_dir) if checkpointer is not None else bool
+        return StopOnDivergence(doctor_args, run_dir=run_dir, has_checkpoint=written)
     return NanGuard(
         checkpointer=checkpointer,
         run_dir=run_dir,
