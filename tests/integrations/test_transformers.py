@@ -157,6 +157,18 @@ def test_an_injected_fault_is_named_by_module(tmp_path):
     assert "model.layers.1.mlp" in (callback.run_dir / "report.md").read_text()
 
 
+def test_a_trainer_that_raises_still_writes_its_run_directory(tmp_path):
+    # a real fault: token ids past the vocabulary, which the embedding refuses inside trainer.train()
+    bad = [{"input_ids": t["input_ids"] + 10_000, "labels": t["labels"]} for t in DATA]
+    trainer = Trainer(model=tiny_llama(), args=trainer_for(tiny_llama(), tmp_path).args, train_dataset=bad)
+    callback = attach(trainer, out=str(tmp_path / "run"))
+    with pytest.raises(IndexError):
+        _quietly(trainer)
+    summary = json.loads((callback.run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("IndexError: ")
+    assert CALLBACK.validate(summary) == [] and (callback.run_dir / "report.html").is_file()
+
+
 def test_an_auto_locator_is_armed_by_the_first_non_finite_gradient_norm(tmp_path):
     """transformers logs a non-finite step's loss as the finite ones' mean: its gradient norm shows it."""
     trainer = trainer_for(tiny_llama(), tmp_path, max_steps=3)

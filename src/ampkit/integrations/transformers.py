@@ -14,6 +14,8 @@ transformers is imported when this module is: `import ampkit` never needs it.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import transformers
@@ -65,7 +67,23 @@ class AmpkitCallback(TrainerCallback):
         callback = cls(**settings)
         callback.trainer = trainer
         trainer.add_callback(callback)
+        trainer.train = callback._ending_on_exceptions(trainer.train)
         return callback
+
+    def _ending_on_exceptions(self, train: Callable[..., Any]) -> Callable[..., Any]:
+        """`trainer.train` wrapped: transformers calls no callback when it raises, so the run directory is
+        written here ("stopped" for Ctrl-C, else "failed", the error named) before the exception goes on."""
+
+        @functools.wraps(train)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return train(*args, **kwargs)
+            except BaseException as exc:
+                status = "stopped" if isinstance(exc, KeyboardInterrupt) else "failed"
+                self.monitor.end(status=status, error=f"{type(exc).__name__}: {exc}")
+                raise
+
+        return wrapped
 
     @property
     def run_dir(self):
