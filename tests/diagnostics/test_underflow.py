@@ -67,6 +67,26 @@ def test_skipped_steps_are_not_counted_and_every_arms():
     assert [s.step for s in meter.drain()] == [4]
 
 
+def test_a_fused_optimizers_skipped_step_is_not_counted():
+    # torch's GradScaler calls a fused AdamW's step even when it skips (the kernel skips the update by
+    # `found_inf`): the step's unchanged weights are no lost updates
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    meter = UpdateUnderflowMeter(model, optimizer).attach()
+    x = torch.randn(8, 4)
+    for step, factor in ((1, 1.0), (2, float("inf")), (3, 1.0)):
+        meter.begin_step(step)
+        optimizer.zero_grad()
+        scaler.scale(model(x).pow(2).mean() * factor).backward()
+        before = model.weight.detach().clone()
+        scaler.step(optimizer)
+        scaler.update()
+        assert torch.equal(model.weight, before) == (step == 2)  # step 2 really skipped
+    stats = meter.drain()
+    assert [s.step for s in stats] == [1, 3] and all(s.lost_fraction == 0.0 for s in stats)
+
+
 def test_layer_names_are_module_paths():
     assert layer_of_parameter("blocks.0.attn.q_proj.lora_A.default.weight") == "blocks.0.attn.q_proj.lora_A.default"
     assert layer_of_parameter("fc1.weight") == "fc1" and layer_of_parameter("scale") == "scale"

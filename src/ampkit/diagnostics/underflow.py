@@ -18,8 +18,11 @@ adapters / fp32 master weights (an fp32 weight of 0.1 moves for updates down to 
 rounding of the update (unbiased: small updates land on average).
 
 Hooks: the optimizer's step pre-hook snapshots the trainable weights (a copy of the trainable
-parameters on armed steps: `every`), the post-hook compares; a step the loss scaler skipped never
-calls `optimizer.step`, so it is not counted. Counts stay on the device until `drain()` (log steps).
+parameters on armed steps: `every`), the post-hook compares; a step the loss scaler skipped is not
+counted: torch's GradScaler does not call a plain optimizer's `step` then, and an optimizer that takes
+the scaling into its own step (fused AdamW, `_step_supports_amp_scaling`) is called with
+`optimizer.found_inf` set, kept beside the step's counts and read at `drain()` (its sync point). Counts
+stay on the device until `drain()` (log steps).
 """
 
 from __future__ import annotations
@@ -147,7 +150,8 @@ class UpdateUnderflowMeter(ParameterMeter):
         super().__init__(model, every=every, scale_fn=scale_fn)
         self.layers = [layer_of_parameter(n) for n in self.names]
         self.optimizer, self.frozen_after = optimizer, frozen_after
-        self.pending: list[tuple[int, float, torch.Tensor]] = []
+        self.pending: list[tuple[int, float, torch.Tensor, torch.Tensor | None]] = []
+        """(step, scale, counts, found_inf: the scaler's flag a fused optimizer skipped the step by, or None)"""
         self._before: list[torch.Tensor] | None = None
         self._unchanged: dict[str, int] = {}
         self._since: dict[str, int] = {}
@@ -170,7 +174,9 @@ class UpdateUnderflowMeter(ParameterMeter):
         if self._before is None:
             return
         rows = [self._row(p, old) for p, old in zip(self.params, self._before)]
-        self.pending.append((self._step, self._scale, torch.stack(rows)))
+        found_inf = getattr(optimizer, "found_inf", None)  # set by GradScaler.step for a fused optimizer
+        flag = found_inf.detach().clone() if isinstance(found_inf, torch.Tensor) else None  # no sync here
+        self.pending.append((self._step, self._scale, torch.stack(rows), flag))
         self._before = None
 
     def _row(self, param: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
@@ -188,7 +194,11 @@ class UpdateUnderflowMeter(ParameterMeter):
 
     def drain(self) -> list[StepUpdateStats]:
         """The measured steps since the last drain, per layer (a sync point: log steps only)."""
-        out = [self._host_stats(step, scale, rows.tolist()) for step, scale, rows in self.pending]  # sync point
+        out = [
+            self._host_stats(step, scale, rows.tolist())  # sync point
+            for step, scale, rows, found_inf in self.pending
+            if found_inf is None or not bool(found_inf.sum() > 0)  # a fused optimizer's skipped step
+        ]
         self.pending = []
         return out
 
