@@ -98,7 +98,7 @@ def logged_run(mlflow_server, tmp_path_factory):
     assert json.loads(out)["status"] == "completed"  # mlflow's own stdout line did not reach --json's stdout
     client = MlflowClient(tracking_uri=mlflow_server)
     run_id = read_tracker_runs(run_dir)["mlflow"]["run_id"]
-    assert f"--log mlflow: {mlflow_server}/#/experiments/" in err and run_id in err
+    assert f"--log mlflow: run {run_id}:\n  {mlflow_server}/#/experiments/" in err and f"/runs/{run_id}\n" in err
     return run_dir, client, client.get_run(run_id)
 
 

@@ -67,7 +67,7 @@ def test_an_offline_wandb_run_is_named_configured_and_said_in_one_line(wandb_run
     config = run["config"]["update"]
     assert config["precision"] == "fp16-mixed" and config["steps"] == 3 and config["log"]["log"] == "wandb"
     said = [line for line in err.splitlines() if "wandb" in line]
-    assert said == [f"--log wandb: offline run {run['run_id']}; upload it with: wandb sync {folder}"]
+    assert said == [f"--log wandb: offline run {run['run_id']}; upload it with:", f"  wandb sync {folder}"]
     assert next(r["exit"] for r in records if r["type"] == "exit")["exit_code"] == 0
 
 

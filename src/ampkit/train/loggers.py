@@ -41,7 +41,8 @@ class Logger(Protocol):
     (`tracker_runs.RUN_STATUSES`: completed, stopped, failed, diverged)."""
 
     where: str
-    """One line on where the logged run can be found, said when it starts (empty: nothing to say)."""
+    """Where the logged run can be found (a line, and an indented command or path on the next one where it is
+    long), said when it starts (empty: nothing to say)."""
 
     def log(self, record: dict[str, Any]) -> None: ...
 

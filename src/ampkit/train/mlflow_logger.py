@@ -165,14 +165,15 @@ class MlflowLogger:
                 self.after = -1 if resume_step is None else resume_step
             self._log_params(config)
             self.where = self._run_url()
-        """One line: where the run's MLflow data goes."""
+        """Where the run's MLflow data goes (its page, or its store with the command that shows it)."""
 
     def _run_url(self) -> str:
         """The run's page on an http(s) server, else the store and the `mlflow ui` command that shows it."""
         experiment = self.client.get_run(self.run_id).info.experiment_id
         if self.uri.startswith(("http://", "https://")):
-            return f"{self.uri.rstrip('/')}/#/experiments/{experiment}/runs/{self.run_id}"
-        return f"run {self.run_id} in {self.uri} (mlflow ui --backend-store-uri {self.uri})"
+            return f"run {self.run_id}:\n  {self.uri.rstrip('/')}/#/experiments/{experiment}/runs/{self.run_id}"
+        # a line each: a store's URI alone can fill an 80-column terminal
+        return f"run {self.run_id} in\n  {self.uri}\n  shown by: mlflow ui --backend-store-uri {self.uri}"
 
     def _new_run(self, experiment: str, artifact_location: str | None) -> str:
         found = self.client.get_experiment_by_name(experiment)

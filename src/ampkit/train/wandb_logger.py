@@ -91,7 +91,8 @@ class WandbLogger:
             return "disabled (W&B writes nothing)"
         save_tracker_run(run_dir, "wandb", {"id": self.run.id, "project": project})
         folder = Path(self.run.dir).parent  # RUN_DIR/wandb/offline-run-DATE-ID (`run.dir` is its files/)
-        upload = f"; upload it with: wandb sync {folder}" if mode == "offline" else f" in {folder}"
+        # the command on a line of its own: the run's folder alone is ~60 characters (80-column terminals)
+        upload = f"; upload it with:\n  wandb sync {folder}" if mode == "offline" else f" in\n  {folder}"
         return f"{mode} run {self.run.id}{upload}"
 
     def log(self, record: dict[str, Any]) -> None:
