@@ -26,9 +26,10 @@ import torch
 import tqdm
 from _pytest.nodeid import NodeId
 
+import ampkit.hardware.device as device_mod
 import ampkit.report.console as console_mod
 from ampkit.cli import main
-from devices import CPU_KINDS, pin_cpu_kind
+from devices import CPU_KINDS, cpuinfo_file, pin_cpu_kind
 from helpers import REAL_RUN_COLUMNS, REAL_RUN_DIR, REAL_RUNS
 
 # tqdm (transformers' and peft's bars) starts a monitor thread at its first bar, which then lives to the
@@ -46,18 +47,19 @@ def pytest_addoption(parser):
     )
 
 
-@pytest.fixture(autouse=True)
-def _suite_cpu_kind(request, monkeypatch):
-    """`--cpu-kind KIND`: the whole suite sees that kind's CPU (a test's own `cpu_kind` pin still wins)."""
-    kind = request.config.getoption("--cpu-kind")
+def pytest_configure(config):
+    """`--cpu-kind KIND`: the whole session sees that kind's CPU, the fixtures wider than a test and the processes
+    the tests start included (`$AMPKIT_CPUINFO`, which every xdist worker inherits); a test's own `cpu_kind` pin
+    still wins."""
+    kind = config.getoption("--cpu-kind")
     if kind is not None:
-        pin_cpu_kind(monkeypatch, kind)
+        os.environ[device_mod.CPUINFO_ENV] = str(cpuinfo_file(kind))
 
 
 @pytest.fixture(params=sorted(CPU_KINDS))
-def cpu_kind(request, monkeypatch, _suite_cpu_kind) -> str:
+def cpu_kind(request, monkeypatch) -> str:
     """Run the test once per CPU kind ("amx": bf16/fp16 native; "avx2": emulated), on either machine: every
-    in-process `describe_device` sees that kind's facts. Returns the kind."""
+    `describe_device`, in this process or one the test starts, sees that kind's facts. Returns the kind."""
     pin_cpu_kind(monkeypatch, request.param)
     return request.param
 

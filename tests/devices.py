@@ -9,6 +9,10 @@ reports on those cards (totals in GiB, ~1-6% under nominal after driver and ECC 
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 import ampkit.hardware.device as device_mod
 from ampkit.hardware import DeviceInfo, parse_cpuinfo
 from ampkit.hardware.capabilities import DeviceFacts
@@ -71,8 +75,18 @@ def cpu_of(kind: str) -> DeviceInfo:
     return describe_cpu(parse_cpuinfo(CPU_KINDS[kind]))
 
 
+def cpuinfo_file(kind: str) -> Path:
+    """A file holding `kind`'s /proc/cpuinfo text (written once per machine; the same bytes every time)."""
+    path = Path(tempfile.gettempdir()) / f"ampkit-tests-cpuinfo-{kind}"
+    if not path.exists() or path.read_text() != CPU_KINDS[kind]:
+        tmp = path.with_name(f"{path.name}.{os.getpid()}")
+        tmp.write_text(CPU_KINDS[kind])
+        os.replace(tmp, path)  # atomic: two xdist workers may write it at once
+    return path
+
+
 def pin_cpu_kind(monkeypatch, kind: str) -> DeviceInfo:
-    """Make every in-process `describe_device`/`describe_cpu` see a CPU of `kind` (the facts, not the speed)."""
-    cpu = parse_cpuinfo(CPU_KINDS[kind])
-    monkeypatch.setattr(device_mod, "read_cpuinfo", lambda: cpu)
-    return describe_cpu(cpu)
+    """Make every `describe_device`/`describe_cpu` see a CPU of `kind` (the facts, not the speed): in this process
+    and in the commands a test starts as processes (bench workers, ranks), through `$AMPKIT_CPUINFO`."""
+    monkeypatch.setenv(device_mod.CPUINFO_ENV, str(cpuinfo_file(kind)))
+    return describe_cpu(parse_cpuinfo(CPU_KINDS[kind]))

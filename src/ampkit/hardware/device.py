@@ -35,6 +35,9 @@ FP16_CPU_FLAGS = ("avx512_fp16", "amx_fp16", "asimdhp")
 
 GIB = 1024**3  # GiB is 1024**3 bytes, GB is 1000**3
 CPUINFO_PATH = "/proc/cpuinfo"
+# A file read instead of /proc/cpuinfo where set: what ampkit would decide on another CPU kind (the test suite's
+# `--cpu-kind` sets it so the commands it starts as processes, bench workers and ranks among them, see that kind).
+CPUINFO_ENV = "AMPKIT_CPUINFO"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,7 +177,7 @@ def host_memory_bytes() -> int:
 def read_cpuinfo() -> CpuInfo:
     """This host's CPU as /proc/cpuinfo describes it: the one source of "is bf16/fp16 native here" on a CPU
     (tests replace it to run under another CPU kind's facts: tests/devices.py `pin_cpu_kind`)."""
-    return parse_cpuinfo(_read_text(CPUINFO_PATH))
+    return parse_cpuinfo(_read_text(os.environ.get(CPUINFO_ENV) or CPUINFO_PATH))
 
 
 def describe_cpu(cpu: CpuInfo | None = None) -> DeviceInfo:
