@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -54,6 +56,23 @@ def test_describe_cpu_derives_native_dtypes_from_flags(cpuinfo, cpu, bf16, fp16)
 
 def test_describe_cpu_without_model_name_still_has_a_name():
     assert device_mod.describe_cpu(parse_cpuinfo("")).name
+
+
+def test_ampkit_cpuinfo_names_the_file_read_instead_of_proc_cpuinfo(tmp_path, monkeypatch, cpuinfo):
+    """`$AMPKIT_CPUINFO`: what ampkit decides on another CPU, in this process and in every process it starts."""
+    path = tmp_path / "cpuinfo"
+    path.write_text(cpuinfo["sapphire_rapids"])
+    monkeypatch.setenv(device_mod.CPUINFO_ENV, str(path))
+    assert device_mod.read_cpuinfo() == parse_cpuinfo(cpuinfo["sapphire_rapids"])
+    code = (
+        "from ampkit.hardware import describe_device; d = describe_device('cpu'); print(d.native_bf16, d.native_fp16)"
+    )
+    for kind, expected in (("sapphire_rapids", "True True"), ("avx2", "False False")):
+        path.write_text(cpuinfo[kind])
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert proc.stdout.strip() == expected, proc.stderr[-2000:]
+    monkeypatch.setenv(device_mod.CPUINFO_ENV, "")  # empty: /proc/cpuinfo again
+    assert device_mod.read_cpuinfo() == parse_cpuinfo(device_mod._read_text(device_mod.CPUINFO_PATH))
 
 
 def test_parse_meminfo_total_bytes_converts_kib():
