@@ -46,9 +46,9 @@ browser:
 	      || echo "could not install chromium with apt-get: tests/report/test_browser.py will skip"; \
 	  else echo "no chromium and no apt-get as root to install it: tests/report/test_browser.py will skip"; fi; }
 
-# Lint, format, types (mypy on both cores: 40 s cold, 53 s on one) and the import layers first, then the suite on two pytest-xdist workers
-# (the tests that share the real runs in one group) with its 25 slowest tests
-# listed (--durations), so slow ones stay visible in CI's output.
+# Lint, format, types (mypy on both cores: ~40 s cold, ~53 s on one) and the import layers first, then the
+# suite on two pytest-xdist workers (the tests that share the real runs in one group) with its 25 slowest
+# tests listed (--durations), so slow ones stay visible in CI's output.
 test: $(STAMP) browser
 	$(PY) -m ruff check src tests benchmarks examples
 	$(PY) -m ruff format --check src tests benchmarks examples
