@@ -89,4 +89,4 @@ def pin_cpu_kind(monkeypatch, kind: str) -> DeviceInfo:
     """Make every `describe_device`/`describe_cpu` see a CPU of `kind` (the facts, not the speed): in this process
     and in the commands a test starts as processes (bench workers, ranks), through `$AMPKIT_CPUINFO`."""
     monkeypatch.setenv(device_mod.CPUINFO_ENV, str(cpuinfo_file(kind)))
-    return describe_cpu(parse_cpuinfo(CPU_KINDS[kind]))
+    return cpu_of(kind)

@@ -176,7 +176,7 @@ def host_memory_bytes() -> int:
 
 def read_cpuinfo() -> CpuInfo:
     """This host's CPU as /proc/cpuinfo describes it: the one source of "is bf16/fp16 native here" on a CPU
-    (`$AMPKIT_CPUINFO` names another file: the tests run under another CPU kind's facts so, tests/devices.py
+    (or the file `$AMPKIT_CPUINFO` names: how the tests run under another CPU kind's facts, tests/devices.py
     `pin_cpu_kind`)."""
     return parse_cpuinfo(_read_text(os.environ.get(CPUINFO_ENV) or CPUINFO_PATH))
 
