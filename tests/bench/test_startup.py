@@ -47,3 +47,25 @@ def test_the_worker_exits_without_teardown_but_flushes_first():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3 and proc.stdout == "result written\n" and proc.stderr == "log"
+
+
+def test_a_stop_while_the_worker_imports_torch_ends_it_in_one_line(tmp_path):
+    """The parent passes a stop on whenever it comes, also while the worker still imports torch: a real SIGINT,
+    sent by the worker process to itself as torch's C++ core starts to load, ends it with 130 and its one
+    line (it used to unwind through torch's C++ initialisation: "terminate called after throwing an instance
+    of 'pybind11::error_already_set'", an abort, seen in tests/reliability/test_interrupts.py)."""
+    code = (
+        "import os, runpy, signal, sys\n"
+        "class StopAtTorchCore:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch._C':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, StopAtTorchCore())\n"
+        f"sys.argv = ['worker', {str(tmp_path / 'job.json')!r}]\n"
+        "runpy.run_module('ampkit.bench.worker', run_name='__main__', alter_sys=True)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert proc.stderr.strip() == "ampkit bench worker: interrupted by SIGINT"
+    assert not (tmp_path / "job.json").exists()  # it stopped before reading its job

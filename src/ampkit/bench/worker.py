@@ -36,6 +36,16 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+# A stop (the parent passes SIGINT/SIGTERM on) can reach this process while it still imports torch: Python's
+# default SIGINT handler would raise KeyboardInterrupt inside torch's C++ initialisation, which aborts the
+# process ("terminate called after throwing an instance of 'pybind11::error_already_set'"). Until `main`
+# installs its own handlers, a stop is only recorded here, and `main` ends with it before any work. Only when
+# run as the worker (`python -m ampkit.bench.worker`): importing this module never changes a process's handlers.
+_EARLY_STOP: list[int] = []
+if __name__ == "__main__":
+    for _signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_signum, lambda signum, frame: _EARLY_STOP.append(signum))
+
 import torch
 
 from ampkit.bench.budget import FULL_FIDELITY_ROWS, Window, measure_window, reduced_batch, warmup_plan
@@ -482,6 +492,12 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise WorkerStopped(signum)
 
 
+def _stopped(signum: int) -> int:
+    """The stop's one line in the log; the exit code (128 + the signal)."""
+    print(f"ampkit bench worker: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
+    return 128 + signum
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -489,13 +505,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for signum in STOP_SIGNALS:  # a stop is one line in the log, not a traceback
         signal.signal(signum, _stop)
+    if _EARLY_STOP:  # it came while this process imported torch (see `_EARLY_STOP`)
+        return _stopped(_EARLY_STOP[0])
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     env = launch_env()  # torchrun's ranks (bench --parallel), else None: one process
     try:
         result = run_job(job, ProgressEmitter.for_rank(env.rank if env else 0))
     except WorkerStopped as stop:  # partial files are already removed (`runs.atomic_write`)
-        print(f"ampkit bench worker: interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
-        return 128 + stop.signum
+        return _stopped(stop.signum)
     except Exception as err:
         traceback.print_exc(file=sys.stderr)  # the full story goes to the worker's log file
         return write_failure(job, rank_error(err, rank=env.rank) if env else err, first_only=env is not None)
