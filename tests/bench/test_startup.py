@@ -40,15 +40,6 @@ def test_a_plain_train_run_loads_no_extra():
     assert not any(loaded[m] for m in AVOIDABLE), loaded
 
 
-def test_the_worker_exits_without_teardown_but_flushes_first():
-    code = (
-        "import sys\nfrom ampkit.bench.worker import exit_now\n"
-        "print('result written')\nsys.stderr.write('log')\nexit_now(3)"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 3 and proc.stdout == "result written\n" and proc.stderr == "log"
-
-
 def test_a_stop_while_the_worker_imports_torch_ends_it_in_one_line(tmp_path):
     """The parent passes a stop on whenever it comes, also while the worker still imports torch: a real SIGINT,
     sent by the worker process to itself as torch's C++ core starts to load, ends it with 130 and its one

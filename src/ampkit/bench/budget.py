@@ -51,7 +51,7 @@ REDUCED_STEP_SHARE = 0.25
 FULL_FIDELITY_ROWS, MIN_FIDELITY_ROWS = 4, 1
 EXIT_S = 0.1
 """a worker's end after its measured window: the result written, the process gone (it skips the
-interpreter's teardown, `worker.exit_now`); the parent reading the result"""
+interpreter's teardown, `shutdown.end_process`); the parent reading the result"""
 
 
 def estimate_step_s(reference_step_s: float, *, matmul_share: float | None, matmul_ratio: float | None) -> float:

@@ -25,7 +25,6 @@ Progress goes to stdout as JSON lines (the parent draws the bars); the result go
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import pickle
@@ -34,7 +33,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 # A stop (the parent passes SIGINT/SIGTERM on) can reach this process while it still imports torch: Python's
 # default SIGINT handler would raise KeyboardInterrupt inside torch's C++ initialisation, which aborts the
@@ -63,6 +62,7 @@ from ampkit.errors import TrainingError, UsageError, WriteFailed
 from ampkit.memory import peak_memory_bytes, reset_peak_memory
 from ampkit.runs import atomic_write, write_json_atomic
 from ampkit.sections import EvalSection, OptimizerSection, ParallelSection
+from ampkit.shutdown import end_process
 from ampkit.tasks import optional
 from ampkit.tasks.flops import flops_per_item
 from ampkit.train import TrainConfig, build_run
@@ -533,15 +533,5 @@ def write_failure(job: dict[str, Any], err: BaseException, *, first_only: bool) 
     return 1
 
 
-def exit_now(code: int) -> NoReturn:
-    """End the worker without the interpreter's teardown: once torch and dynamo are loaded, unloading
-    ~2,000 modules takes ~0.5 s (~1 s on a busy host) per worker, after the result is written. Its
-    output is flushed first; no other atexit work concerns it (as multiprocessing's children do)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    logging.shutdown()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    exit_now(main())
+    end_process(main())
