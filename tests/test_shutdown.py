@@ -58,3 +58,13 @@ def test_the_modules_are_not_torn_down(tmp_path):
     assert proc.returncode == 0 and proc.stdout == "", proc.stdout
     plain = _end(tmp_path, "class Noisy:\n    def __del__(self):\n        print('torn down')\nkept = Noisy()\n")
     assert plain.stdout == "torn down\n"  # the same program ending as Python ends it
+
+
+def test_a_profiler_still_gets_its_results(tmp_path):
+    """`python -m cProfile -o FILE -m ampkit ...` writes FILE after the program returns: under a profiler
+    the process ends as Python ends it."""
+    out = tmp_path / "ampkit.prof"
+    argv = [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "ampkit", "--version"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("ampkit "), done.stderr
+    assert out.stat().st_size > 0

@@ -24,7 +24,11 @@ from typing import NoReturn
 
 
 def end_process(code: int) -> NoReturn:
-    """Join the non-daemon threads, run the atexit handlers, flush stdout/stderr, then `os._exit(code)`."""
+    """Join the non-daemon threads, run the atexit handlers, flush stdout/stderr, then `os._exit(code)`; under a
+    profiler or a debugger (`python -m cProfile -m ampkit ...`, pdb), which write their results after the
+    program returns, a plain `SystemExit(code)` instead."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        raise SystemExit(code)
     threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's own first step at exit
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
