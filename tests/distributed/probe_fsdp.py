@@ -25,6 +25,7 @@ from ampkit.distributed.wrap import mixed_precision_policy, shard_fsdp
 from ampkit.models import LlamaLM, ModelConfig, build_model
 from ampkit.models.init import materialize
 from ampkit.precision import ScalerConfig, get_spec
+from ampkit.shutdown import end_process
 from ampkit.train import TrainConfig, build_run
 
 TINY = dict(model="tiny", seq_len=32, batch_size=2, steps=4, warmup_steps=0, eval_batches=1)
@@ -190,3 +191,4 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    end_process(0)  # as ampkit's own commands end: no teardown of torch's modules (~0.7 s a rank)
