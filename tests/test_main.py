@@ -3,22 +3,18 @@ command ends through `shutdown.end_process`, which ends the process it runs in).
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
 from ampkit import __version__
-
-
-def _python_m_ampkit(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ampkit", *argv], capture_output=True, text=True, timeout=120)
+from helpers import ampkit_process
 
 
 def test_python_m_ampkit_exits_with_the_cli_exit_code():
-    done = _python_m_ampkit("--version")
+    done = ampkit_process("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"ampkit {__version__}"
-    bad = _python_m_ampkit("train", "--no-such-flag")
+    bad = ampkit_process("train", "--no-such-flag")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
 
 
