@@ -156,7 +156,9 @@ class SimWorker:
         }
         return result, profile, 50 * 2**20
 
-    def __call__(self, job_path: Path, log_path: Path, *, on_event, timeout_s: float, slot=None, parallel=None):
+    def __call__(
+        self, job_path: Path, log_path: Path, *, on_event, timeout_s: float, slot=None, parallel=None, zygote=None
+    ):
         job = json.loads(Path(job_path).read_text())
         name, config = job["precision"], BenchConfig.of(**job["config"])
         log_path.write_text("")

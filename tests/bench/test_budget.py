@@ -5,6 +5,7 @@ fidelity) x 1.2."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -195,6 +196,11 @@ def test_the_expected_warmup_and_total_follow_fp32s_own_warmup():
     slowdown = plan.estimated_step_s / 0.3
     expected = 2.5 + 0.5 / 5 * 4 * slowdown + expected_warmup_s(plan.estimated_step_s, config, ref) + 12.0 + EXIT_S
     assert plan.estimated_total_s == pytest.approx(expected)
+    # workers forked from the warm process (bench/zygote.py): a later one starts without fp32's imports
+    forked = dataclasses.replace(ref, later_startup_s=0.4)
+    args = dict(matmul_ratio=0.35, emulated=True, forced=False, dtype="fp16", max_measure_s=14.4, ratio_source="step")
+    forked_plan = plan_precision("fp16-mixed", config, forked, **args)
+    assert forked_plan.estimated_total_s == pytest.approx(expected - 2.5 + 0.4)
     slow = plan_precision(
         "fp16-mixed",
         config,

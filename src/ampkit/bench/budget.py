@@ -157,6 +157,9 @@ class ReferenceWarm:
     """the matmul/attention share of fp32's profiled step (None: not profiled)"""
     startup_s: float
     """the worker's start: process, imports, model, data (until its fidelity capture)"""
+    later_startup_s: float | None = None
+    """a later worker's start where it differs from fp32's: the imports left out when the workers fork from
+    a warm process that made them once (`bench.zygote`); None: each later worker starts as fp32's did"""
     fidelity_s: float
     """its fidelity captures (4 rows and 1)"""
     first_s: float | None = None
@@ -268,7 +271,8 @@ def _with_total(plan: PrecisionPlan, config: BenchConfig, ref: ReferenceWarm) ->
     step = plan.estimated_step_s or ref.step_s
     slowdown = step / ref.step_s if ref.step_s > 0 else 1.0
     per_row = ref.fidelity_s / (FULL_FIDELITY_ROWS + MIN_FIDELITY_ROWS)  # fp32 captured 4 rows and 1
-    total = ref.startup_s + per_row * plan.fidelity_rows * slowdown + EXIT_S
+    startup = ref.startup_s if ref.later_startup_s is None else ref.later_startup_s
+    total = startup + per_row * plan.fidelity_rows * slowdown + EXIT_S
     if plan.timed:
         total += expected_warmup_s(step, config, ref)
         total += expected_window_s(step, config, max_measure_s=plan.max_measure_s)

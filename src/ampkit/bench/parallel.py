@@ -17,13 +17,16 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ampkit import options
 from ampkit.bench.candidates import DEFAULT_REDUCE, REDUCE, candidate_reduce, candidate_spec
 from ampkit.distributed.settings import REDUCE_DTYPES
 from ampkit.errors import UsageError
 from ampkit.options import PARALLEL_MODES
+
+if TYPE_CHECKING:
+    from ampkit.bench.zygote import ForkedWorker
 
 LAUNCHER_GRACE_S = 45.0
 """After a hung job's SIGTERM, torchrun gives its ranks 30 s before SIGKILL: past this, it is killed too."""
@@ -140,7 +143,7 @@ def worker_command(job_path: Path, settings: BenchParallel) -> list[str]:
     return [sys.executable, *launcher, "--max-restarts", "0", *worker]
 
 
-def stop_hung(proc: subprocess.Popen, *, distributed: bool) -> None:
+def stop_hung(proc: subprocess.Popen | ForkedWorker, *, distributed: bool) -> None:
     """End a worker that ran past its timeout. torchrun's ranks run in sessions of their own, so a
     SIGKILL to the launcher would orphan them: it gets SIGTERM (it stops every rank, SIGKILL after 30 s),
     then SIGKILL if it is still there after `LAUNCHER_GRACE_S`."""

@@ -17,11 +17,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 import torch
 from rich.console import Console
@@ -35,6 +35,7 @@ from ampkit.bench.parallel import BenchParallel, stop_hung, with_reduce_dtypes, 
 from ampkit.bench.peaks import measure_peaks
 from ampkit.bench.session import BenchSession
 from ampkit.bench.summary import build_summary
+from ampkit.bench.zygote import ForkedWorker, Zygote, ZygoteGone
 from ampkit.core.signals import StopRequests
 from ampkit.errors import RunInterrupted, TrainingError, UsageError, WriteFailed
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
     from ampkit.tasks import Task
 
 WORKERS_DIR = "workers"
+FORK_ENV = "AMPKIT_BENCH_FORK"
+"""0: every worker a fresh process, never forked from the warm one (`bench.zygote`)"""
 BUSY_LOAD_PER_CPU = 2.0  # a load average above this many runnable processes per CPU earns a warning
 MIN_WORKER_TIMEOUT_S = 900.0  # hang protection only: a slow emulated precision still finishes within it
 
@@ -174,7 +177,7 @@ class WorkerSlot:
     the whole process group, `kill -INT BENCH_PID` (or SIGTERM from a scheduler) only the bench."""
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedWorker | None = None
         self.signum: int | None = None
 
     def interrupt(self, signum: int) -> None:
@@ -182,7 +185,7 @@ class WorkerSlot:
         self.signum = signum
         self._forward()
 
-    def hold(self, proc: subprocess.Popen | None) -> None:
+    def hold(self, proc: subprocess.Popen | ForkedWorker | None) -> None:
         self.proc = proc
         if proc is not None and self.signum is not None:  # the signal came while it was starting
             self._forward()
@@ -202,10 +205,12 @@ def run_worker(
     timeout_s: float,
     slot: WorkerSlot | None = None,
     parallel: BenchParallel | None = None,
+    zygote: Zygote | None = None,
 ) -> str | None:
     """Run one worker process to completion; returns None, or why it died without a result.
     `slot` holds the process while it runs (a stop signal is passed on to it). `parallel`: the worker
-    is torchrun's launcher of that many ranks (`bench.parallel.worker_command`)."""
+    is torchrun's launcher of that many ranks (`bench.parallel.worker_command`). `zygote`: the worker is
+    forked from that warm process (`bench.zygote`), or started cold where it cannot give one."""
     parallel = parallel or BenchParallel()
     try:
         log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 (its OSError is reported alone; `with log` closes it)
@@ -213,7 +218,7 @@ def run_worker(
         raise write_failed(log_path, err) from None
     slot = slot or WorkerSlot()
     with log:
-        proc = subprocess.Popen(worker_command(job_path, parallel), stdout=subprocess.PIPE, stderr=log, text=True)
+        proc = _start_worker(job_path, log, parallel, zygote)
         slot.hold(proc)
         assert proc.stdout is not None  # stdout=PIPE
         timed_out = threading.Event()
@@ -245,6 +250,18 @@ def run_worker(
     return None
 
 
+def _start_worker(
+    job_path: Path, log: IO[str], parallel: BenchParallel, zygote: Zygote | None
+) -> subprocess.Popen | ForkedWorker:
+    if zygote is not None:
+        try:
+            return zygote.start([str(job_path)], log)
+        except (ZygoteGone, OSError) as err:  # a cold start instead: slower, the same result
+            log.write(f"ampkit bench: the warm process could not fork this worker ({err}); starting it cold\n")
+            log.flush()
+    return subprocess.Popen(worker_command(job_path, parallel), stdout=subprocess.PIPE, stderr=log, text=True)
+
+
 def clean_interrupted_log(log_path: Path, name: str) -> None:
     """A worker stopped by a signal says so in one line; a traceback it printed while starting up
     (the signal arrived before its handler was installed) is cut off: it tells nothing."""
@@ -272,9 +289,10 @@ def measure_precision(
     job_plan: PrecisionPlan | None = None,
     on_event: Callable[[dict], None] | None = None,
     slot: WorkerSlot | None = None,
+    zygote: Zygote | None = None,
 ) -> dict[str, Any]:
     """One worker for `name`: writes workers/<name>.json (the job) and reads back <name>.result.json
-    (status "interrupted" when a stop signal ended the worker first)."""
+    (status "interrupted" when a stop signal ended the worker first). `zygote`: fork it from there."""
     slot = slot or WorkerSlot()
     workers = run_dir / WORKERS_DIR
     paths = {
@@ -309,7 +327,9 @@ def measure_precision(
     expected = job_plan.estimated_total_s if job_plan is not None else None
     spawned = time.perf_counter()
     timeout_s, ranks = worker_timeout_s(plan.config, expected), plan.config.parallel
-    death = run_worker(paths["job"], paths["log"], on_event=event, timeout_s=timeout_s, slot=slot, parallel=ranks)
+    death = run_worker(
+        paths["job"], paths["log"], on_event=event, timeout_s=timeout_s, slot=slot, parallel=ranks, zygote=zygote
+    )
     result = _read_result(name, paths, death, worker_plan, interrupted=slot.signum is not None)
     result["worker_s"] = time.perf_counter() - spawned  # the process, from its spawn to its exit
     rel: dict[str, str | None] = {key: str(path.relative_to(run_dir)) for key, path in paths.items() if key != "job"}
@@ -415,6 +435,18 @@ def run_bench(
     return summary, run_dir
 
 
+@contextlib.contextmanager
+def warm_workers(device: torch.device, parallel: BenchParallel, workers: Path) -> Iterator[Zygote | None]:
+    """The warm process the workers fork from (`bench.zygote`) on a CPU; None (each worker started cold)
+    for an accelerator (a forked process cannot use CUDA once its parent touched it) and for torchrun's ranks,
+    or where `AMPKIT_BENCH_FORK=0`."""
+    if device.type != "cpu" or parallel.distributed or os.environ.get(FORK_ENV, "").strip() == "0":
+        yield None
+        return
+    with Zygote(workers / "zygote.log") as zygote:
+        yield zygote
+
+
 def _measure_all(
     plan: BenchPlan,
     run_dir: Path,
@@ -436,20 +468,22 @@ def _measure_all(
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)  # one line, never folded
     device = pick_device(plan.config.device)
-    peaks = measure_peaks(plan.info, plan.precisions, device)
-    with BenchProgress(console, plan, enabled=show_progress) as progress:
-        session = BenchSession(
-            plan,
-            console,
-            progress,
-            peaks,
-            started=started,
-            measure=lambda name, job_plan, on_event: measure_precision(
-                name, plan, run_dir, progress, job_plan=job_plan, on_event=on_event, slot=slot
-            ),
-            stopped=lambda: slot.signum is not None,
-        )
-        results = session.run(_refuse_without_reference)
+    with warm_workers(device, plan.config.parallel, run_dir / WORKERS_DIR) as zygote:
+        peaks = measure_peaks(plan.info, plan.precisions, device)
+        with BenchProgress(console, plan, enabled=show_progress) as progress:
+            session = BenchSession(
+                plan,
+                console,
+                progress,
+                peaks,
+                started=started,
+                measure=lambda name, job_plan, on_event: measure_precision(
+                    name, plan, run_dir, progress, job_plan=job_plan, on_event=on_event, slot=slot, zygote=zygote
+                ),
+                stopped=lambda: slot.signum is not None,
+                warm_start=zygote is not None,
+            )
+            results = session.run(_refuse_without_reference)
     load = {"cpus": os.cpu_count() or 0, "start": load_start, "end": host_load()}
     budget = session.budget_block(results, wall_s=time.perf_counter() - started)
     interrupted = _interrupted_block(slot, results)

@@ -80,8 +80,10 @@ class BenchSession:
         measure: Measure,
         started: float,
         stopped: Callable[[], bool] = lambda: False,
+        warm_start: bool = False,
     ) -> None:
         self.plan, self.console, self.progress, self.peaks = plan, console, progress, peaks
+        self.warm_start = warm_start  # the workers after fp32's fork from a warm process: no imports of their own
         self.config = plan.config
         self.measure, self.started, self.stopped = measure, started, stopped
         self.account = BudgetAccount(self.config.budget_s)
@@ -157,6 +159,9 @@ class BenchSession:
             batch_size=int(event["batch_size"]),
             matmul_share=event.get("matmul_share"),
             startup_s=float(event.get("startup_s") or 0.0),
+            later_startup_s=max(0.0, float(event.get("startup_s") or 0.0) - float(event.get("imports_s") or 0.0))
+            if self.warm_start
+            else None,
             fidelity_s=float(event.get("fidelity_s") or 0.0),
             first_s=event.get("first_s"),
             warmup_s=event.get("warmup_s"),

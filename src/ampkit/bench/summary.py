@@ -110,6 +110,7 @@ def _budget_entry(result: dict[str, Any]) -> dict[str, Any]:
         "measured_s": sum(result.get("step_s") or []),
         "startup_s": done.get("startup_s"),
         "imports_s": done.get("imports_s"),
+        "started": done.get("started"),
         "fidelity_s": done.get("fidelity_s"),
         "warmup_s": done.get("warmup_s"),
         "probe_s": done.get("probe_s"),

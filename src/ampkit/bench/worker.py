@@ -74,6 +74,9 @@ if TYPE_CHECKING:
     from ampkit.tasks import Task
     from ampkit.train import RunObjects
 
+STARTED = {"how": "cold"}
+"""how this worker process started: "cold" (`python -m ampkit.bench.worker`), or "forked" from the bench's warm
+process (`bench.zygote` sets it in the child)"""
 LR_WARMUP_STEPS = 10  # the LR schedule's warmup; the same in every precision (not the timing warmup)
 PROGRESS_EVERY_S = 0.25  # at most ~4 progress lines a second on stdout
 PROBE_SHARE = 0.1  # fp32's GEMM probe may take this share of the budget per dtype (`bench.gemm_probe`)
@@ -270,6 +273,7 @@ def measure_steps(objs: RunObjects, config: BenchConfig, emit: ProgressEmitter, 
         warmup_steps=len(results),
         matmul_share=warm["profile"]["shares"]["matmul"],
         startup_s=plan["startup_s"],
+        imports_s=plan.get("imports_s"),
         fidelity_s=plan["fidelity_s"],
         first_s=warm["first_s"],
         warmup_s=plan["warmup_s"],
@@ -407,6 +411,7 @@ def run_job(job: dict[str, Any], emit: ProgressEmitter) -> dict[str, Any]:
     config = resolve_config(BenchConfig, base=job["config"], base_source="the bench job")  # sections too ([lora])
     plan = {**default_plan(config), **(job.get("plan") or {})}
     plan["imports_s"] = time.time() - job.get("spawned_at", time.time())  # process start and imports
+    plan["started"] = STARTED["how"]
     rss_before = current_rss_bytes()
     emit.emit("phase", phase="build")
     objs = build_for(job, config, plan)

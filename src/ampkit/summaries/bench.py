@@ -59,6 +59,7 @@ BUDGET_ENTRY = {
     # fidelity captures, its warmup steps, fp32's GEMM probe, and the whole process as the parent saw it
     "startup_s": Absent(OPT_NUM),
     "imports_s": Absent(OPT_NUM),
+    "started": Absent(Opt(str)),  # "forked" from the bench's warm process (bench/zygote.py) or "cold"
     "fidelity_s": Absent(OPT_NUM),
     "warmup_s": Absent(OPT_NUM),
     "probe_s": Absent(OPT_NUM),
