@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 
 import pytest
 
+from ampkit.bench import warm
 from ampkit.bench.runner import run_worker
 from ampkit.bench.zygote import Zygote, ZygoteGone
 
@@ -67,3 +71,17 @@ def test_a_cpu_benchs_workers_are_forked_unless_told_not_to(real_runs, run_cli, 
     assert code == 0, err
     cold = json.loads((tmp_path / "cold" / "summary.json").read_text(encoding="utf-8"))
     assert cold["precisions"][0]["budget"]["started"] == "cold"
+
+
+def test_the_warm_process_ends_quietly_when_its_parent_left_before_it_was_ready():
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with theirs:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", warm.__name__, str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    ours.close()  # gone before its imports are done: its "ready" meets a closed socket
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and err == ""

@@ -26,7 +26,7 @@ from rich.console import Console, Group
 from ampkit.bench.candidates import candidate_spec
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.parallel import refuse_ranks
-from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, worker_timeout_s
+from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, warm_workers, worker_timeout_s
 from ampkit.bench.timing import summarize_steps
 from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.data.stats import WAY_OF_BATCHING, DataStats, data_stats
@@ -46,6 +46,7 @@ from ampkit.train.features import feature_set_unavailable, get_feature_sets
 
 if TYPE_CHECKING:
     from ampkit.bench.runner import BenchPlan
+    from ampkit.bench.zygote import Zygote
     from ampkit.train.features import FeatureSet
 
 SWEEP_SCHEMA_VERSION = 1
@@ -74,21 +75,22 @@ def run_sweep(
         device = torch.device(plan.info.type)
         started, rows = time.perf_counter(), []
         padding = SweepPadding(plan.config)
-        for fs in feature_sets:
-            why = feature_set_unavailable(fs, device=device)
-            if why:
-                rows.append({"variant": fs.name, "settings": fs.settings(), "status": "skipped", "error": why})
-                console.print(f"[yellow]{fs.name} skipped:[/] {why}", soft_wrap=True)
-                continue
-            console.print(f"measuring {fs.name} ({precision}) ...")
-            rows.append(padding.fill(_measure(fs, precision, plan, run_dir)))
+        with warm_workers(device, plan.config.parallel, run_dir / WORKERS_DIR) as zygote:  # as bench's workers
+            for fs in feature_sets:
+                why = feature_set_unavailable(fs, device=device)
+                if why:
+                    rows.append({"variant": fs.name, "settings": fs.settings(), "status": "skipped", "error": why})
+                    console.print(f"[yellow]{fs.name} skipped:[/] {why}", soft_wrap=True)
+                    continue
+                console.print(f"measuring {fs.name} ({precision}) ...")
+                rows.append(padding.fill(_measure(fs, precision, plan, run_dir, zygote)))
         summary = _summary(plan, precision, rows, run_dir, wall_s=time.perf_counter() - started)
         write_json_atomic(run_dir / SUMMARY_FILE, summary)
         render_sweep_report(summary, run_dir)
     return summary, run_dir
 
 
-def _measure(fs: FeatureSet, precision: str, plan: BenchPlan, run_dir: Path) -> dict[str, Any]:
+def _measure(fs: FeatureSet, precision: str, plan: BenchPlan, run_dir: Path, zygote: Zygote | None) -> dict[str, Any]:
     workers = run_dir / WORKERS_DIR
     stem = fs.name.replace("+", "_")
     paths = {
@@ -105,7 +107,8 @@ def _measure(fs: FeatureSet, precision: str, plan: BenchPlan, run_dir: Path) -> 
             "fidelity_path": str(paths["fidelity"]),
         },
     )
-    death = run_worker(paths["job"], paths["log"], on_event=lambda event: None, timeout_s=worker_timeout_s(plan.config))
+    timeout_s = worker_timeout_s(plan.config)
+    death = run_worker(paths["job"], paths["log"], on_event=lambda event: None, timeout_s=timeout_s, zygote=zygote)
     if not plan.config.keep_tensors:  # the sweep compares no fidelity: its captures are not needed
         remove_quietly(paths["fidelity"])
     base = {"variant": fs.name, "settings": fs.settings(), "log": str(paths["log"].relative_to(run_dir))}
