@@ -6,9 +6,11 @@ The same work on both sides, checked, not assumed:
   49,152-token embedding), scaled down only in depth (30 -> `--layers`, 4 by default) so a step takes
   a couple of seconds in fp32 on a 2-core CPU (~270 GFLOP a step at the defaults, 6N + attention; the
   tied 49,152-way head is two thirds of it; bf16-mixed takes ~10x that where bf16 matmuls are
-  emulated, e.g. AVX2 without AVX512-BF16); nothing is downloaded. Both build it with transformers'
-  `from_config` in fp32 right after `torch.manual_seed(seed)` (ampkit's `build_hf_model(seed=...)`
-  does exactly that): the same weights.
+  emulated, e.g. AVX2 without AVX512-BF16); nothing is downloaded. The parent initialises it once with
+  ampkit's `build_hf_model(seed=...)` (transformers' init, seeded per tensor) and saves the weights
+  beside the config; both sides load them from that folder in fp32: the same weights. (Until
+  2026-12-07 each side built its own, which stopped being the same work once ampkit seeded each tensor
+  by its name: the first-step loss check refused the runs.)
 - batches: ampkit's embedded corpus, whitespace collapsed and cut into paragraphs of exactly
   `seq_len + 1` ASCII characters (a JSONL file), through ampkit's byte tokenizer and seeded sampler:
   every row is `seq_len` real targets, no padding, no packing. The first `--steps` batches of the
@@ -96,10 +98,16 @@ LOSS_RTOL = {"fp32": 1e-5, "bf16-mixed": 1e-3}  # first-step loss: same weights,
 
 
 # -- setup (parent) -------------------------------------------------------------------------------
-def write_model_dir(folder: Path, *, layers: int) -> Path:
-    """config.json of SmolLM2-135M with `layers` decoder layers (random init: no weights)."""
+def write_model_dir(folder: Path, *, layers: int, seed: int) -> Path:
+    """config.json of SmolLM2-135M with `layers` decoder layers, and the weights ampkit initialises for
+    `seed` (random, nothing downloaded), saved beside it: both sides load these same weights from the
+    folder. (ampkit seeds each tensor by its name, so the weights of a config alone are not transformers'
+    `from_config` after `torch.manual_seed(seed)`: building each side's own would compare different work.)"""
+    from ampkit.models.hf import build_hf_model
+
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps({**SMOLLM2_135M, "num_hidden_layers": layers}, indent=2))
+    build_hf_model(f"hf:{folder}", seed=seed).hf.save_pretrained(folder)
     return folder
 
 
@@ -294,8 +302,8 @@ def trainer_args(args: argparse.Namespace, output_dir: str):
 
 def trainer_worker(args: argparse.Namespace) -> dict[str, Any]:
     """`transformers.Trainer` as a user's script would run it: no ampkit import in this process. The
-    model is built as ampkit's `build_hf_model` builds it (`from_config` in fp32 right after
-    `torch.manual_seed(seed)`, KV cache off for training), so the weights are the same."""
+    model is loaded from the folder's weights in fp32 (`write_model_dir`: the ones ampkit loads too), KV
+    cache off for training as ampkit's HFCausalLM sets it."""
     import torch
 
     torch.set_num_threads(args.threads)
@@ -304,7 +312,9 @@ def trainer_worker(args: argparse.Namespace) -> dict[str, Any]:
     config = AutoConfig.from_pretrained(args.model_dir, local_files_only=True)
     config.use_cache = False  # ampkit's HFCausalLM sets this too: no cache objects built per training forward
     torch.manual_seed(args.seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        args.model_dir, config=config, dtype=torch.float32, local_files_only=True
+    )
     probe = install_probe(model)
     losses: list[torch.Tensor] = []  # kept on the device; read once the run is over (no sync per step)
     model.register_forward_hook(lambda m, a, out: losses.append(out.loss.detach()) if m.training else None)
@@ -479,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     args.threads = args.threads or torch.get_num_threads()
     load_before = os.getloadavg()  # 1, 5, 15 min: a loaded machine makes both sides' figures noise
     with tempfile.TemporaryDirectory() as tmp:
-        args.model_dir = write_model_dir(Path(tmp) / "smollm2-135m-scaled", layers=args.layers)
+        args.model_dir = write_model_dir(Path(tmp) / "smollm2-135m-scaled", layers=args.layers, seed=args.seed)
         args.data = write_corpus(Path(tmp) / "fixed_length.jsonl", seq_len=args.seq_len)
         args.batches = write_batches(Path(tmp) / "batches.pt", args)
         results = [compare_precision(args, p) for p in args.precisions.split(",")]
