@@ -257,7 +257,9 @@ def test_the_progress_rate_says_it_is_the_running_one():
 
     from rich.console import Console
 
+    from ampkit.bench.progress import BenchProgress
+
     plan = SimpleNamespace(precisions=["fp32"], task={"unit": "tokens"}, config=runner.BenchConfig(steps=10))
-    bar = runner.BenchProgress(Console(quiet=True), plan, enabled=False)
+    bar = BenchProgress(Console(quiet=True), plan, enabled=False)
     text = bar._step_text({"measured": 4, "tokens": 4000, "elapsed_s": 2.0, "left_s": 3.0})
     assert text == "4 steps · 2,000 tok/s (so far) · 3 s left"  # the summary's excludes stalled steps

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ampkit import options
 from ampkit.bench.candidates import DEFAULT_REDUCE, REDUCE, candidate_reduce, candidate_spec
@@ -25,8 +25,14 @@ from ampkit.distributed.settings import REDUCE_DTYPES
 from ampkit.errors import UsageError
 from ampkit.options import PARALLEL_MODES
 
-if TYPE_CHECKING:
-    from ampkit.bench.zygote import ForkedWorker
+
+class Stoppable(Protocol):
+    """A worker process: a `subprocess.Popen`, or a worker forked by the bench's warm process (`bench.zygote`)."""
+
+    def kill(self) -> None: ...
+    def send_signal(self, signum: int, /) -> None: ...
+    def wait(self, timeout: float | None = None) -> int | Any: ...
+
 
 LAUNCHER_GRACE_S = 45.0
 """After a hung job's SIGTERM, torchrun gives its ranks 30 s before SIGKILL: past this, it is killed too."""
@@ -143,7 +149,7 @@ def worker_command(job_path: Path, settings: BenchParallel) -> list[str]:
     return [sys.executable, *launcher, "--max-restarts", "0", *worker]
 
 
-def stop_hung(proc: subprocess.Popen | ForkedWorker, *, distributed: bool) -> None:
+def stop_hung(proc: Stoppable, *, distributed: bool) -> None:
     """End a worker that ran past its timeout. torchrun's ranks run in sessions of their own, so a
     SIGKILL to the launcher would orphan them: it gets SIGTERM (it stops every rank, SIGKILL after 30 s),
     then SIGKILL if it is still there after `LAUNCHER_GRACE_S`."""

@@ -17,25 +17,24 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import nullcontext
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ampkit.bench.budget import PrecisionPlan
 from ampkit.bench.candidates import candidate_overrides, candidate_spec, check_candidate_overrides
 from ampkit.bench.config import BenchConfig, parse_precisions, resolve_for_device
 from ampkit.bench.memory_check import check_bench_fits, largest_batch, predict_step_peak
-from ampkit.bench.parallel import BenchParallel, stop_hung, with_reduce_dtypes, worker_command
+from ampkit.bench.parallel import BenchParallel, stop_hung, with_reduce_dtypes
 from ampkit.bench.peaks import measure_peaks
+from ampkit.bench.progress import BenchProgress
 from ampkit.bench.session import BenchSession
 from ampkit.bench.summary import build_summary
-from ampkit.bench.zygote import ForkedWorker, Zygote, ZygoteGone
+from ampkit.bench.zygote import ForkedWorker, Zygote, start_worker, warm_workers
 from ampkit.core.signals import StopRequests
 from ampkit.errors import RunInterrupted, TrainingError, UsageError, WriteFailed
 from ampkit.hardware import DeviceInfo, describe_device, pick_device
@@ -58,7 +57,6 @@ if TYPE_CHECKING:
     from ampkit.tasks import Task
 
 WORKERS_DIR = "workers"
-FORK_ENV = "AMPKIT_BENCH_FORK"
 """0: every worker a fresh process, never forked from the warm one (`bench.zygote`)"""
 BUSY_LOAD_PER_CPU = 2.0  # a load average above this many runnable processes per CPU earns a warning
 MIN_WORKER_TIMEOUT_S = 900.0  # hang protection only: a slow emulated precision still finishes within it
@@ -218,7 +216,7 @@ def run_worker(
         raise write_failed(log_path, err) from None
     slot = slot or WorkerSlot()
     with log:
-        proc = _start_worker(job_path, log, parallel, zygote)
+        proc = start_worker(job_path, log, parallel, zygote)
         slot.hold(proc)
         assert proc.stdout is not None  # stdout=PIPE
         timed_out = threading.Event()
@@ -248,18 +246,6 @@ def run_worker(
     if code < 0:
         return f"worker killed by signal {-code} (signal 9 is usually the out-of-memory killer)"
     return None
-
-
-def _start_worker(
-    job_path: Path, log: IO[str], parallel: BenchParallel, zygote: Zygote | None
-) -> subprocess.Popen | ForkedWorker:
-    if zygote is not None:
-        try:
-            return zygote.start([str(job_path)], log)
-        except (ZygoteGone, OSError) as err:  # a cold start instead: slower, the same result
-            log.write(f"ampkit bench: the warm process could not fork this worker ({err}); starting it cold\n")
-            log.flush()
-    return subprocess.Popen(worker_command(job_path, parallel), stdout=subprocess.PIPE, stderr=log, text=True)
 
 
 def clean_interrupted_log(log_path: Path, name: str) -> None:
@@ -435,18 +421,6 @@ def run_bench(
     return summary, run_dir
 
 
-@contextlib.contextmanager
-def warm_workers(device: torch.device, parallel: BenchParallel, workers: Path) -> Iterator[Zygote | None]:
-    """The warm process the workers fork from (`bench.zygote`) on a CPU; None (each worker started cold)
-    for an accelerator (a forked process cannot use CUDA once its parent touched it) and for torchrun's ranks,
-    or where `AMPKIT_BENCH_FORK=0`."""
-    if device.type != "cpu" or parallel.distributed or os.environ.get(FORK_ENV, "").strip() == "0":
-        yield None
-        return
-    with Zygote(workers / "zygote.log") as zygote:
-        yield zygote
-
-
 def _measure_all(
     plan: BenchPlan,
     run_dir: Path,
@@ -468,22 +442,8 @@ def _measure_all(
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)  # one line, never folded
     device = pick_device(plan.config.device)
-    with warm_workers(device, plan.config.parallel, run_dir / WORKERS_DIR) as zygote:
-        peaks = measure_peaks(plan.info, plan.precisions, device)
-        with BenchProgress(console, plan, enabled=show_progress) as progress:
-            session = BenchSession(
-                plan,
-                console,
-                progress,
-                peaks,
-                started=started,
-                measure=lambda name, job_plan, on_event: measure_precision(
-                    name, plan, run_dir, progress, job_plan=job_plan, on_event=on_event, slot=slot, zygote=zygote
-                ),
-                stopped=lambda: slot.signum is not None,
-                warm_start=zygote is not None,
-            )
-            results = session.run(_refuse_without_reference)
+    peaks = measure_peaks(plan.info, plan.precisions, device)
+    session, results = _run_session(plan, run_dir, console, peaks, device, show_progress, started, slot)
     load = {"cpus": os.cpu_count() or 0, "start": load_start, "end": host_load()}
     budget = session.budget_block(results, wall_s=time.perf_counter() - started)
     interrupted = _interrupted_block(slot, results)
@@ -510,6 +470,37 @@ def _measure_all(
     return summary
 
 
+def _run_session(
+    plan: BenchPlan,
+    run_dir: Path,
+    console: Console,
+    peaks: dict[str, Any],
+    device: torch.device,
+    show_progress: bool,
+    started: float,
+    slot: WorkerSlot,
+) -> tuple[BenchSession, list[dict[str, Any]]]:
+    """Every precision's worker, in `BenchSession`'s order, forked from a warm process where one can be had."""
+    workers = run_dir / WORKERS_DIR
+    with (
+        warm_workers(device_type=device.type, distributed=plan.config.parallel.distributed, workers=workers) as zygote,
+        BenchProgress(console, plan, enabled=show_progress) as progress,
+    ):
+        session = BenchSession(
+            plan,
+            console,
+            progress,
+            peaks,
+            started=started,
+            measure=lambda name, job_plan, on_event: measure_precision(
+                name, plan, run_dir, progress, job_plan=job_plan, on_event=on_event, slot=slot, zygote=zygote
+            ),
+            stopped=lambda: slot.signum is not None,
+            warm_start=zygote is not None,
+        )
+        return session, session.run(_refuse_without_reference)
+
+
 def _interrupted_block(slot: WorkerSlot, results: list[dict[str, Any]]) -> dict[str, Any] | None:
     """summary["interrupted"]: the signal, the precision it stopped, the precisions finished before it."""
     if slot.signum is None:
@@ -529,88 +520,3 @@ def drop_fidelity_tensors(run_dir: Path, summary: dict[str, Any]) -> None:
         remove_quietly(path)
     for entry in summary["precisions"]:
         entry["files"]["fidelity"] = None
-
-
-class BenchProgress:
-    """One bar per precision on stderr, fed by the workers' progress events, and a first row with the
-    bench's expected time left; `enabled=False` is silent."""
-
-    _PHASES: ClassVar[dict[str, str]] = {
-        "build": "building",
-        "fidelity": "fidelity capture",
-        "warmup": "warmup (untimed)",
-        "profile": "profiling one step",
-        "probe": "timing its GEMMs in the other dtypes",
-    }
-
-    def __init__(self, console: Console, plan: BenchPlan, *, enabled: bool) -> None:
-        self.plan = plan
-        self.progress = Progress(
-            TextColumn("[bold]{task.description:<11}"),
-            BarColumn(),
-            TextColumn("{task.fields[status]}"),
-            TimeElapsedColumn(),
-            console=console,
-            disable=not enabled,
-        )
-        self.total = self.progress.add_task("bench", total=None, status="time left: estimated after fp32's warmup")
-        self.tasks = {name: self.progress.add_task(name, total=1.0, status="waiting") for name in plan.precisions}
-        self.expected_end: float | None = None
-        self._context = self.progress if enabled else nullcontext()
-
-    def __enter__(self) -> BenchProgress:
-        self._context.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._context.__exit__(*exc)
-
-    def set_expected_end(self, when: float) -> None:
-        self.expected_end = when
-        self._tick()
-
-    def _tick(self) -> None:
-        if self.expected_end is not None:
-            left = max(0.0, self.expected_end - time.perf_counter())
-            self.progress.update(self.total, status=f"~{left:.0f} s left (expected)")
-
-    def start(self, name: str, job_plan: PrecisionPlan | None) -> None:
-        if job_plan is not None and not job_plan.timed:
-            self.progress.update(self.tasks[name], status="fidelity only (not timed)")
-
-    def update(self, name: str, event: dict) -> None:
-        task = self.tasks[name]
-        kind = event.get("event")
-        if kind == "phase":
-            self.progress.update(task, status=self._PHASES.get(event.get("phase", ""), "measuring"))
-        elif kind == "step":
-            self.progress.update(task, completed=self._fraction(event), status=self._step_text(event))
-        elif kind == "reduced":
-            self.progress.update(task, status=f"batch reduced to {event.get('batch_size')}")
-        self._tick()
-
-    def _fraction(self, event: dict) -> float:
-        config = self.plan.config
-        _, most = config.measured_steps_range
-        if config.steps:
-            return event["measured"] / most
-        left = event.get("left_s")
-        if left is not None:
-            done = event["elapsed_s"] / max(1e-9, event["elapsed_s"] + left)
-            return min(0.99, max(done, event["measured"] / most))
-        return min(0.99, max(event["elapsed_s"] / config.budget_s, event["measured"] / most))
-
-    def _step_text(self, event: dict) -> str:
-        rate = event.get("tokens", 0) / event["elapsed_s"] if event.get("elapsed_s") else 0.0
-        unit = self.plan.task.get("unit", "tokens")
-        short = {"tokens": "tok", "samples": "samples"}.get(unit, unit)
-        left = f" · {event['left_s']:.0f} s left" if event.get("left_s") is not None else ""
-        # every measured step so far, stalls included: the summary's figure excludes stalled steps
-        return f"{event['measured']} steps · {rate:,.0f} {short}/s (so far){left}"
-
-    def finish(self, name: str, result: dict) -> None:
-        status = {"ok": "done", "not-timed": "fidelity only (not timed)", "interrupted": "[yellow]interrupted[/]"}.get(
-            result["status"], "[red]failed[/]"
-        )
-        self.progress.update(self.tasks[name], completed=1.0, status=status)
-        self._tick()

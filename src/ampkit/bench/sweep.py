@@ -26,8 +26,9 @@ from rich.console import Console, Group
 from ampkit.bench.candidates import candidate_spec
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.parallel import refuse_ranks
-from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, warm_workers, worker_timeout_s
+from ampkit.bench.runner import WORKERS_DIR, plan_bench, run_worker, worker_timeout_s
 from ampkit.bench.timing import summarize_steps
+from ampkit.bench.zygote import warm_workers
 from ampkit.data.hf_tokenizer import tokenizer_for_model
 from ampkit.data.stats import WAY_OF_BATCHING, DataStats, data_stats
 from ampkit.errors import UsageError
@@ -75,7 +76,9 @@ def run_sweep(
         device = torch.device(plan.info.type)
         started, rows = time.perf_counter(), []
         padding = SweepPadding(plan.config)
-        with warm_workers(device, plan.config.parallel, run_dir / WORKERS_DIR) as zygote:  # as bench's workers
+        with warm_workers(  # as bench's workers
+            device_type=device.type, distributed=plan.config.parallel.distributed, workers=run_dir / WORKERS_DIR
+        ) as zygote:
             for fs in feature_sets:
                 why = feature_set_unavailable(fs, device=device)
                 if why:

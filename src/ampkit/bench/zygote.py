@@ -34,9 +34,14 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from ampkit.bench.parallel import BenchParallel, worker_command
+
+FORK_ENV = "AMPKIT_BENCH_FORK"
+"""`AMPKIT_BENCH_FORK=0`: every worker started cold"""
 READY_TIMEOUT_S = 300.0
 """hang protection only: how long a fork request waits for the zygote's imports"""
 
@@ -160,12 +165,35 @@ class Zygote:
         return ForkedWorker(self, pid, os.fdopen(out_r, "r", encoding="utf-8"))
 
     def exit_code(self, pid: int, *, block: bool, timeout: float | None = None) -> int | None:
-        if pid not in self._exits and block:
-            self._read_until("exit", timeout=timeout)
-        elif pid not in self._exits:
-            self._read_until("exit", timeout=0.0)
+        if pid not in self._exits:
+            self._read_until("exit", timeout=timeout if block else 0.0)
         return self._exits.get(pid)
 
 
 class ZygoteGone(RuntimeError):
     """The warm process died or never became ready."""
+
+
+@contextlib.contextmanager
+def warm_workers(*, device_type: str, distributed: bool, workers: Path) -> Iterator[Zygote | None]:
+    """The warm process the workers fork from on a CPU; None (each worker started cold) for an accelerator
+    (a forked process cannot use CUDA once its parent touched it) and for torchrun's ranks, or where
+    `AMPKIT_BENCH_FORK=0`. It starts with the first worker asked of it (`Zygote.start`)."""
+    if device_type != "cpu" or distributed or os.environ.get(FORK_ENV, "").strip() == "0":
+        yield None
+        return
+    with Zygote(workers / "zygote.log") as zygote:
+        yield zygote
+
+
+def start_worker(
+    job_path: Path, log: IO[str], parallel: BenchParallel, zygote: Zygote | None
+) -> subprocess.Popen | ForkedWorker:
+    """The worker for `job_path`: forked from `zygote`, or started cold where there is none or it cannot fork."""
+    if zygote is not None:
+        try:
+            return zygote.start([str(job_path)], log)
+        except (ZygoteGone, OSError) as err:  # a cold start instead: slower, the same result
+            log.write(f"ampkit bench: the warm process could not fork this worker ({err}); starting it cold\n")
+            log.flush()
+    return subprocess.Popen(worker_command(job_path, parallel), stdout=subprocess.PIPE, stderr=log, text=True)
