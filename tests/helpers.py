@@ -1,10 +1,16 @@
 """Shared test constants and helpers (importable because pytest's `pythonpath` includes tests/)."""
 
+from __future__ import annotations
+
 import os
 import resource
 import signal
 import subprocess
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from warm_ampkit import WarmAmpkit
 
 # A training run small enough for tests: tiny preset, short rows, few steps.
 TINY_ARGS = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--warmup-steps", "2", "--eval-batches", "2"]
@@ -121,10 +127,30 @@ def limit_file_size(limit_bytes: int):
     return preexec
 
 
-def ampkit_process(*argv: str, file_size_limit: int | None = None, timeout: float = 600, **kwargs):
-    """`python -m ampkit ARGV` in a fresh process; returns the CompletedProcess (text output)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as the suite (tests/conftest.py)
-    env.pop("RANK", None)
+_WARM: dict[str, WarmAmpkit] = {}
+
+
+def warm_ampkit() -> WarmAmpkit:
+    """This pytest worker's warm process (tests/warm_ampkit.py), made at the first use, started at the first command."""
+    from warm_ampkit import WarmAmpkit
+
+    if "it" not in _WARM:
+        _WARM["it"] = WarmAmpkit()
+    return _WARM["it"]
+
+
+def run_ampkit(argv, *, env: dict[str, str], timeout: float, cwd=None, file_size_limit: int | None = None, **kwargs):
+    """`python -m ampkit ARGV` with `env`, forked from the warm process where a child of it starts as a cold
+    process would (tests/warm_ampkit.py says when), else cold; returns the CompletedProcess (text output)."""
+    from warm_ampkit import WarmGone
+
+    warm = warm_ampkit()
+    if not kwargs.keys() - {"input"} and warm.can_run(env):
+        try:
+            return warm.run(list(argv), env=env, cwd=cwd, timeout=timeout, fsize=file_size_limit, **kwargs)
+        except WarmGone as err:
+            print(f"tests/warm_ampkit.py: {err}; starting commands cold from now on", file=sys.stderr)
+    warm.note_cold(argv, env)
     preexec = limit_file_size(file_size_limit) if file_size_limit else None
     return subprocess.run(
         [sys.executable, "-m", "ampkit", *argv],
@@ -132,9 +158,18 @@ def ampkit_process(*argv: str, file_size_limit: int | None = None, timeout: floa
         text=True,
         timeout=timeout,
         env=env,
+        cwd=cwd,
         preexec_fn=preexec,
         **kwargs,
     )
+
+
+def ampkit_process(*argv: str, file_size_limit: int | None = None, timeout: float = 600, **kwargs):
+    """`python -m ampkit ARGV` as its own process (forked from the warm process where it can be: `run_ampkit`);
+    returns the CompletedProcess (text output)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as the suite (tests/conftest.py)
+    env.pop("RANK", None)
+    return run_ampkit(argv, env=env, timeout=timeout, file_size_limit=file_size_limit, **kwargs)
 
 
 def cpu_runs_fp8_matmuls() -> bool:

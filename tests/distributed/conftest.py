@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from ampkit.runs import read_metrics
+from helpers import run_ampkit
 
 HERE = Path(__file__).resolve().parent
 LAUNCH_TIMEOUT_S = 120  # a tiny 2-rank run takes ~10 s here; a hang must fail, not block the suite
@@ -37,10 +38,9 @@ def _env(extra: dict[str, str] | None) -> dict[str, str]:
 
 
 def ampkit(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`python -m ampkit ...` in a fresh process (`--nproc 2` makes it torchrun's launcher)."""
-    return subprocess.run(
-        [sys.executable, "-m", "ampkit", *argv], capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=_env(env)
-    )
+    """`python -m ampkit ...` as its own process (`--nproc 2` makes it torchrun's launcher; forked from the
+    warm process where it can be, tests/warm_ampkit.py)."""
+    return run_ampkit(argv, env=_env(env), timeout=LAUNCH_TIMEOUT_S)
 
 
 def torchrun(script: Path, *argv: str) -> subprocess.CompletedProcess:

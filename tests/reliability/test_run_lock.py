@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ampkit.runs import LOCK_FILE, lock_run_dir, read_metrics, release_run_dir
-from helpers import TINY_ARGS
+from helpers import TINY_ARGS, ampkit_process
 
 REFUSED_WITHIN_S = 1.0
 
@@ -97,7 +97,7 @@ def test_commands_that_write_into_a_run_directory_are_refused_while_it_is_held(r
             ["plan", "--model", "7b", "--gpu", "A100-80GB", "--out", str(empty)],
             ["kv", "--model", "7b", "--gpu", "A100-80GB", "--out", str(empty)],
         ):
-            proc = subprocess.run([sys.executable, "-m", "ampkit", *argv], capture_output=True, text=True, timeout=120)
+            proc = ampkit_process(*argv, timeout=120)
             assert proc.returncode == 2, (argv, proc.stderr)
             assert f"in use by pid {os.getpid()}" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     finally:
@@ -126,13 +126,11 @@ def test_a_distributed_resume_is_refused_by_rank_0(tmp_path, run_cli):
     rank 1, and the job exits 2."""
     out = tmp_path / "ddp"
     argv = ["train", *TINY_ARGS, "--steps", "2", "--parallel", "ddp", "--nproc", "2", "--out", str(out), "--json"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "ampkit", *argv], capture_output=True, text=True, timeout=300, env=env)
+    proc = ampkit_process(*argv, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lock_run_dir(out, command="test")
     try:
-        resume = [sys.executable, "-m", "ampkit", "train", "--resume", str(out), "--nproc", "2", "--steps", "4"]
-        proc = subprocess.run(resume, capture_output=True, text=True, timeout=300, env=env)
+        proc = ampkit_process("train", "--resume", str(out), "--nproc", "2", "--steps", "4", timeout=300)
     finally:
         release_run_dir(out)
     assert proc.returncode == 2, proc.stderr[-2000:]

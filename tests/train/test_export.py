@@ -8,10 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +20,7 @@ from ampkit.models.hf import build_hf_model
 from ampkit.models.llama import build_model
 from ampkit.train.export import EXPORT_KINDS, load_lora_run, merge_adapters
 from ampkit.train.export_full import latest_model_state
-from helpers import TINY_ARGS
+from helpers import TINY_ARGS, ampkit_process
 from hf_fixtures import hf_dirs, make_tiny_llama, write_small_corpus  # noqa: F401 (hf_dirs: a fixture)
 
 peft = pytest.importorskip("peft")
@@ -213,11 +210,7 @@ def test_sharded_fsdp2_run_exports_with_the_runs_logits(tmp_path, hf_dirs):
 
     run = tmp_path / "run"
     args = ["--model", f"hf:{hf_dirs['llama']}", "--data", str(hf_dirs["data"]), *HF_TRAIN, "--parallel", "fsdp"]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")} | {"OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "ampkit", "train", *args, "--nproc", "2", "--out", str(run)],
-        capture_output=True, text=True, timeout=180, env=env,
-    )  # fmt: skip
+    proc = ampkit_process("train", *args, "--nproc", "2", "--out", str(run), timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     dcp_dir = run / "checkpoints" / "step-00000003.dcp"
     assert dcp_dir.is_dir()
