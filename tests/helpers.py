@@ -145,6 +145,7 @@ def run_ampkit(argv, *, env: dict[str, str], timeout: float, cwd=None, file_size
     from warm_ampkit import WarmGone
 
     warm = warm_ampkit()
+    env = {**env, **warm.rank_env()}  # torchrun's ranks, if any, fork from it too (tests/warm_python)
     if not kwargs.keys() - {"input"} and warm.can_run(env):
         try:
             return warm.run(list(argv), env=env, cwd=cwd, timeout=timeout, fsize=file_size_limit, **kwargs)

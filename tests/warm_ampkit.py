@@ -33,12 +33,16 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 COLD_ENV = "AMPKIT_TEST_COLD"
+SOCKET_ENV = "AMPKIT_TEST_WARM_SOCKET"  # where the warm process listens (tests/warm_python connects there)
+PYTHON_ENV = "AMPKIT_TEST_WARM_PYTHON"  # the interpreter tests/warm_python runs instead where it cannot fork
+RANK_CLIENT = Path(__file__).with_name("warm_python")
 LOG_ENV = "AMPKIT_TEST_WARM_LOG"  # a file: one line per command started cold, and why
 READY_TIMEOUT_S = 300.0  # hang protection only: the warm process's imports take ~10 s on the slow kind
 READ_AT_START = (
@@ -79,16 +83,51 @@ def _preload() -> None:
     from ampkit.train import build  # noqa: F401
 
 
-def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, others: list[int]) -> None:
-    """In the forked child: become `python -m ampkit ARGV` as a fresh process would be, run it, exit."""
+def _watch(pid: int) -> None:
+    """A rank's client (the process torchrun started and signals) died, even by SIGKILL: so does the rank."""
+    import threading
+
+    def wait() -> None:
+        try:
+            select.select([os.pidfd_open(pid)], [], [])
+        except ProcessLookupError:  # already gone
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=wait, daemon=True, name="warm-watch").start()
+
+
+def _python(args: list[str]) -> None:
+    """Run `python ARGS` (`[-u] -m MODULE ...` or `[-u] SCRIPT ...`) in this process, as the interpreter would."""
+    import runpy
+
+    while args and args[0] == "-u":  # unbuffered, as torchrun starts its ranks
+        args = args[1:]
+        for stream in (sys.stdout, sys.stderr):
+            stream.reconfigure(line_buffering=True, write_through=True)  # type: ignore[union-attr]
+    if args[0] == "-m":
+        sys.argv = ["-m", *args[2:]]  # argv[0] becomes the module's file in run_module, as with `python -m`
+        sys.path[0] = os.getcwd()  # as `python -m` sets it
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(args)
+        sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
+        runpy.run_path(args[0], run_name="__main__")
+
+
+def _child(request: dict[str, Any], fds: list[int], close: list[int]) -> None:
+    """In the forked child: become `python ARGS` as a fresh process would be, run it, exit."""
     code = 1
     try:
-        sock.close()
-        for fd in others:
+        for fd in close:
             os.close(fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for signum in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
+        if request.get("session"):
+            os.setsid()  # as torchrun's ranks (start_new_session)
+        if request.get("watch"):
+            _watch(request["watch"])
         if request.get("fsize"):  # as tests/helpers.py's limit_file_size: EFBIG, as on a full quota
             import resource
 
@@ -96,21 +135,16 @@ def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, others:
             resource.setrlimit(resource.RLIMIT_FSIZE, (request["fsize"], request["fsize"]))
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
-            os.close(fd)
+            if fd > 2:
+                os.close(fd)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
         import tempfile
 
         tempfile.tempdir = None  # TMPDIR is read again, as in a fresh process
-        import runpy
-
-        import ampkit
-
-        sys.argv = [str(Path(ampkit.__file__).with_name("__main__.py")), *request["argv"]]
-        sys.path[0] = os.getcwd()  # as `python -m` sets it
         try:
-            runpy.run_module("ampkit", run_name="__main__", alter_sys=True)
+            _python(request["python_args"])
             code = 0
         except SystemExit as exc:
             if exc.code is None or isinstance(exc.code, int):
@@ -128,67 +162,103 @@ def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, others:
         os._exit(code)
 
 
-def serve(fd: int) -> None:
-    """Import, say ready, then fork one child per request (children may overlap) until the socket closes."""
+def _send(conn: socket.socket, message: dict[str, Any]) -> None:
+    try:
+        conn.send(json.dumps(message).encode())
+    except OSError:
+        pass  # the client went away (its child, if any, watches it or is reaped all the same)
+
+
+def serve(control_fd: int, path: str) -> None:
+    """Import, say ready on the control socket, then fork one child per connection on `path` (children overlap),
+    until the control socket closes (the tests' process ended)."""
     _preload()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the group stops the children, not this
-    sock = socket.socket(fileno=fd)
-    children: dict[int, int] = {}  # pidfd -> pid
-
-    def say(message: dict[str, Any]) -> None:
-        try:
-            sock.sendall((json.dumps(message) + "\n").encode())
-        except OSError:
-            os._exit(0)  # the tests went away
-
+    base_env = dict(os.environ)
+    control = socket.socket(fileno=control_fd)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(64)
+    waiting: list[socket.socket] = []  # connected, request not read yet
+    children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, its client's connection)
     if threading.active_count() != 1:  # a thread at fork time could hold a lock the child then needs
-        say({"ready": False, "why": f"{threading.active_count()} threads after the imports"})
+        control.sendall(json.dumps({"ready": False, "why": f"{threading.active_count()} threads"}).encode() + b"\n")
         return
-    say({"ready": True})
+    control.sendall(b'{"ready": true}\n')
     while True:
-        readable, _, _ = select.select([sock, *children], [], [])
-        for pidfd in [r for r in readable if r in children]:
-            pid = children.pop(pidfd)
+        readable = select.select([control, listener, *waiting, *children], [], [])[0]
+        if control in readable and not control.recv(1):
+            os.unlink(path)
+            return
+        if listener in readable:
+            waiting.append(listener.accept()[0])
+        for pidfd in [r for r in readable if isinstance(r, int)]:
+            pid, conn = children.pop(pidfd)
             os.close(pidfd)
             _, status = os.waitpid(pid, 0)
-            say({"pid": pid, "exit": os.waitstatus_to_exitcode(status)})
-        if sock not in readable:
-            continue
-        try:
-            data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
-        except OSError:
-            return
-        if not data:
-            return  # the tests closed the socket
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _child(json.loads(data.decode()), fds, sock, list(children))
-        for descriptor in fds:
-            os.close(descriptor)
-        children[os.pidfd_open(pid)] = pid
-        say({"pid": pid})
+            _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+            conn.close()
+        for conn in [r for r in readable if r in waiting]:
+            waiting.remove(conn)
+            try:
+                data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                request = json.loads(data)
+            except (OSError, ValueError):
+                conn.close()
+                continue
+            if _starts_differently(request["env"], base_env):
+                _send(conn, {"cold": True})
+                conn.close()
+                for fd in fds:
+                    os.close(fd)
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                keep = set(fds)
+                close = [control.fileno(), listener.fileno(), *(c.fileno() for c in waiting), *children]
+                close += [c.fileno() for _, c in children.values()] + [conn.fileno()]
+                _child(request, fds, [fd for fd in close if fd not in keep])
+            for fd in fds:
+                os.close(fd)
+            children[os.pidfd_open(pid)] = (pid, conn)
+            _send(conn, {"pid": pid})
+
+
+def _starts_differently(env: dict[str, str], base: dict[str, str]) -> list[str]:
+    """The variables read at start-up in which `env` differs from `base` (the warm process's)."""
+    keys = {key for key in set(env) | set(base) if env.get(key) != base.get(key)}
+    return sorted(key for key in keys if key.startswith(READ_AT_START))
 
 
 # ----------------------------------------------------------------------------------------------- the tests' side
 
 
 class WarmGone(RuntimeError):
-    """The warm process died or never became ready: the command starts cold instead."""
+    """The warm process died, never became ready, or declined: the command starts cold instead."""
 
 
 class WarmAmpkit:
-    """One warm process (started at the first `run`) and the children it forks for this pytest worker."""
+    """One warm process (started at the first `run`, with that command's environment) and the children it
+    forks for this pytest worker; `rank_env()` makes torchrun fork its ranks from it too (`tests/warm_python`)."""
 
     def __init__(self) -> None:
         self.env: dict[str, str] | None = None  # the warm process's: the first command's
         self.proc: subprocess.Popen | None = None
-        self.sock: socket.socket | None = None
+        self.control: socket.socket | None = None
+        self.path = ""
         self.broken = os.environ.get(COLD_ENV) == "1"
-        self._buffer = b""
-        self._exits: dict[int, int] = {}
         self._lock = threading.Lock()
+
+    def rank_env(self) -> dict[str, str]:
+        """What a command's environment gains so that torchrun's ranks (its `PYTHON_EXEC`) fork from here."""
+        if self.broken:
+            return {}
+        if not self.path:
+            folder = tempfile.mkdtemp(prefix="ampkit-warm-")
+            self.path = os.path.join(folder, "socket")
+        return {"PYTHON_EXEC": str(RANK_CLIENT), SOCKET_ENV: self.path, PYTHON_ENV: sys.executable}
 
     def can_run(self, env: dict[str, str]) -> bool:
         """Whether a child of the warm process would start as a cold `python -m ampkit` with `env` would."""
@@ -196,74 +266,57 @@ class WarmAmpkit:
             return False
         if self.env is None:
             self.env = dict(env)
-        return not self.start_differs(env)
-
-    def start_differs(self, env: dict[str, str]) -> list[str]:
-        """The variables read at start-up in which `env` differs from the warm process's."""
-        base = self.env or env
-        keys = {key for key in set(env) | set(base) if env.get(key) != base.get(key)}
-        return sorted(key for key in keys if key.startswith(READ_AT_START))
+        return not _starts_differently(env, self.env)
 
     def note_cold(self, argv, env: dict[str, str]) -> None:
         """With `AMPKIT_TEST_WARM_LOG=FILE`: why this command started cold, one line (what still pays a start-up)."""
         log = os.environ.get(LOG_ENV)
         if log:
-            differ = self.start_differs(env)
+            differ = _starts_differently(env, self.env or env)
             why = "warm process gone or off" if self.broken else f"environment differs in {differ}"
             with open(log, "a", encoding="utf-8") as file:
                 file.write(f"cold {os.getpid()} {' '.join(map(str, argv))[:120]}: {why}\n")
 
     def _start(self) -> None:
+        assert self.env is not None and self.path
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with theirs:
             self.proc = subprocess.Popen(
-                [sys.executable, __file__, str(theirs.fileno())],
+                [sys.executable, __file__, str(theirs.fileno()), self.path],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 env=self.env,
             )
-        self.sock = ours
-        ready = self._read(lambda m: "ready" in m, timeout=READY_TIMEOUT_S)
-        if not ready.get("ready"):
-            raise WarmGone(f"the warm process is not usable: {ready.get('why', 'no answer')}")
-
-    def _read(self, want, timeout: float | None) -> dict[str, Any]:
-        """The next message `want` accepts ({} when none within `timeout`); exits are kept as they come."""
-        assert self.sock is not None and self.proc is not None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            while b"\n" in self._buffer:
-                line, self._buffer = self._buffer.split(b"\n", 1)
-                message = json.loads(line)
-                if "exit" in message:
-                    self._exits[message["pid"]] = message["exit"]
-                if want(message):
-                    return message
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self.sock], [], [], left)[0]:
-                return {}
-            data = self.sock.recv(65536)
+        self.control = ours
+        ready = b""
+        while not ready.endswith(b"\n"):
+            if not select.select([ours], [], [], READY_TIMEOUT_S)[0]:
+                raise WarmGone(f"the warm process was not ready after {READY_TIMEOUT_S:g} s")
+            data = ours.recv(4096)
             if not data:
                 raise WarmGone(f"the warm process ended (exit code {self.proc.wait()})")
-            self._buffer += data
+            ready += data
+        message = json.loads(ready)
+        if not message.get("ready"):
+            raise WarmGone(f"the warm process is not usable: {message.get('why')}")
 
-    def _fork(self, argv: list[str], env: dict[str, str], cwd: str, fsize: int | None, fds: list[int]) -> int:
+    def _fork(self, request: dict[str, Any], fds: list[int]) -> tuple[socket.socket, int]:
         with self._lock:
             if self.proc is None:
+                self.rank_env()
                 self._start()
-            assert self.sock is not None
-            request = {"argv": argv, "env": env, "cwd": cwd, "fsize": fsize}
-            try:
-                socket.send_fds(self.sock, [(json.dumps(request) + "\n").encode()], fds)
-            except OSError as err:
-                raise WarmGone(f"the warm process is gone ({err})") from None
-            return self._read(lambda m: "pid" in m and "exit" not in m, timeout=READY_TIMEOUT_S)["pid"]
-
-    def _exit_code(self, pid: int, timeout: float) -> int | None:
-        with self._lock:
-            if pid not in self._exits:
-                self._read(lambda m: m.get("pid") == pid and "exit" in m, timeout=timeout)
-            return self._exits.pop(pid, None)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.connect(self.path)
+            socket.send_fds(conn, [json.dumps(request).encode()], fds)
+            reply = json.loads(conn.recv(65536) or b"{}")
+        except (OSError, ValueError) as err:
+            conn.close()
+            raise WarmGone(f"the warm process is gone ({err})") from None
+        if "pid" not in reply:
+            conn.close()
+            raise WarmGone(f"the warm process declined: {reply}")
+        return conn, reply["pid"]
 
     def run(
         self,
@@ -279,8 +332,9 @@ class WarmAmpkit:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        request = {"python_args": ["-m", "ampkit", *argv], "env": env, "cwd": os.fspath(cwd or os.getcwd())}
         try:
-            pid = self._fork(argv, env, os.fspath(cwd or os.getcwd()), fsize, [in_r, out_w, err_w])
+            conn, pid = self._fork({**request, "fsize": fsize}, [in_r, out_w, err_w])
         except WarmGone:
             self.broken = True
             for fd in (in_w, out_r, err_r):
@@ -295,23 +349,33 @@ class WarmAmpkit:
                 file.write(f"warm {os.getpid()} {' '.join(argv)[:120]}\n")
         feeder = threading.Thread(target=_feed, args=(in_w, input or ""), daemon=True)
         feeder.start()
-        out, err, timed_out = _drain(out_r, err_r, deadline=time.monotonic() + timeout)
-        code = None if timed_out else self._exit_code(pid, timeout=max(1.0, timeout))
-        if code is None:
-            os.kill(pid, signal.SIGKILL)
-            self._exit_code(pid, timeout=30)
-            raise subprocess.TimeoutExpired(command, timeout, output=out, stderr=err)
+        deadline = time.monotonic() + timeout
+        with conn:
+            out, err, timed_out = _drain(out_r, err_r, deadline=deadline)
+            code = None if timed_out else _exit_code(conn, deadline)
+            if code is None:
+                os.kill(pid, signal.SIGKILL)
+                _exit_code(conn, time.monotonic() + 30)
+                raise subprocess.TimeoutExpired(command, timeout, output=out, stderr=err)
         return subprocess.CompletedProcess(command, code, out, err)
 
     def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
+        if self.control is not None:
+            self.control.close()
         if self.proc is not None:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _exit_code(conn: socket.socket, deadline: float) -> int | None:
+    """The child's exit code from its connection (None: not within the deadline)."""
+    if not select.select([conn], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        return None
+    data = conn.recv(65536)
+    return json.loads(data)["exit"] if data else None
 
 
 def _feed(fd: int, text: str) -> None:
@@ -352,5 +416,5 @@ def _drain(out_fd: int, err_fd: int, *, deadline: float) -> tuple[str, str, bool
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), sys.argv[2])
     os._exit(0)
