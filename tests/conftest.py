@@ -30,7 +30,7 @@ import ampkit.hardware.device as device_mod
 import ampkit.report.console as console_mod
 from ampkit.cli import main
 from devices import CPU_KINDS, cpuinfo_file, pin_cpu_kind
-from helpers import REAL_RUN_COLUMNS, REAL_RUN_DIR, REAL_RUNS
+from helpers import REAL_RUN_COLUMNS, REAL_RUN_DIR, REAL_RUNS, warm_ampkit
 
 # tqdm (transformers' and peft's bars) starts a monitor thread at its first bar, which then lives to the
 # end of the session; plan/traced/forked.py forks only from a thread-free process, so its tests would skip.
@@ -45,6 +45,22 @@ def pytest_addoption(parser):
         help="run every test under this CPU kind's /proc/cpuinfo facts (bf16/fp16 native or emulated), whatever "
         "this machine is; the kernels keep this machine's speed (default: this machine's own facts)",
     )
+
+
+def pytest_sessionstart(session):
+    """A bench run in this process (`run_cli("bench", ...)`) starts its own warm process for its workers
+    (`ampkit.bench.zygote`): here that one is forked from the tests' warm process (tests/warm_ampkit.py) instead
+    of started cold, as in the commands the tests start. (A hook, not a session fixture: an autouse fixture
+    wider than a test would tie every test into one xdist group, `pytest_collection_modifyitems` below.)"""
+    from warm_ampkit import warm_bench_spawn
+
+    config = session.config
+    controller = config.getoption("numprocesses", None) and not hasattr(config, "workerinput")  # runs no test
+    if config.getoption("collectonly") or controller:
+        return
+    path = warm_ampkit().started({k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")})
+    if path:
+        warm_bench_spawn(path)
 
 
 def pytest_configure(config):

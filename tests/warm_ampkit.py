@@ -11,6 +11,10 @@ imports already done. Like `ampkit.bench.warm` (the bench's own warm process, wh
 the warm process runs no tensor op and starts no thread, so a child inherits no OpenMP pool, allocator
 cache or lock held by another thread.
 
+A bench's own warm process (`ampkit.bench.zygote.Zygote`, `python -m ampkit.bench.warm FD`) forks from here too:
+`warm_bench_spawn` replaces its cold start in the pytest process (tests/conftest.py) and in every forked command.
+torchrun's ranks do through `tests/warm_python`, their `PYTHON_EXEC`.
+
 `ampkit_process` (tests/helpers.py) and the distributed tests' `launch.ampkit` use it, and start the
 command cold when it cannot be the same: an environment that differs from the warm process's (the first
 command's) in anything read at start-up (`READ_AT_START`: PYTHONPATH's sitecustomize, ATEN_CPU_CAPABILITY,
@@ -133,10 +137,15 @@ def _child(request: dict[str, Any], fds: list[int], close: list[int]) -> None:
 
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (request["fsize"], request["fsize"]))
-        for target, fd in enumerate(fds):
+        targets = request.get("targets") or list(range(len(fds)))  # the fd numbers the child sees them as
+        moved = [os.dup(fd) for fd in fds]  # out of the way of the targets first
+        for fd in fds:
+            os.close(fd)
+        for target, fd in zip(targets, moved, strict=True):
             os.dup2(fd, target)
-            if fd > 2:
-                os.close(fd)
+            os.close(fd)
+        if request.get("bench_from"):  # a bench this command runs: its warm process forks from here too
+            warm_bench_spawn(request["bench_from"])
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -201,7 +210,7 @@ def serve(control_fd: int, path: str) -> None:
         for conn in [r for r in readable if r in waiting]:
             waiting.remove(conn)
             try:
-                data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 4)
                 request = json.loads(data)
             except (OSError, ValueError):
                 conn.close()
@@ -226,10 +235,84 @@ def serve(control_fd: int, path: str) -> None:
             _send(conn, {"pid": pid})
 
 
+def start(path: str, python_args: list[str], *, fds: list[int], targets: list[int], env: dict[str, str], cwd: str):
+    """`python ARGS` forked from the warm process at `path`, with `fds` as the child's `targets`; a `ForkedProcess`
+    (raises WarmGone where it cannot: no warm process, or it declined)."""
+    import resource
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    request = {"python_args": python_args, "env": env, "cwd": cwd, "targets": targets, "bench_from": path}
+    fsize = resource.getrlimit(resource.RLIMIT_FSIZE)[0]  # a process started cold would inherit it
+    if fsize != resource.RLIM_INFINITY:
+        request["fsize"] = fsize
+    try:
+        conn.connect(path)
+        socket.send_fds(conn, [json.dumps(request).encode()], fds)
+        reply = json.loads(conn.recv(65536) or b"{}")
+    except (OSError, ValueError) as err:
+        conn.close()
+        raise WarmGone(f"no warm process ({err})") from None
+    if "pid" not in reply:
+        conn.close()
+        raise WarmGone(f"the warm process declined: {reply}")
+    return ForkedProcess(conn, reply["pid"])
+
+
+class ForkedProcess:
+    """A child of the warm process with the part of `subprocess.Popen` that `ampkit.bench.zygote.Zygote` uses."""
+
+    def __init__(self, conn: socket.socket, pid: int) -> None:
+        self.conn, self.pid = conn, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode if self.returncode is not None else self._read(0.0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.returncode if self.returncode is not None else self._read(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(f"warm child {self.pid}", timeout or 0.0)
+        return code
+
+    def _read(self, timeout: float | None) -> int | None:
+        if select.select([self.conn], [], [], timeout)[0]:
+            data = self.conn.recv(65536)
+            self.returncode = json.loads(data)["exit"] if data else -signal.SIGKILL
+            self.conn.close()
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def warm_bench_spawn(path: str) -> None:
+    """From now on in this process, a bench's warm process (`ampkit.bench.warm`) is forked from the tests' warm
+    process at `path` instead of started cold (`Zygote._spawn`); cold where that process is gone or declines."""
+    from ampkit.bench import zygote
+
+    cold_spawn = zygote.Zygote._spawn
+
+    def spawn(self: zygote.Zygote) -> socket.socket:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with theirs, open(self.log, "w", encoding="utf-8") as log, open(os.devnull) as devnull:
+                fds = [devnull.fileno(), log.fileno(), log.fileno(), theirs.fileno()]
+                args = ["-m", "ampkit.bench.warm", "3"]
+                self.proc = start(path, args, fds=fds, targets=[0, 1, 2, 3], env=dict(os.environ), cwd=os.getcwd())
+        except WarmGone:
+            ours.close()
+            return cold_spawn(self)
+        self._sock = ours
+        return ours
+
+    zygote.Zygote._spawn = spawn  # type: ignore[method-assign]
+
+
 def _starts_differently(env: dict[str, str], base: dict[str, str]) -> list[str]:
     """The variables read at start-up in which `env` differs from `base` (the warm process's)."""
     keys = {key for key in set(env) | set(base) if env.get(key) != base.get(key)}
-    return sorted(key for key in keys if key.startswith(READ_AT_START))
+    return sorted(key for key in keys if key.startswith(READ_AT_START) and key != "PYTHON_EXEC")
 
 
 # ----------------------------------------------------------------------------------------------- the tests' side
@@ -267,6 +350,20 @@ class WarmAmpkit:
         if self.env is None:
             self.env = dict(env)
         return not _starts_differently(env, self.env)
+
+    def started(self, env: dict[str, str]) -> str | None:
+        """The warm process's socket, started now if it can be (with `env`, as a first command's): None where not."""
+        env = {**env, **self.rank_env()}
+        if not self.can_run(env):
+            return None
+        try:
+            with self._lock:
+                if self.proc is None:
+                    self._start()
+        except WarmGone:
+            self.broken = True
+            return None
+        return self.path
 
     def note_cold(self, argv, env: dict[str, str]) -> None:
         """With `AMPKIT_TEST_WARM_LOG=FILE`: why this command started cold, one line (what still pays a start-up)."""
@@ -333,6 +430,7 @@ class WarmAmpkit:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         request = {"python_args": ["-m", "ampkit", *argv], "env": env, "cwd": os.fspath(cwd or os.getcwd())}
+        request["bench_from"] = self.path
         try:
             conn, pid = self._fork({**request, "fsize": fsize}, [in_r, out_w, err_w])
         except WarmGone:
