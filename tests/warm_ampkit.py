@@ -240,22 +240,27 @@ def start(path: str, python_args: list[str], *, fds: list[int], targets: list[in
     (raises WarmGone where it cannot: no warm process, or it declined)."""
     import resource
 
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     request = {"python_args": python_args, "env": env, "cwd": cwd, "targets": targets, "bench_from": path}
     fsize = resource.getrlimit(resource.RLIMIT_FSIZE)[0]  # a process started cold would inherit it
     if fsize != resource.RLIM_INFINITY:
         request["fsize"] = fsize
+    return ForkedProcess(*_fork_at(path, request, fds))
+
+
+def _fork_at(path: str, request: dict[str, Any], fds: list[int]) -> tuple[socket.socket, int]:
+    """Ask the warm process at `path` for a child: the connection its exit code will come on, and its pid."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         conn.connect(path)
         socket.send_fds(conn, [json.dumps(request).encode()], fds)
         reply = json.loads(conn.recv(65536) or b"{}")
     except (OSError, ValueError) as err:
         conn.close()
-        raise WarmGone(f"no warm process ({err})") from None
+        raise WarmGone(f"the warm process is gone ({err})") from None
     if "pid" not in reply:
         conn.close()
         raise WarmGone(f"the warm process declined: {reply}")
-    return ForkedProcess(conn, reply["pid"])
+    return conn, reply["pid"]
 
 
 class ForkedProcess:
@@ -402,18 +407,7 @@ class WarmAmpkit:
             if self.proc is None:
                 self.rank_env()
                 self._start()
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            conn.connect(self.path)
-            socket.send_fds(conn, [json.dumps(request).encode()], fds)
-            reply = json.loads(conn.recv(65536) or b"{}")
-        except (OSError, ValueError) as err:
-            conn.close()
-            raise WarmGone(f"the warm process is gone ({err})") from None
-        if "pid" not in reply:
-            conn.close()
-            raise WarmGone(f"the warm process declined: {reply}")
-        return conn, reply["pid"]
+        return _fork_at(self.path, request, fds)
 
     def run(
         self,
